@@ -1,0 +1,403 @@
+"""A small typed client for the Runcrate Clusters JSON API (/api/v1).
+
+Every method maps to one endpoint and returns the `data` part of the success body
+(`{"data": ..., "meta": {...}}`); list endpoints return a `Page` carrying the items and the
+pagination meta. Error bodies (`{"error": {"code", "message", "details"}}`) raise `ApiError`; a
+server that cannot be reached, or that answers something other than the API's JSON, raises
+`TransportError`, so callers can always tell "the API said no" from "there was no API".
+
+Configuration is resolved once, by `ClientConfig.resolve`: explicit arguments win over the
+environment variables `RUNCRATE_API_KEY`, `RUNCRATE_API_URL`, `RUNCRATE_ENVIRONMENT`, which win
+over `~/.runcrate/config.yaml` (or the file named by `RUNCRATE_CONFIG`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = 30.0
+CONFIG_KEYS = ("api_key", "api_url", "environment")
+ENV_VARS = {
+    "api_key": "RUNCRATE_API_KEY",
+    "api_url": "RUNCRATE_API_URL",
+    "environment": "RUNCRATE_ENVIRONMENT",
+}
+
+Record = dict[str, Any]
+
+
+class RuncrateError(Exception):
+    """Anything the client could not do; the message is fit to show a person as is."""
+
+
+class ConfigError(RuncrateError):
+    """The client is not configured well enough to make a request (no key, bad config file)."""
+
+
+class TransportError(RuncrateError):
+    """The server could not be reached, timed out, or answered something that is not the API."""
+
+
+class ApiError(RuncrateError):
+    """The API answered with an error body."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details: Any = details if details is not None else {}
+
+    def __str__(self) -> str:
+        return describe_api_error(self)
+
+    def __repr__(self) -> str:
+        return f"ApiError(status={self.status}, code={self.code!r}, message={self.message!r}, details={self.details!r})"
+
+
+def describe_api_error(error: ApiError) -> str:
+    """One line a person can act on, with the details that matter for this kind of error."""
+    message = error.message or error.code or f"HTTP {error.status}"
+    details = error.details if isinstance(error.details, Mapping) else {}
+    if error.status == 402 and ("required" in details or "available" in details):
+        required = format_money(details.get("required"))
+        available = format_money(details.get("available"))
+        return f"{message} (required {required}, available {available})"
+    if error.status == 400 and details:
+        parts = []
+        for name, problems in details.items():
+            if isinstance(problems, (list, tuple)):
+                problems = "; ".join(str(p) for p in problems)
+            parts.append(f"{name}: {problems}")
+        return f"{message} ({', '.join(parts)})"
+    if error.status == 429 and details.get("retry_after"):
+        return f"{message} (retry after {details['retry_after']}s)"
+    return message
+
+
+def format_money(value: Any) -> str:
+    """Render a decimal string from the API as $x.xx (negative as -$x.xx); '-' when absent."""
+    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+    if value is None or value == "":
+        return "-"
+    try:
+        amount = Decimal(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    except InvalidOperation:
+        return str(value)
+    sign = "-" if amount < 0 else ""
+    return f"{sign}${abs(amount):,.2f}"
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    override = environ.get("RUNCRATE_CONFIG")
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".runcrate" / "config.yaml"
+
+
+def read_config_file(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path} should hold a mapping of settings, not {type(loaded).__name__}")
+    return {str(k): str(v) for k, v in loaded.items() if v is not None}
+
+
+def write_config_value(key: str, value: str | None, environ: Mapping[str, str] | None = None) -> Path:
+    """Set (or, with value None, remove) one setting in the config file; the file stays private (0600)."""
+    normalized = key.replace("-", "_").lower()
+    if normalized not in CONFIG_KEYS:
+        raise ConfigError(f"unknown setting {key!r}; known settings: {', '.join(CONFIG_KEYS)}")
+    path = config_path(environ)
+    current = read_config_file(path)
+    if value is None:
+        current.pop(normalized, None)
+    else:
+        current[normalized] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Created 0600 from the start: the file holds an API key, it must never be readable by others.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(current, handle, default_flow_style=False, sort_keys=True)
+    os.chmod(path, 0o600)
+    return path
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    api_key: str | None
+    api_url: str
+    environment: str | None
+    # Where each value came from ("argument", "RUNCRATE_API_KEY", "/path/config.yaml", "default").
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def resolve(
+        cls,
+        api_key: str | None = None,
+        api_url: str | None = None,
+        environment: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> ClientConfig:
+        environ = os.environ if environ is None else environ
+        path = config_path(environ)
+        from_file = read_config_file(path)
+        explicit = {"api_key": api_key, "api_url": api_url, "environment": environment}
+        values: dict[str, str | None] = {}
+        sources: dict[str, str] = {}
+        for key in CONFIG_KEYS:
+            if explicit[key]:
+                values[key], sources[key] = explicit[key], "argument"
+            elif environ.get(ENV_VARS[key]):
+                values[key], sources[key] = environ[ENV_VARS[key]], ENV_VARS[key]
+            elif from_file.get(key):
+                values[key], sources[key] = from_file[key], str(path)
+            else:
+                values[key], sources[key] = None, "default"
+        url = values["api_url"] or DEFAULT_API_URL
+        return cls(
+            api_key=values["api_key"],
+            api_url=url.rstrip("/"),
+            environment=values["environment"],
+            sources=sources,
+        )
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list endpoint."""
+
+    items: list[Record]
+    total: int
+    limit: int | None
+    offset: int
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class RuncrateClient:
+    """One method per endpoint of /api/v1. Use as a context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        api_key: str | None,
+        base_url: str = DEFAULT_API_URL,
+        environment: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not api_key:
+            raise ConfigError(
+                "no API key: set RUNCRATE_API_KEY, or run `runcrate config set api_key rc_live_...`"
+            )
+        self.api_key = api_key
+        self.base_url = base_url.rstrip("/")
+        self.environment = environment
+        headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Accept": "application/json",
+            "User-Agent": "runcrate-client/0.1",
+        }
+        if environment:
+            headers["X-Environment"] = environment
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+
+    @classmethod
+    def from_config(cls, config: ClientConfig, timeout: float = DEFAULT_TIMEOUT) -> RuncrateClient:
+        return cls(config.api_key, config.api_url, config.environment, timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RuncrateClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return the whole success envelope ({"data", "meta"})."""
+        url = "/api/v1" + path
+        clean_params = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, url, params=clean_params, json=json, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"{self.base_url} did not answer in time ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach the Runcrate API at {self.base_url}: {exc}") from exc
+        return self._unwrap(response)
+
+    def _unwrap(self, response: httpx.Response) -> dict[str, Any]:
+        body: Any = None
+        if response.content:
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if body is None or not isinstance(body, dict):
+                kind = response.headers.get("content-type", "unknown content type")
+                raise TransportError(
+                    f"{self.base_url} answered HTTP {response.status_code} with {kind}, not the Runcrate API's JSON"
+                    " (is RUNCRATE_API_URL right?)"
+                )
+        if response.is_success:
+            if body is None:  # 202/204 without a body is still a success
+                return {"data": None, "meta": {}}
+            if "data" not in body:
+                raise TransportError(f"{self.base_url} answered without a `data` field: not the Runcrate API?")
+            body.setdefault("meta", {})
+            return body
+        error = (body or {}).get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict):
+            raise ApiError(response.status_code, f"http_{response.status_code}", _reason(response), {})
+        details = error.get("details") or {}
+        retry_after = response.headers.get("retry-after")
+        if response.status_code == 429 and retry_after and isinstance(details, dict):
+            details.setdefault("retry_after", retry_after)
+        raise ApiError(response.status_code, str(error.get("code") or ""), str(error.get("message") or ""), details)
+
+    def _data(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs)["data"]
+
+    def _page(self, path: str, params: Mapping[str, Any] | None = None) -> Page:
+        body = self.request("GET", path, params=params)
+        items = body["data"] or []
+        meta = body.get("meta") or {}
+        return Page(
+            items=list(items),
+            total=int(meta.get("total", len(items))),
+            limit=meta.get("limit"),
+            offset=int(meta.get("offset", 0)),
+        )
+
+    def iterate(self, path: str, params: Mapping[str, Any] | None = None, page_size: int = 100) -> Iterator[Record]:
+        """Every item of a list endpoint, following limit/offset until `total` is reached."""
+        offset = 0
+        while True:
+            page = self._page(path, {**(params or {}), "limit": page_size, "offset": offset})
+            yield from page.items
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                return
+
+    # -- catalogue
+
+    def list_gpu_types(self) -> Page:
+        return self._page("/gpu-types")
+
+    def list_cluster_offers(
+        self, gpu: str | None = None, machines: int | None = None, include_community: bool = False
+    ) -> Page:
+        return self._page(
+            "/cluster-offers", {"gpu": gpu, "machines": machines, "include_community": include_community}
+        )
+
+    # -- clusters
+
+    def create_cluster(
+        self,
+        name: str,
+        offer_id: str,
+        machines: int,
+        software: str = "none",
+        volume_id: str | None = None,
+        ssh_key_ids: list[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Record:
+        payload: dict[str, Any] = {"name": name, "offer_id": offer_id, "machines": machines, "software": software}
+        if volume_id:
+            payload["volume_id"] = volume_id
+        if ssh_key_ids:
+            payload["ssh_key_ids"] = list(ssh_key_ids)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._data("POST", "/clusters", json=payload, headers=headers)
+
+    def list_clusters(self, limit: int | None = None, offset: int | None = None) -> Page:
+        return self._page("/clusters", {"limit": limit, "offset": offset})
+
+    def all_clusters(self) -> list[Record]:
+        return list(self.iterate("/clusters"))
+
+    def get_cluster(self, cluster_id: str) -> Record:
+        return self._data("GET", f"/clusters/{_seg(cluster_id)}")
+
+    def cluster_events(self, cluster_id: str, limit: int | None = None, offset: int | None = None) -> Page:
+        return self._page(f"/clusters/{_seg(cluster_id)}/events", {"limit": limit, "offset": offset})
+
+    def all_cluster_events(self, cluster_id: str) -> list[Record]:
+        return list(self.iterate(f"/clusters/{_seg(cluster_id)}/events"))
+
+    def delete_cluster(self, cluster_id: str) -> Record | None:
+        return self._data("DELETE", f"/clusters/{_seg(cluster_id)}")
+
+    def retry_install(self, cluster_id: str) -> Record | None:
+        return self._data("POST", f"/clusters/{_seg(cluster_id)}/retry-install")
+
+    def add_workers(self, cluster_id: str, count: int = 1) -> Record | None:
+        return self._data("POST", f"/clusters/{_seg(cluster_id)}/workers", json={"count": count})
+
+    def terminate_node(self, cluster_id: str, node_name: str) -> Record | None:
+        """The API always refuses (409 node_terminate_refused): a node ends with its cluster."""
+        return self._data("DELETE", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}")
+
+    # -- billing and quotes
+
+    def billing_balance(self) -> Record:
+        return self._data("GET", "/billing/balance")
+
+    def billing_usage(self, month: str | None = None) -> Page:
+        return self._page("/billing/usage", {"month": month})
+
+    def request_quote(self, **fields: Any) -> Record:
+        payload = {k: v for k, v in fields.items() if v is not None}
+        return self._data("POST", "/quotes", json=payload)
+
+
+def _reason(response: httpx.Response) -> str:
+    return f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def _seg(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(str(value), safe="")
