@@ -16,8 +16,8 @@ COMMUNITY_WARNING = (
 
 
 def cell(value: Any) -> str:
-    """A table cell: '-' for nothing, lists joined by commas, everything else as text."""
-    if value is None or value == "":
+    """A table cell: '-' for a missing value, '' stays blank, lists joined by commas, the rest as text."""
+    if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
