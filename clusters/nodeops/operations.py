@@ -1,0 +1,462 @@
+"""One function per node step of the cluster lifecycle.
+
+Each takes a `ClusterSpec` (plus an optional `NodeRunner` and `on_output` callback) and
+returns a `StepResult` with one `NodeResult` per node it ran on. The functions are
+idempotent, like the scripts behind them: the reconciler may run a step twice.
+
+Order for a new cluster: set_names -> join_network -> setup_shared -> sync_volume_in
+-> install_software -> check_ready (poll until ready or the deadline). Terminate:
+sync_volume_out -> stop.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import secrets as _secrets
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
+from .runner import NodeResult, NodeRunner, OutputCallback, load_script
+from .targets import PRIVATE_NETWORK, WIREGUARD_PORT, ClusterSpec, NodeTarget
+
+FAULTS = ("install_fails", "never_joins")
+SANDBOX_JOIN_WAIT = 3
+REAL_JOIN_WAIT = 120
+
+
+# -- results ------------------------------------------------------------------------
+
+
+@dataclass
+class StepResult:
+    step: str
+    results: dict[str, NodeResult] = field(default_factory=dict)
+    # join_network: the (a, b) node pairs, a before b, that cannot reach each other.
+    failed_pairs: list[tuple[str, str]] = field(default_factory=list)
+    # check_ready: every node's readiness as the software reports it.
+    readiness: dict[str, NodeReadiness] = field(default_factory=dict)
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (
+            all(result.ok for result in self.results.values())
+            and not self.failed_pairs
+            and all(node.ready for node in self.readiness.values())
+        )
+
+    @property
+    def joined(self) -> bool:
+        """join_network: every node reaches every other node."""
+        return self.ok
+
+    @property
+    def ready(self) -> bool:
+        """check_ready: every node ready."""
+        return self.ok
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, result in self.results.items() if not result.ok]
+
+    @property
+    def unreachable(self) -> list[str]:
+        return [name for name, result in self.results.items() if result.unreachable]
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"{self.step}: ok on {len(self.results)} node(s)" + (f" ({self.detail})" if self.detail else "")
+        parts = []
+        if self.unreachable:
+            parts.append("unreachable: " + ", ".join(self.unreachable))
+        failed = [name for name in self.failed if name not in self.unreachable]
+        if failed:
+            parts.append("failed: " + ", ".join(failed))
+        if self.failed_pairs:
+            parts.append("cannot reach each other: " + ", ".join(f"{a}<->{b}" for a, b in self.failed_pairs))
+        not_ready = [node.name for node in self.readiness.values() if not node.ready]
+        if not_ready:
+            parts.append("not ready: " + ", ".join(not_ready))
+        return f"{self.step}: " + "; ".join(parts)
+
+
+# -- secrets generated in the control plane ------------------------------------------
+
+
+@dataclass(frozen=True)
+class WireGuardKey:
+    private_key: str  # base64, like `wg genkey`
+    public_key: str  # base64, like `wg pubkey`
+
+    @classmethod
+    def generate(cls) -> WireGuardKey:
+        key = X25519PrivateKey.generate()
+        return cls(
+            private_key=base64.b64encode(key.private_bytes_raw()).decode(),
+            public_key=base64.b64encode(key.public_key().public_bytes_raw()).decode(),
+        )
+
+
+@dataclass(frozen=True)
+class ClusterSecrets:
+    """Per-cluster secrets. Persist `to_dict()` with the cluster so a re-run (or a retried
+    install) uses the same keys; never log them."""
+
+    wireguard: dict[str, WireGuardKey]
+    munge_key: str  # base64 of 1024 random bytes (Slurm)
+    kube_token: str  # kubeadm bootstrap token "abcdef.0123456789abcdef"
+
+    def to_dict(self) -> dict:
+        return {
+            "wireguard": {name: [key.private_key, key.public_key] for name, key in self.wireguard.items()},
+            "munge_key": self.munge_key,
+            "kube_token": self.kube_token,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> ClusterSecrets:
+        return cls(
+            wireguard={name: WireGuardKey(*pair) for name, pair in data["wireguard"].items()},
+            munge_key=data["munge_key"],
+            kube_token=data["kube_token"],
+        )
+
+
+def _token(length: int) -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(_secrets.choice(alphabet) for _ in range(length))
+
+
+def generate_secrets(spec: ClusterSpec, existing: ClusterSecrets | None = None) -> ClusterSecrets:
+    """Secrets for every node of `spec`, keeping whatever `existing` already has (a worker
+    added to a running cluster gets a new key; the others keep theirs)."""
+    wireguard = dict(existing.wireguard) if existing else {}
+    for node in spec.nodes:
+        wireguard.setdefault(node.name, WireGuardKey.generate())
+    return ClusterSecrets(
+        wireguard=wireguard,
+        munge_key=existing.munge_key if existing else base64.b64encode(os.urandom(1024)).decode(),
+        kube_token=existing.kube_token if existing else f"{_token(6)}.{_token(16)}",
+    )
+
+
+def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecrets) -> str:
+    """wg0.conf for `node`: its address on the private network, every other node a peer."""
+    lines = [
+        f"# Managed by Runcrate: cluster {spec.cluster_id}, {node.name}. Rewritten on every join.",
+        "[Interface]",
+        f"Address = {node.private_ip}/24",
+        f"ListenPort = {WIREGUARD_PORT}",
+        f"PrivateKey = {secrets.wireguard[node.name].private_key}",
+    ]
+    for peer in spec.nodes:
+        if peer.name == node.name:
+            continue
+        lines += [
+            "",
+            "[Peer]",
+            f"# {peer.name}",
+            f"PublicKey = {secrets.wireguard[peer.name].public_key}",
+            f"AllowedIPs = {peer.private_ip}/32",
+            f"Endpoint = {peer.host}:{WIREGUARD_PORT}",
+            "PersistentKeepalive = 25",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# -- fault injection -------------------------------------------------------------------
+
+
+def write_fault(root: str | os.PathLike[str], fault: str | None) -> None:
+    """Make the node whose sandbox root is `root` misbehave on purpose (tests, demos).
+
+    "install_fails": the install script exits non-zero with a clear message.
+    "never_joins": the node's tunnel never comes up; no peer reaches it.
+    None clears the fault.
+    """
+    path = Path(root) / "etc" / "runcrate" / "fault"
+    if fault is None:
+        path.unlink(missing_ok=True)
+        return
+    if fault not in FAULTS:
+        raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(fault + "\n")
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def _check_sandbox(spec: ClusterSpec) -> None:
+    # Sandbox clusters live on this computer: refuse to dial anything but loopback.
+    if not spec.sandbox:
+        return
+    for node in spec.nodes:
+        if not ipaddress.ip_address(node.host).is_loopback:
+            raise ValueError(f"sandbox node {node.name} has non-loopback host {node.host}")
+        if not node.root:
+            raise ValueError(f"sandbox node {node.name} needs a sandbox root directory")
+
+
+def cluster_env(spec: ClusterSpec) -> dict[str, str]:
+    """Environment every script gets (the runner adds the per-node part)."""
+    env = dict(spec.extra_env)
+    env.update(
+        RUNCRATE_SANDBOX="1" if spec.sandbox else "0",
+        RUNCRATE_CLUSTER_ID=spec.cluster_id,
+        RUNCRATE_SOFTWARE=spec.software,
+        RUNCRATE_MACHINE_KIND=spec.machine_kind,
+        RUNCRATE_GPUS_PER_NODE=str(spec.gpus_per_machine),
+        RUNCRATE_NODE_COUNT=str(len(spec.nodes)),
+        RUNCRATE_HEAD_IP=spec.head.private_ip,
+        RUNCRATE_NETWORK=PRIVATE_NETWORK,
+        RUNCRATE_NODES=";".join(f"{node.name} {node.private_ip}" for node in spec.nodes),
+    )
+    if spec.sandbox:
+        env["RUNCRATE_SANDBOX_HEAD_ROOT"] = spec.head.root
+        env["RUNCRATE_SANDBOX_PEERS"] = ";".join(
+            f"{node.name} {node.host} {node.port} {node.root}" for node in spec.nodes
+        )
+    return env
+
+
+class _Session:
+    """A runner for the duration of one operation: the caller's, or a fresh one."""
+
+    def __init__(self, runner: NodeRunner | None) -> None:
+        self.runner = runner or NodeRunner()
+        self._owned = runner is None
+
+    def __enter__(self) -> NodeRunner:
+        return self.runner
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._owned:
+            self.runner.close()
+
+
+def _run(
+    spec: ClusterSpec,
+    nodes: Iterable[NodeTarget],
+    script_name: str,
+    step: str,
+    runner: NodeRunner,
+    on_output: OutputCallback | None,
+    extra_env: Mapping[str, str] | None = None,
+    node_env=None,
+) -> dict[str, NodeResult]:
+    _check_sandbox(spec)
+    env = cluster_env(spec)
+    env.update(extra_env or {})
+    return runner.run(
+        nodes,
+        load_script(script_name),
+        step=step,
+        env=env,
+        node_env=node_env,
+        on_output=on_output,
+    )
+
+
+def _head_then_workers(
+    spec: ClusterSpec,
+    script_name: str,
+    step: str,
+    runner: NodeRunner,
+    on_output: OutputCallback | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, NodeResult]:
+    """Workers need what the head sets up (an NFS export, a controller to join)."""
+    results = _run(spec, [spec.head], script_name, step, runner, on_output, extra_env)
+    if not results[spec.head.name].ok:
+        for node in spec.workers:
+            results[node.name] = NodeResult(
+                node=node,
+                ok=False,
+                exit_code=None,
+                stdout="",
+                stderr=f"not run: {step} failed on {spec.head.name}",
+                error=f"not run: {step} failed on {spec.head.name}",
+            )
+        return results
+    results.update(_run(spec, spec.workers, script_name, step, runner, on_output, extra_env))
+    return results
+
+
+# -- the steps -------------------------------------------------------------------------
+
+
+def set_names(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """Hostname node-i on every node, and /etc/hosts names for node-0..node-N-1."""
+    with _Session(runner) as session:
+        return StepResult("set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output))
+
+
+def join_network(
+    spec: ClusterSpec,
+    *,
+    secrets: ClusterSecrets | None = None,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
+    wait_seconds: int | None = None,
+) -> StepResult:
+    """WireGuard mesh on 10.77.0.0/24, then every node checks every other node by name.
+
+    `failed_pairs` lists the pairs that cannot reach each other in both directions; the
+    cluster has joined (`result.joined`) only when there are none. Run `set_names` first.
+    """
+    secrets = generate_secrets(spec, secrets)
+    wait = wait_seconds if wait_seconds is not None else (SANDBOX_JOIN_WAIT if spec.sandbox else REAL_JOIN_WAIT)
+    with _Session(runner) as session:
+        results = _run(
+            spec,
+            spec.nodes,
+            "join_network.sh",
+            "join_network",
+            session,
+            on_output,
+            extra_env={"RUNCRATE_JOIN_WAIT": str(wait)},
+            node_env=lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)},
+        )
+    reaches: dict[tuple[str, str], bool] = {}
+    for name, result in results.items():
+        if not result.ok:
+            continue
+        for line in result.stdout.splitlines():
+            words = line.split()
+            if len(words) >= 3 and words[0] == "REACH":
+                reaches[(name, words[1])] = words[2] == "ok"
+    failed_pairs = [
+        (a.name, b.name)
+        for i, a in enumerate(spec.nodes)
+        for b in spec.nodes[i + 1 :]
+        if not (reaches.get((a.name, b.name)) and reaches.get((b.name, a.name)))
+    ]
+    return StepResult("join_network", results, failed_pairs=failed_pairs)
+
+
+def setup_shared(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """vm/bare_metal: /shared exported from the head and mounted on every worker, with
+    the hostfiles and runcrate.env in it. container: no shared folder; each node gets its
+    own copy of those files in /etc/runcrate. Every node: /etc/runcrate/node.env."""
+    with _Session(runner) as session:
+        if spec.has_shared_folder:
+            results = _head_then_workers(spec, "setup_shared.sh", "setup_shared", session, on_output)
+        else:
+            results = _run(spec, spec.nodes, "setup_shared.sh", "setup_shared", session, on_output)
+    return StepResult("setup_shared", results, detail="shared" if spec.has_shared_folder else "no shared folder")
+
+
+def _sync_volume(spec, direction, runner, on_output) -> StepResult:
+    step = f"sync_volume_{direction}"
+    if not spec.volume_source:
+        return StepResult(step, detail="no volume attached")
+    with _Session(runner) as session:
+        results = _run(
+            spec,
+            [spec.head],
+            "sync_volume.sh",
+            step,
+            session,
+            on_output,
+            extra_env={"RUNCRATE_VOLUME_SOURCE": spec.volume_source, "RUNCRATE_SYNC_DIRECTION": direction},
+        )
+    return StepResult(step, results)
+
+
+def sync_volume_in(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """Copy the attached volume (mounted on the head at spec.volume_source) into
+    /shared/volume on the head (/volume on containers). No-op without a volume."""
+    return _sync_volume(spec, "in", runner, on_output)
+
+
+def sync_volume_out(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """Copy /shared/volume back to the volume before the machines are released."""
+    return _sync_volume(spec, "out", runner, on_output)
+
+
+def install_software(
+    spec: ClusterSpec,
+    *,
+    secrets: ClusterSecrets | None = None,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
+) -> StepResult:
+    """Install spec.software: the head first (controller / API server / GCS), then every
+    worker in parallel. A failed head skips the workers (reported as not run)."""
+    if spec.software == "none":
+        return StepResult("install_software", detail="no software")
+    secrets = generate_secrets(spec, secrets)
+    extra = {"RUNCRATE_MUNGE_KEY": secrets.munge_key, "RUNCRATE_KUBE_TOKEN": secrets.kube_token}
+    with _Session(runner) as session:
+        results = _head_then_workers(
+            spec, f"install_{spec.software}.sh", "install_software", session, on_output, extra
+        )
+    return StepResult("install_software", results, detail=spec.software)
+
+
+def check_ready(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """Ask the software on the head about every node: Slurm `sinfo` (idle), Kubernetes
+    `kubectl get nodes -o json` (Ready with GPUs allocatable), Ray `ray status` (alive).
+    `result.ready` when every node is; `result.readiness` has each node's state."""
+    names = [node.name for node in spec.nodes]
+    if spec.software == "none":
+        return StepResult(
+            "check_ready",
+            readiness={name: NodeReadiness(name, True, "no software") for name in names},
+        )
+    with _Session(runner) as session:
+        results = _run(spec, [spec.head], "check_ready.sh", "check_ready", session, on_output)
+    head = results[spec.head.name]
+    if not head.ok:
+        state = "unreachable" if head.unreachable else f"status command failed: {head.error}"
+        return StepResult(
+            "check_ready",
+            results,
+            readiness={name: NodeReadiness(name, False, state) for name in names},
+        )
+    status = _between(head.stdout, "::begin-status::", "::end-status::")
+    try:
+        if spec.software == "slurm":
+            readiness = slurm_readiness(status, names)
+        elif spec.software == "kubernetes":
+            readiness = kubernetes_readiness(status, names, spec.gpus_per_machine)
+        else:
+            readiness = ray_readiness(status, names)
+    except ValueError as error:  # e.g. kubectl printed something that is not JSON
+        readiness = {name: NodeReadiness(name, False, f"unreadable status: {error}") for name in names}
+    return StepResult("check_ready", results, readiness=readiness, detail=spec.software)
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    start = text.find(begin)
+    stop = text.find(end, start + len(begin)) if start >= 0 else -1
+    if start < 0 or stop < 0:
+        return ""
+    return text[start + len(begin) : stop].strip("\n")
+
+
+def stop(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+) -> StepResult:
+    """Stop the software and leave the private network on every node (best effort),
+    before the provider releases the machines. Run sync_volume_out first."""
+    with _Session(runner) as session:
+        return StepResult("stop", _run(spec, spec.nodes, "stop.sh", "stop", session, on_output))

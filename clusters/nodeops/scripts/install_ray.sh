@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# install_ray: Ray on every node; node-0 starts the head (GCS on 10.77.0.1:6379), workers
+# join it over the private network. Run on the head first, then workers.
+set -euo pipefail
+
+GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
+HEAD_IP="${RUNCRATE_HEAD_IP:?}"
+RAY_VERSION="${RUNCRATE_RAY_VERSION:-2.35.0}"
+step "check"
+check_install_fault ray
+
+step "config"
+write_file "$ROOT/etc/runcrate/ray.env" 0644 <<ENV
+RAY_ADDRESS=$HEAD_IP:6379
+RAY_NODE_IP=$RUNCRATE_PRIVATE_IP
+RAY_NUM_GPUS=$GPUS
+ENV
+
+if is_sandbox; then
+    step "sandbox-daemons"
+    sim_tool ray ray <<'FAKE'
+if [ "${1:-}" != status ]; then
+    echo "runcrate sandbox ray supports: ray status" >&2
+    exit 1
+fi
+active=0 gpus=0
+ids=""
+for entry in $(find "$REGISTRY" -type f -printf '%f\n' 2>/dev/null | sort -t- -k2 -n); do
+    read -r _index _address node_gpus <"$REGISTRY/$entry"
+    ids="$ids $(printf '%s/%s' "$CLUSTER_ID" "$entry" | sha224sum | cut -c1-56)"
+    active=$((active + 1))
+    gpus=$((gpus + node_gpus))
+done
+printf '======== Autoscaler status: %s ========\n' "$(date '+%Y-%m-%d %H:%M:%S.%6N')"
+printf 'Node status\n'
+printf -- '---------------------------------------------------------------\n'
+printf 'Active:\n'
+for id in $ids; do
+    printf ' 1 node_%s\n' "$id"
+done
+printf 'Idle:\n (no idle nodes)\n'
+printf 'Pending:\n (no pending nodes)\n'
+printf 'Recent failures:\n (no failures)\n\n'
+printf 'Resources\n'
+printf -- '---------------------------------------------------------------\n'
+printf 'Usage:\n'
+printf ' 0.0/%d.0 CPU\n' $((active * 32))
+printf ' 0.0/%d.0 GPU\n' "$gpus"
+printf ' 0B/%d.00GiB memory\n' $((active * 200))
+printf ' 0B/%d.00GiB object_store_memory\n\n' $((active * 60))
+printf 'Demands:\n (no resource demands)\n'
+FAKE
+    sim_register ray
+    log "sandbox: raylet registered with the node-0 GCS"
+    exit 0
+fi
+
+step "packages"
+apt-get update -q
+apt_install python3-venv python3-pip
+if [ ! -x /opt/ray/bin/ray ]; then
+    python3 -m venv /opt/ray
+fi
+/opt/ray/bin/pip install -q "ray[default]==$RAY_VERSION"
+ln -sf /opt/ray/bin/ray /usr/local/bin/ray
+
+step "start"
+/opt/ray/bin/ray stop --force >/dev/null 2>&1 || true
+if is_head; then
+    /opt/ray/bin/ray start --head --node-ip-address="$HEAD_IP" --port=6379 \
+        --num-gpus="$GPUS" --disable-usage-stats
+else
+    /opt/ray/bin/ray start --address="$HEAD_IP:6379" --node-ip-address="$RUNCRATE_PRIVATE_IP" \
+        --num-gpus="$GPUS" --disable-usage-stats
+fi
+log "ray installed"

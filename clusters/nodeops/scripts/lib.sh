@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Helpers shared by every node-side script. The runner streams this file to `bash -s`
+# ahead of the script itself, after `export` lines for RUNCRATE_ROOT, RUNCRATE_NODE_*, ...
+#
+# Every path a script touches is "$ROOT/<absolute path>": ROOT is "" on a real machine
+# and a sandbox directory in tests and the `local` provider.
+set -euo pipefail
+
+ROOT="${RUNCRATE_ROOT:-}"
+SANDBOX="${RUNCRATE_SANDBOX:-0}"
+NODE_NAME="${RUNCRATE_NODE_NAME:?RUNCRATE_NODE_NAME is not set}"
+NODE_INDEX="${RUNCRATE_NODE_INDEX:?RUNCRATE_NODE_INDEX is not set}"
+STATE_DIR="$ROOT/etc/runcrate"
+export PATH="$ROOT/usr/local/bin:$PATH"
+
+log() {
+    printf '[%s] %s\n' "$NODE_NAME" "$*"
+}
+
+step() {
+    printf '::step:: %s\n' "$*"
+}
+
+die() {
+    printf '[%s] error: %s\n' "$NODE_NAME" "$*" >&2
+    exit "${2:-1}"
+}
+
+is_sandbox() {
+    [ "$SANDBOX" = "1" ]
+}
+
+is_head() {
+    [ "$NODE_INDEX" = "0" ]
+}
+
+# has_fault NAME: the caller wrote NAME into $ROOT/etc/runcrate/fault (tests, demos).
+has_fault() {
+    [ -f "$STATE_DIR/fault" ] && grep -qx "$1" "$STATE_DIR/fault"
+}
+
+# write_file PATH MODE: write stdin to PATH atomically (readers never see half a file).
+write_file() {
+    local path="$1" mode="$2" tmp
+    mkdir -p "$(dirname "$path")"
+    tmp="$(mktemp "$path.XXXXXX")"
+    cat >"$tmp"
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$path"
+}
+
+# managed_block FILE NAME: replace the block between "# BEGIN runcrate NAME" and
+# "# END runcrate NAME" in FILE with stdin, keeping every other line. Idempotent.
+managed_block() {
+    local file="$1" name="$2" block
+    block="$(cat)"
+    mkdir -p "$(dirname "$file")"
+    touch "$file"
+    {
+        awk -v begin="# BEGIN runcrate $name" -v end="# END runcrate $name" '
+            $0 == begin { skipping = 1; next }
+            $0 == end { skipping = 0; next }
+            !skipping { print }
+        ' "$file"
+        printf '# BEGIN runcrate %s\n%s\n# END runcrate %s\n' "$name" "$block" "$name"
+    } | write_file "$file" 0644
+}
+
+# Each line of RUNCRATE_NODES is "name private_ip". Prints them, one per line.
+cluster_nodes() {
+    printf '%s\n' "${RUNCRATE_NODES:?RUNCRATE_NODES is not set}" | tr ';' '\n' | sed '/^$/d'
+}
+
+node_count() {
+    cluster_nodes | wc -l | tr -d ' '
+}
+
+# apt_install PKG...: real machines only, quiet and non-interactive.
+apt_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+}
+
+# Install fault injection: `install_fails` in the fault file fails the install clearly.
+check_install_fault() {
+    if has_fault install_fails; then
+        die "install of $1 failed (fault injected: install_fails in $STATE_DIR/fault)" 3
+    fi
+}
+
+# Sandbox only. The head's registry of nodes whose daemon "registered" with the
+# controller (what slurmctld, the Kubernetes API server or Ray's GCS would know). The
+# stand-in sinfo / kubectl / ray read it; every sandbox root lives on one computer.
+sim_registry() {
+    printf '%s/var/lib/runcrate-sim/%s/registered' "${RUNCRATE_SANDBOX_HEAD_ROOT:?}" "$1"
+}
+
+sim_register() {
+    local dir
+    dir="$(sim_registry "$1")"
+    mkdir -p "$dir"
+    printf '%s %s %s\n' "$NODE_INDEX" "$RUNCRATE_PRIVATE_IP" "${RUNCRATE_GPUS_PER_NODE:-0}" \
+        | write_file "$dir/$NODE_NAME" 0644
+}
+
+sim_unregister() {
+    rm -f "$(sim_registry "$1")/$NODE_NAME"
+}
+
+# sim_tool NAME SOFTWARE: write stdin as $ROOT/usr/local/bin/NAME, preceded by the
+# variables it needs (registry path, cluster config). Stdin is a quoted heredoc.
+sim_tool() {
+    local name="$1" software="$2"
+    {
+        printf '#!/usr/bin/env bash\n'
+        printf '# runcrate sandbox stand-in for %s: prints real-format output derived from\n' "$name"
+        printf '# the cluster config the install wrote and the nodes that registered.\n'
+        printf 'set -euo pipefail\n'
+        printf 'REGISTRY=%q\n' "$(sim_registry "$software")"
+        printf 'ROOT=%q\n' "$ROOT"
+        printf 'CLUSTER_ID=%q\n' "${RUNCRATE_CLUSTER_ID:-}"
+        cat
+    } | write_file "$ROOT/usr/local/bin/$name" 0755
+}

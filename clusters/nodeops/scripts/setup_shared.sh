@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# setup_shared: the job environment every node needs.
+#
+# vm / bare_metal: the head exports /shared over NFS to the private network, workers
+#   mount it; the hostfiles and runcrate.env are written into /shared by the head.
+#   Sandbox mode simulates the mount: a worker's $ROOT/shared is a symlink to the head's
+#   $ROOT/shared (both roots live on the same computer).
+# container: no shared folder; each node keeps its own disk and gets its own copy of the
+#   hostfiles and runcrate.env in /etc/runcrate.
+#
+# Every kind: /etc/runcrate/node.env holds this node's NODE_RANK, NODE_NAME, NODE_ADDR.
+set -euo pipefail
+
+KIND="${RUNCRATE_MACHINE_KIND:?}"
+GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
+HEAD_IP="${RUNCRATE_HEAD_IP:?}"
+COUNT="$(node_count)"
+
+step "node-env"
+write_file "$STATE_DIR/node.env" 0644 <<ENV
+NODE_RANK=$NODE_INDEX
+NODE_NAME=$NODE_NAME
+NODE_ADDR=$RUNCRATE_PRIVATE_IP
+ENV
+
+# write_job_files DIR: hostfiles (OpenMPI and DeepSpeed read the same "name slots=G"
+# format) and the cluster-wide env file.
+write_job_files() {
+    local dir="$1" hostfile_path
+    if [ "$dir" = "$STATE_DIR" ]; then
+        hostfile_path=/etc/runcrate/hostfile
+    else
+        hostfile_path=/shared/hostfile
+    fi
+    cluster_nodes | while read -r name _address; do
+        printf '%s slots=%s\n' "$name" "$GPUS"
+    done | write_file "$dir/hostfile" 0644
+    cp "$dir/hostfile" "$dir/hostfile.deepspeed.tmp"
+    mv -f "$dir/hostfile.deepspeed.tmp" "$dir/hostfile.deepspeed"
+    write_file "$dir/runcrate.env" 0644 <<ENV
+RUNCRATE_CLUSTER_ID=${RUNCRATE_CLUSTER_ID:-}
+NNODES=$COUNT
+NODE_NAMES=$(cluster_nodes | awk '{ print $1 }' | paste -sd, -)
+NODE_ADDRS=$(cluster_nodes | awk '{ print $2 }' | paste -sd, -)
+MASTER_ADDR=$HEAD_IP
+MASTER_PORT=29500
+GPUS_PER_NODE=$GPUS
+WORLD_SIZE=$((COUNT * GPUS))
+NCCL_SOCKET_IFNAME=wg0
+GLOO_SOCKET_IFNAME=wg0
+RUNCRATE_HOSTFILE=$hostfile_path
+ENV
+}
+
+case "$KIND" in
+    container)
+        step "local-files"
+        write_job_files "$STATE_DIR"
+        log "container: no shared folder; job files in /etc/runcrate"
+        ;;
+    vm | bare_metal)
+        if is_head; then
+            step "nfs-export"
+            mkdir -p "$ROOT/shared"
+            chmod 1777 "$ROOT/shared"
+            printf '/shared %s(rw,sync,no_subtree_check,no_root_squash)\n' "${RUNCRATE_NETWORK:-10.77.0.0/24}" \
+                | managed_block "$ROOT/etc/exports" shared
+            if ! is_sandbox; then
+                command -v exportfs >/dev/null 2>&1 || apt_install nfs-kernel-server
+                systemctl enable --now nfs-server
+                exportfs -ra
+            fi
+            step "job-files"
+            write_job_files "$ROOT/shared"
+            log "exported /shared, wrote hostfile for $COUNT nodes"
+        else
+            step "nfs-mount"
+            if is_sandbox; then
+                head_shared="${RUNCRATE_SANDBOX_HEAD_ROOT:?}/shared"
+                if [ -d "$ROOT/shared" ] && [ ! -L "$ROOT/shared" ]; then
+                    rmdir "$ROOT/shared" 2>/dev/null \
+                        || die "$ROOT/shared is a non-empty directory; refusing to replace it"
+                fi
+                ln -sfn "$head_shared" "$ROOT/shared"
+                log "sandbox: $ROOT/shared -> $head_shared (simulated NFS mount)"
+            else
+                command -v mount.nfs >/dev/null 2>&1 || apt_install nfs-common
+                mkdir -p /shared
+                printf 'node-0:/shared /shared nfs defaults,_netdev,nofail 0 0\n' \
+                    | managed_block /etc/fstab shared
+                mountpoint -q /shared || mount /shared
+                log "mounted node-0:/shared on /shared"
+            fi
+            [ -f "$ROOT/shared/hostfile" ] || die "/shared/hostfile is not visible after the mount"
+        fi
+        ;;
+    *)
+        die "unknown machine kind $KIND"
+        ;;
+esac

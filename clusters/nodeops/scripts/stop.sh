@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# stop: stop the cluster software and leave the private network, before the provider
+# releases the machine. Best effort: a step that fails is logged and the rest still run.
+set -euo pipefail
+
+attempt() {
+    "$@" || log "warning: '$*' failed (exit $?), continuing"
+}
+
+step "software"
+if is_sandbox; then
+    for software in slurm kubernetes ray; do
+        sim_unregister "$software"
+    done
+else
+    case "${RUNCRATE_SOFTWARE:-none}" in
+        slurm)
+            attempt systemctl stop slurmd
+            is_head && attempt systemctl stop slurmctld
+            ;;
+        kubernetes)
+            attempt systemctl stop kubelet
+            ;;
+        ray)
+            [ -x /opt/ray/bin/ray ] && attempt /opt/ray/bin/ray stop --force
+            ;;
+        *) ;;
+    esac
+fi
+
+step "shared"
+if ! is_sandbox; then
+    if ! is_head && mountpoint -q /shared 2>/dev/null; then
+        attempt umount -l /shared
+    fi
+    if is_head && command -v exportfs >/dev/null 2>&1; then
+        attempt exportfs -ua
+    fi
+fi
+
+step "network"
+if ! is_sandbox && ip link show wg0 >/dev/null 2>&1; then
+    attempt wg-quick down wg0
+fi
+printf 'stopped\n' | write_file "$STATE_DIR/state" 0644
+log "stopped"

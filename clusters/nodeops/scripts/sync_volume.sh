@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# sync_volume: copy the attached volume into the head's shared folder ("in") or back
+# ("out"). Runs on the head only. vm / bare_metal: /shared/volume; container (no shared
+# folder): /volume on the head's own disk. Deletions are not propagated either way: a
+# sync never removes a file from the customer's volume.
+set -euo pipefail
+
+SOURCE="$ROOT${RUNCRATE_VOLUME_SOURCE:?RUNCRATE_VOLUME_SOURCE is not set}"
+DIRECTION="${RUNCRATE_SYNC_DIRECTION:?}"
+if [ "${RUNCRATE_MACHINE_KIND:?}" = container ]; then
+    TARGET="$ROOT/volume"
+else
+    TARGET="$ROOT/shared/volume"
+fi
+
+copy_tree() {
+    local from="$1" to="$2"
+    mkdir -p "$to"
+    if command -v rsync >/dev/null 2>&1; then
+        rsync -a "$from/" "$to/"
+    else
+        cp -a "$from/." "$to/"
+    fi
+}
+
+is_head || die "the volume is synced on the head only"
+case "$DIRECTION" in
+    in)
+        step "volume-in"
+        [ -d "$SOURCE" ] || die "volume source $SOURCE does not exist"
+        copy_tree "$SOURCE" "$TARGET"
+        ;;
+    out)
+        step "volume-out"
+        [ -d "$TARGET" ] || die "$TARGET does not exist; nothing to sync back"
+        copy_tree "$TARGET" "$SOURCE"
+        ;;
+    *)
+        die "unknown sync direction $DIRECTION"
+        ;;
+esac
+log "volume synced $DIRECTION ($(find "$TARGET" -type f | wc -l | tr -d ' ') files)"

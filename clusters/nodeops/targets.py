@@ -1,0 +1,118 @@
+"""What the node operations act on: the machines of one cluster and how to reach them.
+
+Pure data, no I/O: the Django side builds a `ClusterSpec` from its models and hands it to
+`clusters.nodeops.operations`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PRIVATE_NETWORK = "10.77.0.0/24"
+PRIVATE_PREFIX = "10.77.0."
+WIREGUARD_PORT = 51820
+
+SOFTWARE_CHOICES = ("none", "slurm", "kubernetes", "ray")
+MACHINE_KINDS = ("vm", "bare_metal", "container")
+
+
+def node_name(index: int) -> str:
+    return f"node-{index}"
+
+
+def private_ip(index: int) -> str:
+    """node-0 is 10.77.0.1, node-1 is 10.77.0.2, ... (the design's private network)."""
+    if not 0 <= index < 254:
+        raise ValueError(f"node index {index} does not fit in {PRIVATE_NETWORK}")
+    return f"{PRIVATE_PREFIX}{index + 1}"
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One machine and how to reach it over SSH.
+
+    `root` is the path prefix every node-side script acts under: "" on a real machine,
+    a sandbox directory in tests and in the `local` provider.
+    """
+
+    name: str
+    index: int
+    host: str
+    port: int
+    user: str
+    key_filename: str | None
+    root: str
+    private_ip: str
+
+    @property
+    def is_head(self) -> bool:
+        return self.index == 0
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    cluster_id: str
+    software: str  # "none" | "slurm" | "kubernetes" | "ray"
+    machine_kind: str  # "vm" | "bare_metal" | "container"
+    gpus_per_machine: int
+    nodes: tuple[NodeTarget, ...]
+    sandbox: bool
+    volume_source: str | None = None
+    gateway: str | None = None
+    # Extra environment for every script (e.g. an apt proxy); never secrets.
+    extra_env: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.software not in SOFTWARE_CHOICES:
+            raise ValueError(f"unknown software {self.software!r}")
+        if self.machine_kind not in MACHINE_KINDS:
+            raise ValueError(f"unknown machine kind {self.machine_kind!r}")
+        if self.software == "kubernetes" and self.machine_kind == "container":
+            raise ValueError("Kubernetes runs only on vm and bare_metal machines")
+        if not self.nodes:
+            raise ValueError("a cluster has at least one node")
+        for position, node in enumerate(self.nodes):
+            if node.index != position or node.name != node_name(position):
+                raise ValueError(f"nodes must be node-0..node-{len(self.nodes) - 1} in order")
+
+    @property
+    def head(self) -> NodeTarget:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> tuple[NodeTarget, ...]:
+        return self.nodes[1:]
+
+    @property
+    def has_shared_folder(self) -> bool:
+        # Containers share no folder: each keeps its own disk (design rule 12).
+        return self.machine_kind in ("vm", "bare_metal")
+
+    def node(self, name: str) -> NodeTarget:
+        for candidate in self.nodes:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(name)
+
+
+def make_targets(
+    endpoints: list[tuple[str, int]],
+    *,
+    user: str,
+    key_filename: str | None,
+    roots: list[str] | None = None,
+) -> tuple[NodeTarget, ...]:
+    """NodeTargets for node-0..node-N-1 from (host, port) pairs, in order."""
+    return tuple(
+        NodeTarget(
+            name=node_name(i),
+            index=i,
+            host=host,
+            port=port,
+            user=user,
+            key_filename=key_filename,
+            root=roots[i] if roots else "",
+            private_ip=private_ip(i),
+        )
+        for i, (host, port) in enumerate(endpoints)
+    )
