@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runcrate_client.cli import offers_table, usage_table
+from runcrate_client.formatting import format_money, format_time, render_table
+
+
+def test_money_is_dollars_and_cents() -> None:
+    assert format_money("19.6") == "$19.60"
+    assert format_money("1234.005") == "$1,234.01"
+    assert format_money("-3.5") == "-$3.50"
+    assert format_money(None) == "-"
+    assert format_money("n/a") == "n/a"
+
+
+@given(st.decimals(min_value=-10**9, max_value=10**9, places=4, allow_nan=False, allow_infinity=False))
+def test_money_always_has_two_decimals(value) -> None:
+    shown = format_money(str(value))
+    assert shown.lstrip("-").startswith("$")
+    assert len(shown.rsplit(".", 1)[1]) == 2
+
+
+def test_times_are_shown_without_the_utc_suffix() -> None:
+    assert format_time("2025-06-01T10:00:03Z") == "2025-06-01 10:00:03"
+    assert format_time("2025-06-01T10:00:03+02:00") == "2025-06-01 10:00:03 +0200"
+    assert format_time(None) == "-"
+
+
+def test_tables_align_columns_and_right_align_numbers() -> None:
+    text = render_table(["NAME", "PRICE"], [["a", "$1.00"], ["longer", "$100.00"]], right={1})
+    assert text.splitlines() == [
+        "NAME      PRICE",
+        "a         $1.00",
+        "longer  $100.00",
+    ]
+
+
+def test_community_offers_are_marked() -> None:
+    offers = [
+        {"id": "o1", "gpu": "H100", "community": False, "price_per_cluster_hour": "40", "price_per_machine_hour": "10"},
+        {"id": "o2", "gpu": "H100", "community": True, "price_per_cluster_hour": "20", "price_per_machine_hour": "5"},
+    ]
+    lines = offers_table(offers).splitlines()
+    assert "community" not in lines[1]
+    assert lines[2].endswith("! community")
+    assert "$40.00/h" in lines[1] and "$10.00/h" in lines[1]
+
+
+def test_usage_is_a_line_per_cluster_with_its_machines_indented_under_it() -> None:
+    items = [{
+        "cluster_id": "c1", "description": "Cluster usage train", "amount": "6.00",
+        "rows": [
+            {"node": "node-0", "gpu": "H100", "start": "2025-06-01T10:00:00Z", "end": "2025-06-01T11:00:00Z",
+             "hours": "1", "rate": "3", "amount": "3.00"},
+            {"node": "node-1", "gpu": "H100", "start": "2025-06-01T10:00:00Z", "end": None,
+             "hours": "1", "rate": "3", "amount": "3.00"},
+        ],
+    }]
+    lines = usage_table(items).splitlines()
+    assert lines[1].startswith("Cluster usage train") and lines[1].endswith("$6.00")
+    assert lines[2].startswith("    node-0") and lines[2].endswith("$3.00")
+    assert "running" in lines[3]
+    assert lines[-1].startswith("Total") and lines[-1].endswith("$6.00")
