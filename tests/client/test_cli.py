@@ -70,7 +70,7 @@ def test_create_then_list_info_and_events(cli, fake_api: FakeApi) -> None:
     info = cli("clusters", "info", cluster_id)  # first read: machines still booting, no address yet
     assert "node-3  worker  booting" in info.stdout
     info = cli("clusters", "info", cluster_id)
-    assert "node-0  head    joined   10.77.0.1" in info.stdout
+    assert "node-0  head    joined  10.77.0.1" in info.stdout
     assert json.loads(cli("clusters", "info", cluster_id, "--json").stdout)["id"] == cluster_id
     assert "Reserved 4 machines." in cli("clusters", "events", cluster_id).stdout
 
