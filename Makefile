@@ -1,0 +1,34 @@
+# Two commands: `make run` (the product on this machine) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROVIDER ?= simulated
+
+.PHONY: run test venv bench check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	DEBUG=1 $(PY) manage.py migrate --noinput
+	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
+	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: $(STAMP)
+	DEBUG=1 $(PY) manage.py check
+	SECRET_KEY=check-deploy-$$(date +%s)-not-a-real-secret-but-long-enough-for-the-check ALLOWED_HOSTS=clusters.runcrate.example $(PY) manage.py check --deploy --fail-level WARNING
+
+bench: $(STAMP)
+	$(PY) bench/nodeops_bench.py
+
+clean:
+	rm -rf var staticfiles .pytest_cache

@@ -1,0 +1,130 @@
+"""Tenancy: workspaces, their members and roles, environments with monthly budgets, SSH keys."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    MANAGER = "manager", "Manager"
+    DEVELOPER = "developer", "Developer"
+
+
+class Workspace(models.Model):
+    name = models.CharField(max_length=100)
+    # Cached sum of the ledger; billing.services changes it in the same transaction as
+    # the ledger entry, under a row lock on this workspace.
+    credit_balance = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def default_environment(self) -> Environment:
+        return self.environments.get(is_default=True)
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.DEVELOPER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="one_membership_per_user")]
+        ordering = ["workspace__name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.workspace} ({self.get_role_display()})"
+
+    @property
+    def can_see_billing(self) -> bool:
+        return self.role in (Role.OWNER, Role.MANAGER)
+
+    @property
+    def can_manage_members(self) -> bool:
+        return self.role in (Role.OWNER, Role.MANAGER)
+
+    @property
+    def can_change_roles(self) -> bool:
+        return self.role == Role.OWNER
+
+
+class Environment(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environments")
+    name = models.CharField(max_length=50)
+    is_default = models.BooleanField(default=False)
+    monthly_budget = models.DecimalField(
+        max_digits=12, decimal_places=2, default=Decimal("1000.00"),
+        help_text="Spend in a calendar month (UTC) at which this environment's clusters are stopped.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-is_default", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="environment_name_unique_in_workspace"),
+            models.UniqueConstraint(
+                fields=["workspace"], condition=Q(is_default=True), name="one_default_environment"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace} / {self.name}"
+
+
+def ssh_key_fingerprint(public_key: str) -> str:
+    """The SHA256 fingerprint OpenSSH prints for a public key line."""
+    parts = public_key.split()
+    if len(parts) < 2:
+        raise ValidationError("Paste a whole public key line, e.g. 'ssh-ed25519 AAAA… you@laptop'.")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (ValueError, base64.binascii.Error):
+        raise ValidationError("The key's base64 part is not valid.") from None
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+                 "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
+
+
+class SSHKey(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=100, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "SSH key"
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "fingerprint"], name="ssh_key_unique_in_workspace")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    def clean(self) -> None:
+        self.public_key = " ".join(self.public_key.split())
+        if not self.public_key.startswith(SSH_KEY_TYPES):
+            raise ValidationError({"public_key": "Unsupported key type; use ssh-ed25519, ssh-rsa or ecdsa."})
+        try:
+            self.fingerprint = ssh_key_fingerprint(self.public_key)
+        except ValidationError as exc:
+            raise ValidationError({"public_key": exc.messages}) from None

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from accounts import views
+
+app_name = "accounts"
+urlpatterns = [
+    path("workspace/switch/", views.switch_workspace, name="switch_workspace"),
+    path("environment/switch/", views.switch_environment, name="switch_environment"),
+    path("members/", views.members, name="members"),
+    path("members/<int:membership_id>/role/", views.member_role, name="member_role"),
+    path("members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
+    path("ssh-keys/", views.ssh_keys, name="ssh_keys"),
+    path("ssh-keys/<int:key_id>/delete/", views.ssh_key_delete, name="ssh_key_delete"),
+    path("environments/", views.environments, name="environments"),
+    path("environments/<int:environment_id>/budget/", views.environment_budget, name="environment_budget"),
+]

@@ -1,0 +1,6 @@
+from django.urls import path
+
+from billing import views
+
+app_name = "billing"
+urlpatterns = [path("", views.billing_overview, name="overview")]

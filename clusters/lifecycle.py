@@ -1,0 +1,162 @@
+"""The reconciler: move a cluster one step toward its goal, safely, as often as asked.
+
+Each pass reloads the cluster, holds its lease (so only one worker acts on it), asks the
+provider where the machines are, and records what changed through clusters.services.
+Running it twice, or after a worker died mid-step, only repeats idempotent provider calls.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import logging
+
+from django.utils import timezone
+
+from clusters import services
+from clusters.models import Cluster, Node, Reason, Status
+from clusters.providers import BootState, Provider, get_provider
+
+log = logging.getLogger(__name__)
+
+INSTALL_TIMEOUT = dt.timedelta(minutes=30)
+
+
+class Next(enum.Enum):
+    AGAIN = "again"  # progressed; the next step can start now
+    WAIT = "wait"  # waiting on machines; look again shortly
+    DONE = "done"  # nothing more to do until a customer acts
+
+
+def provider_for(cluster: Cluster, nodes: list[Node]) -> Provider:
+    ids = {node.name: node.pk for node in nodes}
+
+    def on_output(node_name: str, step: str, text: str) -> None:
+        if node_name in ids:
+            services.append_node_log(ids[node_name], step, text)
+
+    return get_provider(cluster.provider, on_output=on_output)
+
+
+def advance(cluster_id: int) -> bool:
+    """Take every step that is possible now; True when the cluster needs another look soon."""
+    if not services.claim_lease(cluster_id):
+        return False
+    try:
+        for _ in range(8):
+            cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
+            step = STEPS.get(cluster.status)
+            if step is None:
+                return False
+            nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
+            outcome = step(cluster, nodes, provider_for(cluster, nodes))
+            if outcome is not Next.AGAIN:
+                return outcome is Next.WAIT
+        return True
+    finally:
+        services.release_lease(cluster_id)
+
+
+def _fail(cluster: Cluster, nodes: list[Node], provider: Provider, reason: str, message: str, details: dict[str, str]) -> Next:
+    # Give the machines back before the cluster is marked failed: nothing may keep running.
+    _stop_machines(cluster, nodes, provider)
+    services.fail_cluster(cluster, reason, message, details)
+    return Next.DONE
+
+
+def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> None:
+    try:
+        provider.stop(cluster, nodes)
+    except Exception as exc:  # noqa: BLE001 - a stop error must not keep machines reserved
+        log.exception("stopping cluster %s failed", cluster.pk)
+        services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
+    for node in nodes:
+        try:
+            provider.release(node)
+        except Exception:  # noqa: BLE001
+            log.exception("releasing node %s failed", node.pk)
+
+
+def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    now = timezone.now()
+    if now >= cluster.deadline_at:
+        late = {n.name: f"not joined after {cluster.machine_type.boot_deadline_minutes} min ({n.get_state_display().lower()})"
+                for n in nodes if n.state != Node.State.JOINED}
+        return _fail(
+            cluster, nodes, provider, Reason.JOIN_TIMEOUT,
+            f"Not every machine was up and reachable within {cluster.machine_type.boot_deadline_minutes} minutes "
+            f"({', '.join(sorted(late)) or 'all nodes'} late).",
+            late,
+        )
+    for node in nodes:
+        if node.state == Node.State.PENDING:
+            provider.boot(node)
+            services.update_node(node, state=Node.State.BOOTING, boot_requested_at=now, step="booting")
+    for node in nodes:
+        if node.state != Node.State.BOOTING:
+            continue
+        report = provider.boot_status(node)
+        if report.state is BootState.FAILED:
+            return _fail(
+                cluster, nodes, provider, Reason.BOOT_FAILED, f"{node.name} failed to start: {report.detail}",
+                {node.name: report.detail or "failed to start"},
+            )
+        if report.state is BootState.UP:
+            services.update_node(node, state=Node.State.UP, up_at=timezone.now(), address=report.address, step="joining network")
+    if any(node.state != Node.State.UP for node in nodes):
+        return Next.WAIT
+    outcome = provider.join_network(cluster, nodes)
+    if not outcome.ok:
+        for node in nodes:
+            waiting = outcome.failed.get(node.name) or ("waiting for peers" if node.name in outcome.pending else "joined")
+            if node.step != waiting:
+                services.update_node(node, step=waiting)
+        return Next.WAIT
+    return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
+
+
+def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    for node in nodes:
+        if node.state == Node.State.JOINED:
+            services.update_node(node, state=Node.State.INSTALLING, step=f"installing {cluster.software}")
+    outcome = provider.install_software(cluster, nodes)
+    if outcome.ok:
+        outcome = provider.check_ready(cluster, nodes)
+    if outcome.failed:
+        services.mark_degraded(cluster, outcome.failed)
+        return Next.DONE
+    if outcome.pending:
+        if timezone.now() - cluster.status_changed_at > INSTALL_TIMEOUT:
+            services.mark_degraded(cluster, {name: "not ready within 30 minutes" for name in outcome.pending})
+            return Next.DONE
+        return Next.WAIT
+    services.mark_ready(cluster)
+    return Next.DONE
+
+
+def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    _stop_machines(cluster, nodes, provider)
+    services.finish_termination(cluster)
+    return Next.DONE
+
+
+STEPS = {
+    Status.PROVISIONING: provision,
+    Status.INSTALLING: install,
+    Status.TERMINATING: terminate,
+}
+
+
+def needs_driving() -> list[int]:
+    """Clusters the sweep should push: those in a moving state whose lease is free."""
+    now = timezone.now()
+    from django.db.models import Q
+
+    return list(
+        Cluster.objects.filter(status__in=list(STEPS))
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .values_list("pk", flat=True)
+    )
+
+
+__all__ = ["advance", "needs_driving"]

@@ -1,0 +1,251 @@
+"""Clusters, their nodes and their events."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from accounts.models import Environment, SSHKey, Workspace
+from offers.models import Host, MachineType
+
+
+class Status(models.TextChoices):
+    PROVISIONING = "provisioning", "Provisioning"
+    INSTALLING = "installing", "Installing"
+    READY = "ready", "Ready"
+    DEGRADED = "degraded", "Degraded"
+    FAILED = "failed", "Failed"
+    TERMINATING = "terminating", "Terminating"
+    TERMINATED = "terminated", "Terminated"
+
+
+LIVE_STATUSES = (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED, Status.TERMINATING)
+FINAL_STATUSES = (Status.FAILED, Status.TERMINATED)
+# Machines are up (and billed) in these.
+RUNNING_STATUSES = (Status.INSTALLING, Status.READY, Status.DEGRADED)
+
+
+class Software(models.TextChoices):
+    NONE = "none", "None"
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"
+    RAY = "ray", "Ray"
+
+
+class Reason(models.TextChoices):
+    """Why a cluster failed or was terminated."""
+
+    BOOT_FAILED = "boot_failed", "A machine failed to start"
+    JOIN_TIMEOUT = "join_timeout", "Machines could not all reach each other in time"
+    PROVIDER_ERROR = "provider_error", "The provider reported an error"
+    INSTALL_FAILED = "install_failed", "Software failed to install"
+    USER_REQUESTED = "user_requested", "Terminated by a user"
+    BALANCE_EXHAUSTED = "balance_exhausted", "Credit balance ran out"
+    BUDGET_REACHED = "budget_reached", "Environment reached its monthly budget"
+    OPERATOR = "operator", "Terminated by an operator"
+
+
+class Volume(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="volumes")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="volumes")
+    name = models.CharField(max_length=100)
+    size_gb = models.PositiveIntegerField(default=100)
+    source_path = models.CharField(max_length=500, blank=True, help_text="Where the volume's data lives.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["environment", "name"], name="volume_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.size_gb} GB)"
+
+
+class ClusterQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def for_workspace(self, workspace_id: int):
+        return self.filter(workspace_id=workspace_id)
+
+
+class Cluster(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="clusters")
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=63)
+    machine_type = models.ForeignKey(MachineType, on_delete=models.PROTECT, related_name="clusters")
+    machine_count = models.PositiveSmallIntegerField()
+    software = models.CharField(max_length=20, choices=Software.choices, default=Software.NONE)
+    volume = models.ForeignKey(Volume, null=True, blank=True, on_delete=models.PROTECT, related_name="clusters")
+    ssh_keys = models.ManyToManyField(SSHKey, blank=True, related_name="clusters")
+    # The price is fixed when the cluster is created: a catalogue change never reprices it.
+    price_per_machine_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    provider = models.CharField(max_length=20)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PROVISIONING, db_index=True)
+    status_changed_at = models.DateTimeField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    deadline_at = models.DateTimeField(help_text="Every machine must have joined by then.")
+    billing_started_at = models.DateTimeField(null=True, blank=True)
+    billing_ended_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.CharField(max_length=30, choices=Reason.choices, blank=True)
+    termination_reason = models.CharField(max_length=30, choices=Reason.choices, blank=True)
+    install_attempts = models.PositiveSmallIntegerField(default=0)
+    # One worker at a time moves a cluster: a lease claimed compare-and-set, which simply
+    # expires if that worker dies, so the sweep can re-drive the cluster.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    ready_email_sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["environment", "status"]), models.Index(fields=["workspace", "status"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(machine_count__gte=2, machine_count__lte=64), name="cluster_2_to_64"),
+            # Billing may only have started once every machine joined; a failed cluster
+            # never joined, so it can never carry a billing start.
+            models.CheckConstraint(
+                condition=~Q(status=Status.FAILED) | Q(billing_started_at__isnull=True),
+                name="failed_cluster_never_billed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("clusters:detail", args=[self.pk])
+
+    @property
+    def price_per_hour(self) -> Decimal:
+        """Whole-cluster price per hour of the machines it holds now."""
+        return self.price_per_machine_hour * self.machine_count
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+    @property
+    def is_billable(self) -> bool:
+        return self.billing_started_at is not None and self.billing_ended_at is None
+
+    @property
+    def can_terminate(self) -> bool:
+        return self.status in (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED)
+
+    @property
+    def can_retry_install(self) -> bool:
+        return self.status == Status.DEGRADED
+
+    @property
+    def can_add_worker(self) -> bool:
+        return self.status == Status.READY
+
+    @property
+    def head(self) -> Node | None:
+        return next((n for n in self.nodes.all() if n.index == 0), None)
+
+    @property
+    def progress_steps(self) -> list[tuple[str, str]]:
+        """(label, state) for the provisioning → installing → ready progress bar."""
+        order = ["provisioning", "installing", "ready"]
+        if self.software == Software.NONE:
+            order.remove("installing")
+        if self.status in order:
+            current = order.index(self.status)
+        elif self.status == Status.DEGRADED:
+            current = order.index("installing")
+        else:
+            current = len(order) if self.status in (Status.TERMINATING, Status.TERMINATED) and self.ready_at else -1
+        steps = []
+        for i, name in enumerate(order):
+            if self.status == Status.FAILED and i == 0:
+                state = "failed"
+            elif self.status == Status.DEGRADED and name == "installing":
+                state = "failed"
+            elif i < current or (i == current and name == "ready"):
+                state = "done"
+            elif i == current:
+                state = "active"
+            else:
+                state = "todo"
+            steps.append((name.capitalize(), state))
+        return steps
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        BOOTING = "booting", "Booting"
+        UP = "up", "Up"
+        JOINED = "joined", "Joined"
+        INSTALLING = "installing", "Installing"
+        READY = "ready", "Ready"
+        INSTALL_FAILED = "install_failed", "Install failed"
+        FAILED = "failed", "Failed"
+        STOPPING = "stopping", "Stopping"
+        STOPPED = "stopped", "Stopped"
+        RELEASED = "released", "Released"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    index = models.PositiveSmallIntegerField()
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    address = models.CharField(max_length=255, blank=True, help_text="Where the control plane reaches it.")
+    boot_requested_at = models.DateTimeField(null=True, blank=True)
+    up_at = models.DateTimeField(null=True, blank=True)
+    joined_at = models.DateTimeField(null=True, blank=True)
+    billing_started_at = models.DateTimeField(null=True, blank=True)
+    billing_ended_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now.")
+    log_tail = models.TextField(blank=True)
+    detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
+
+    class Meta:
+        ordering = ["cluster", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "index"], name="node_index_unique"),
+            # A host can be held by one live cluster at a time, whatever the code above does.
+            models.UniqueConstraint(
+                fields=["host"], condition=Q(released_at__isnull=True), name="host_held_by_one_live_node"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def name(self) -> str:
+        return f"node-{self.index}"
+
+    @property
+    def role(self) -> str:
+        return "head" if self.index == 0 else "worker"
+
+    @property
+    def private_ip(self) -> str:
+        return f"10.77.0.{self.index + 1}"
+
+
+class ClusterEvent(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=150, help_text="A username, 'api key <prefix>', or 'system'.")
+    event = models.CharField(max_length=50)
+    message = models.TextField()
+    reason = models.CharField(max_length=30, choices=Reason.choices, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.event}"

@@ -1,0 +1,23 @@
+"""Provider drivers by name. New drivers register here."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from clusters.providers.base import BootReport, BootState, OutputCallback, Provider, StepOutcome
+
+DRIVERS = {
+    "simulated": "clusters.providers.simulated.SimulatedProvider",
+}
+
+
+def get_provider(name: str, on_output: OutputCallback | None = None) -> Provider:
+    try:
+        dotted = DRIVERS[name]
+    except KeyError:
+        raise LookupError(f"Unknown provider {name!r}; known: {', '.join(sorted(DRIVERS))}") from None
+    module, _, cls = dotted.rpartition(".")
+    return getattr(import_module(module), cls)(on_output=on_output)
+
+
+__all__ = ["BootReport", "BootState", "OutputCallback", "Provider", "StepOutcome", "get_provider"]

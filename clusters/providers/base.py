@@ -1,0 +1,81 @@
+"""The provider interface: how the control plane asks operators' machines to do things.
+
+Every call is idempotent and takes model instances that the lifecycle has just reloaded.
+Long steps (join, install, readiness) answer with a StepOutcome: nodes still pending are
+looked at again on the next pass, failed nodes carry a message a customer can act on.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster, Node
+
+
+class BootState(enum.Enum):
+    BOOTING = "booting"
+    UP = "up"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class BootReport:
+    state: BootState
+    address: str = ""
+    detail: str = ""
+
+
+@dataclass
+class StepOutcome:
+    pending: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.pending and not self.failed
+
+    @classmethod
+    def done(cls) -> StepOutcome:
+        return cls()
+
+
+# (node name, step, output) — lets a provider stream each node's progress to the page.
+OutputCallback = Callable[[str, str, str], None]
+
+
+class Provider(abc.ABC):
+    name: str = ""
+    # Steps whose outcome arrives later (simulated delays) need the reconciler to look again.
+    def __init__(self, on_output: OutputCallback | None = None) -> None:
+        self.on_output = on_output or (lambda node, step, text: None)
+
+    @abc.abstractmethod
+    def boot(self, node: Node) -> None:
+        """Ask the machine to start. Safe to call again for a machine already booting."""
+
+    @abc.abstractmethod
+    def boot_status(self, node: Node) -> BootReport:
+        ...
+
+    @abc.abstractmethod
+    def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        """Names, private network and shared folder; ok only when every node reaches every other."""
+
+    @abc.abstractmethod
+    def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        ...
+
+    @abc.abstractmethod
+    def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        ...
+
+    @abc.abstractmethod
+    def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
+        """Stop the machines (syncing an attached volume back first). Best effort, idempotent."""
+
+    def release(self, node: Node) -> None:
+        """Give the machine back to the operator's pool (nothing to do for most drivers)."""

@@ -1,0 +1,62 @@
+"""In-process provider for tests and fast demos.
+
+Time drives it: a machine is up `host.boot_seconds` after it was asked to boot, joined
+`host.join_seconds` after it was up, installed `host.install_seconds` after installing
+began. `host.fault` makes a machine fail to boot, never join, or fail its install.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.utils import timezone
+
+from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
+from offers.models import HostFault
+
+
+def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
+    return since is not None and timezone.now() >= since + dt.timedelta(seconds=seconds)
+
+
+class SimulatedProvider(Provider):
+    name = "simulated"
+
+    def boot(self, node) -> None:
+        self.on_output(node.name, "boot", f"boot requested on {node.host.name}")
+
+    def boot_status(self, node) -> BootReport:
+        host = node.host
+        if not _elapsed(node.boot_requested_at, host.boot_seconds):
+            return BootReport(BootState.BOOTING)
+        if host.fault == HostFault.BOOT_FAILS:
+            return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
+        return BootReport(BootState.UP, address=f"sim://{host.name}")
+
+    def join_network(self, cluster, nodes) -> StepOutcome:
+        outcome = StepOutcome()
+        for node in nodes:
+            if node.host.fault == HostFault.NEVER_JOINS or not _elapsed(node.up_at, node.host.join_seconds):
+                outcome.pending.add(node.name)
+        for node in nodes:
+            if node.name not in outcome.pending:
+                self.on_output(node.name, "network", f"{node.name} reaches all {len(nodes) - 1} peers over wg0")
+        return outcome
+
+    def install_software(self, cluster, nodes) -> StepOutcome:
+        outcome = StepOutcome()
+        for node in nodes:
+            if not _elapsed(cluster.status_changed_at, node.host.install_seconds):
+                outcome.pending.add(node.name)
+            elif node.host.fault == HostFault.INSTALL_FAILS:
+                outcome.failed[node.name] = f"{cluster.get_software_display()} install failed on {node.name}: exit status 1"
+            else:
+                self.on_output(node.name, "install", f"{cluster.get_software_display()} installed")
+        return outcome
+
+    def check_ready(self, cluster, nodes) -> StepOutcome:
+        return StepOutcome.done()
+
+    def stop(self, cluster, nodes) -> None:
+        for node in nodes:
+            self.on_output(node.name, "stop", "stopped")

@@ -1,0 +1,323 @@
+"""Every state change of a cluster. Each function is one transaction; side effects (tasks,
+live pushes, emails) are queued with transaction.on_commit, never before the data commits."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import Environment, SSHKey, Workspace
+from billing import services as billing
+from clusters.errors import ClusterError, Conflict, InsufficientCredits
+from clusters.models import FINAL_STATUSES, Cluster, ClusterEvent, Node, Reason, Software, Status, Volume
+from offers import services as inventory
+from offers.models import MachineType
+
+SYSTEM = "system"
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+LEASE = dt.timedelta(minutes=10)
+
+
+def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
+    return ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
+
+
+def _after_commit_changed(cluster_id: int, *, advance: bool = False) -> None:
+    """Push the new state to open pages and, when asked, let the reconciler take the next step."""
+    from clusters import tasks
+    from clusters.broadcast import broadcast_cluster
+
+    transaction.on_commit(lambda: broadcast_cluster(cluster_id))
+    if advance:
+        tasks.advance_cluster.delay_on_commit(cluster_id)
+
+
+def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields) -> bool:
+    """Compare-and-set the status: only one caller can win a given transition."""
+    now = timezone.now()
+    updated = Cluster.objects.filter(pk=cluster.pk, status__in=list(allowed)).update(
+        status=to, status_changed_at=now, **fields
+    )
+    if updated:
+        cluster.status = to
+        cluster.status_changed_at = now
+        for key, value in fields.items():
+            setattr(cluster, key, value)
+    return bool(updated)
+
+
+# --- create -----------------------------------------------------------------------------
+
+
+def validate_cluster_request(
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
+    software: str, volume: Volume | None,
+) -> None:
+    """The checks that need no lock; create_cluster repeats the money and inventory ones under locks."""
+    if not NAME_RE.match(name or ""):
+        raise ClusterError(
+            "invalid_name", "Use 1–63 lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
+            field="name",
+        )
+    if Cluster.objects.live().filter(environment=environment, name=name).exists():
+        raise ClusterError("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")
+    if machine_count is None or not (inventory.MIN_MACHINES <= machine_count <= inventory.MAX_MACHINES):
+        raise ClusterError(
+            "invalid_machine_count",
+            f"A cluster has {inventory.MIN_MACHINES} to {inventory.MAX_MACHINES} machines. "
+            "For more, request a quote.",
+            field="machines",
+        )
+    if machine_type is None or not machine_type.active:
+        raise ClusterError("offer_not_found", "Pick one of the offers listed for this size.", field="offer")
+    if software not in Software.values:
+        raise ClusterError("invalid_software", "Pick None, Slurm, Kubernetes or Ray.", field="software")
+    if software == Software.KUBERNETES and not machine_type.supports_kubernetes:
+        raise ClusterError(
+            "kubernetes_unsupported",
+            "Kubernetes runs only on VM and bare-metal offers; this offer is a container. "
+            "Pick Slurm, Ray or None, or a VM/bare-metal offer.",
+            field="software",
+        )
+    if volume is not None:
+        if machine_type.community:
+            raise ClusterError(
+                "volume_on_community",
+                "A volume cannot be attached to a cluster on community hosts (independent operators). "
+                "Detach the volume or pick a non-community offer.",
+                field="volume",
+            )
+        if volume.environment_id != environment.pk:
+            raise ClusterError("volume_not_found", "That volume is not in this environment.", field="volume")
+
+
+def check_balance(workspace: Workspace, price_per_hour: Decimal) -> None:
+    required = billing.required_balance(price_per_hour)
+    if workspace.credit_balance < required:
+        raise InsufficientCredits(
+            "insufficient_credits",
+            f"Your balance of ${workspace.credit_balance:,.2f} does not cover ${required:,.2f} "
+            "(one hour of the whole cluster, and never less than $10). Top up to continue.",
+            field="__all__",
+            details={"required": str(required), "available": str(workspace.credit_balance)},
+        )
+
+
+def create_cluster(
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
+    software: str = Software.NONE, volume: Volume | None = None, ssh_keys: Iterable[SSHKey] = (),
+    created_by=None, actor: str = SYSTEM,
+) -> Cluster:
+    validate_cluster_request(
+        environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
+        software=software, volume=volume,
+    )
+    assert machine_type is not None and machine_count is not None
+    try:
+        with transaction.atomic():
+            # Lock the workspace so two creates cannot both spend the same balance check.
+            workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
+            check_balance(workspace, machine_type.price_for(machine_count))
+            hosts = inventory.reserve_hosts(machine_type, machine_count)
+            if hosts is None:
+                raise Conflict(
+                    "offer_unavailable",
+                    f"This offer can no longer start {machine_count} machines now "
+                    f"({inventory.free_host_count(machine_type)} free). Pick another offer or fewer machines.",
+                    field="offer",
+                )
+            now = timezone.now()
+            cluster = Cluster.objects.create(
+                workspace=workspace, environment=environment, name=name, machine_type=machine_type,
+                machine_count=machine_count, software=software, volume=volume,
+                price_per_machine_hour=machine_type.price_per_machine_hour, provider=machine_type.provider,
+                status=Status.PROVISIONING, status_changed_at=now, created_by=created_by,
+                deadline_at=now + dt.timedelta(minutes=machine_type.boot_deadline_minutes),
+            )
+            cluster.ssh_keys.set(list(ssh_keys))
+            Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
+            record_event(
+                cluster, "created",
+                f"Reserved {machine_count} × {machine_type} at ${cluster.price_per_hour:,.2f}/h; software: "
+                f"{cluster.get_software_display()}.",
+                actor=actor,
+            )
+            _after_commit_changed(cluster.pk, advance=True)
+    except IntegrityError as exc:
+        # The host constraint caught a double booking the lock would have prevented; treat
+        # it as the offer having gone, never as two clusters on one machine.
+        if "host_held_by_one_live_node" in str(exc):
+            raise Conflict("offer_unavailable", "Those machines were just taken. Try again.", field="offer") from None
+        raise
+    return cluster
+
+
+# --- lease: one worker moves a cluster at a time ----------------------------------------
+
+
+def claim_lease(cluster_id: int) -> bool:
+    now = timezone.now()
+    return bool(
+        Cluster.objects.filter(pk=cluster_id)
+        .exclude(status__in=FINAL_STATUSES)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(lease_expires_at=now + LEASE)
+    )
+
+
+def release_lease(cluster_id: int) -> None:
+    Cluster.objects.filter(pk=cluster_id).update(lease_expires_at=None)
+
+
+# --- node progress (called by the lifecycle) --------------------------------------------
+
+
+def update_node(node: Node, **fields) -> None:
+    Node.objects.filter(pk=node.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(node, key, value)
+    _after_commit_changed(node.cluster_id)
+
+
+def append_node_log(node_id: int, step: str, text: str, *, keep: int = 4000) -> None:
+    node = Node.objects.only("log_tail", "cluster_id").get(pk=node_id)
+    stamp = timezone.now().strftime("%H:%M:%S")
+    lines = "".join(f"[{stamp}] {step}: {line}\n" for line in text.rstrip().splitlines() if line.strip())
+    Node.objects.filter(pk=node_id).update(log_tail=(node.log_tail + lines)[-keep:], step=step)
+    _after_commit_changed(node.cluster_id)
+
+
+def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
+    """Every machine is up and reaches every other: billing starts now, at one instant for all."""
+    with transaction.atomic():
+        now = timezone.now()
+        next_status = Status.READY if cluster.software == Software.NONE else Status.INSTALLING
+        extra = {"ready_at": now} if next_status == Status.READY else {}
+        if not transition(cluster, [Status.PROVISIONING], next_status, billing_started_at=now, **extra):
+            return False
+        node_state = Node.State.READY if next_status == Status.READY else Node.State.JOINED
+        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
+            state=node_state, joined_at=now, billing_started_at=now, step="joined"
+        )
+        billing.start_usage(cluster, nodes, now)
+        record_event(cluster, "joined", f"All {len(nodes)} machines joined the private network 10.77.0.0/24; billing started.")
+        if next_status == Status.READY:
+            _announce_ready(cluster)
+        _after_commit_changed(cluster.pk, advance=next_status == Status.INSTALLING)
+        return True
+
+
+def _announce_ready(cluster: Cluster) -> None:
+    from clusters import tasks
+
+    record_event(cluster, "ready", f"{cluster.name} is ready: {cluster.machine_count} machines, {cluster.get_software_display()}.")
+    tasks.send_cluster_ready_email.delay_on_commit(cluster.pk)
+
+
+def mark_ready(cluster: Cluster) -> bool:
+    with transaction.atomic():
+        if not transition(cluster, [Status.INSTALLING], Status.READY, ready_at=timezone.now()):
+            return False
+        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(state=Node.State.READY, step="ready")
+        _announce_ready(cluster)
+        _after_commit_changed(cluster.pk)
+        return True
+
+
+def mark_degraded(cluster: Cluster, failed: dict[str, str]) -> bool:
+    with transaction.atomic():
+        if not transition(cluster, [Status.INSTALLING], Status.DEGRADED):
+            return False
+        for node in cluster.nodes.filter(released_at__isnull=True):
+            if node.name in failed:
+                Node.objects.filter(pk=node.pk).update(state=Node.State.INSTALL_FAILED, detail=failed[node.name][:255])
+        summary = "; ".join(f"{name}: {msg}" for name, msg in sorted(failed.items()))
+        record_event(
+            cluster, "degraded",
+            f"{cluster.get_software_display()} failed to install ({summary}). Machines stay up and billed: "
+            "retry the install or terminate the cluster.",
+            reason=Reason.INSTALL_FAILED,
+        )
+        _after_commit_changed(cluster.pk)
+        return True
+
+
+def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict[str, str] | None = None) -> bool:
+    """All or nothing: a cluster that never had every machine up is failed, released, and never billed."""
+    with transaction.atomic():
+        if not transition(cluster, [Status.PROVISIONING], Status.FAILED, failure_reason=reason, terminated_at=timezone.now()):
+            return False
+        now = timezone.now()
+        node_details = node_details or {}
+        for node in cluster.nodes.select_related("host"):
+            Node.objects.filter(pk=node.pk).update(
+                state=Node.State.FAILED if node.name in node_details else Node.State.RELEASED,
+                detail=node_details.get(node.name, node.detail)[:255], released_at=now, step="released",
+            )
+        inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
+        record_event(cluster, "failed", f"{message} Every machine was released; nothing was charged.", reason=reason)
+        _after_commit_changed(cluster.pk)
+        return True
+
+
+# --- customer actions -------------------------------------------------------------------
+
+
+def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Reason.USER_REQUESTED) -> bool:
+    """Stop every machine together; billing for the whole cluster ends now."""
+    with transaction.atomic():
+        now = timezone.now()
+        if not transition(
+            cluster, [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED], Status.TERMINATING,
+            termination_reason=reason, billing_ended_at=now if cluster.billing_started_at else None,
+        ):
+            return False
+        live_nodes = Node.objects.filter(cluster=cluster, released_at__isnull=True)
+        live_nodes.update(state=Node.State.STOPPING, step="stopping")
+        live_nodes.filter(billing_started_at__isnull=False).update(billing_ended_at=now)
+        billing.end_usage(cluster, now)
+        label = Reason(reason).label
+        record_event(cluster, "terminating", f"Termination requested: {label}. Billing stopped.", actor=actor, reason=reason)
+        _after_commit_changed(cluster.pk, advance=True)
+        return True
+
+
+def finish_termination(cluster: Cluster) -> bool:
+    with transaction.atomic():
+        now = timezone.now()
+        if not transition(cluster, [Status.TERMINATING], Status.TERMINATED, terminated_at=now):
+            return False
+        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
+            state=Node.State.STOPPED, released_at=now, step="stopped"
+        )
+        inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
+        record_event(cluster, "terminated", "Every machine stopped and was released.", reason=cluster.termination_reason)
+        transaction.on_commit(lambda: billing.meter_cluster(cluster.pk))
+        _after_commit_changed(cluster.pk)
+        return True
+
+
+def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
+    with transaction.atomic():
+        if not transition(cluster, [Status.DEGRADED], Status.INSTALLING, install_attempts=cluster.install_attempts + 1):
+            raise Conflict("not_degraded", f"Only a degraded cluster can retry its install; this one is {cluster.status}.")
+        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
+            state=Node.State.JOINED, detail="", step="install queued"
+        )
+        record_event(cluster, "install_retried", f"Retrying the {cluster.get_software_display()} install.", actor=actor)
+        _after_commit_changed(cluster.pk, advance=True)
+
+
+def refuse_node_termination(cluster: Cluster, node_name: str) -> None:
+    """A node ends with its cluster: there is no way to stop one machine on its own."""
+    raise Conflict(
+        "node_terminate_refused",
+        f"{node_name} cannot be terminated on its own: a cluster's machines start, bill and stop together. "
+        f"Terminate the whole cluster {cluster.name!r} instead.",
+    )

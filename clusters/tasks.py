@@ -1,0 +1,31 @@
+"""Thin Celery tasks: ids in, reload, act through the lifecycle or services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from clusters import lifecycle
+
+
+@shared_task(acks_late=True, soft_time_limit=900, time_limit=960)
+def advance_cluster(cluster_id: int) -> None:
+    again = lifecycle.advance(cluster_id)
+    if again and settings.CLUSTER_SELF_RESCHEDULE:
+        advance_cluster.apply_async((cluster_id,), countdown=settings.CLUSTER_POLL_SECONDS)
+
+
+@shared_task(soft_time_limit=60)
+def sweep_clusters() -> int:
+    """Re-drive whatever is stuck (a lost task, a dead worker) and enforce deadlines."""
+    ids = lifecycle.needs_driving()
+    for cluster_id in ids:
+        advance_cluster.delay(cluster_id)
+    return len(ids)
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5, soft_time_limit=60)
+def send_cluster_ready_email(cluster_id: int) -> None:
+    from clusters.emails import send_cluster_ready
+
+    send_cluster_ready(cluster_id)

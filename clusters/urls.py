@@ -1,0 +1,13 @@
+from django.urls import path
+
+from clusters import views
+
+app_name = "clusters"
+urlpatterns = [
+    path("", views.cluster_list, name="list"),
+    path("new/", views.cluster_create, name="create"),
+    path("<int:cluster_id>/", views.cluster_detail, name="detail"),
+    path("<int:cluster_id>/terminate/", views.cluster_terminate, name="terminate"),
+    path("<int:cluster_id>/retry-install/", views.cluster_retry_install, name="retry_install"),
+    path("<int:cluster_id>/nodes/<str:node_name>/terminate/", views.node_terminate, name="node_terminate"),
+]

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from accounts.tenancy import require_tenancy
+from clusters import services
+from clusters.access import get_cluster_for_user
+from clusters.errors import ClusterError
+from clusters.forms import CreateClusterForm
+from clusters.models import Cluster
+from clusters.queries import cluster_for_list
+from offers.services import free_host_count
+
+
+def actor_label(request) -> str:
+    return request.user.get_username()
+
+
+@login_required
+def cluster_list(request):
+    tenancy = require_tenancy(request)
+    clusters = cluster_for_list(Cluster.objects.filter(environment=tenancy.environment))
+    show = request.GET.get("show", "live")
+    if show != "all":
+        clusters = clusters.live()
+    return render(request, "clusters/list.html", {"clusters": clusters, "show": show})
+
+
+@login_required
+def cluster_create(request):
+    tenancy = require_tenancy(request)
+    initial = {key: request.GET[key] for key in ("offer", "machines", "software") if key in request.GET}
+    form = CreateClusterForm(request.POST or None, initial=initial, environment=tenancy.environment)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            cluster = services.create_cluster(
+                environment=tenancy.environment, name=data["name"], machine_type=data["offer"],
+                machine_count=data["machines"], software=data["software"], volume=data["volume"],
+                ssh_keys=data["ssh_keys"], created_by=request.user, actor=actor_label(request),
+            )
+        except ClusterError as error:
+            form.add_error(None if error.field in (None, "__all__") else _form_field(error.field), error.message)
+        else:
+            messages.success(request, f"Cluster {cluster.name} is provisioning.")
+            return redirect(cluster)
+    offer = form["offer"].value()
+    machine_type = form.fields["offer"].queryset.filter(pk=offer).first() if str(offer or "").isdigit() else None
+    context = {
+        "form": form, "machine_type": machine_type,
+        "free_hosts": free_host_count(machine_type) if machine_type else None,
+        "balance": tenancy.workspace.credit_balance,
+    }
+    return render(request, "clusters/create.html", context)
+
+
+def _form_field(field: str) -> str:
+    return {"machines": "machines", "offer": "offer", "software": "software", "volume": "volume", "name": "name"}.get(field, None)
+
+
+@login_required
+def cluster_detail(request, cluster_id: int):
+    cluster = get_cluster_for_user(request, cluster_id, detail=True)
+    context = {"cluster": cluster}
+    partial = request.GET.get("partial")
+    if request.htmx and partial in {"status-card", "nodes-table", "events-list"}:
+        return render(request, f"clusters/detail.html#{partial}", context)
+    return render(request, "clusters/detail.html", context)
+
+
+@login_required
+@require_POST
+def cluster_terminate(request, cluster_id: int):
+    cluster = get_cluster_for_user(request, cluster_id)
+    if request.POST.get("confirm_name", "").strip() != cluster.name:
+        messages.error(request, f"Type the cluster's name ({cluster.name}) to confirm termination.")
+    elif services.terminate_cluster(cluster, actor=actor_label(request)):
+        messages.success(request, f"Terminating {cluster.name}: every machine stops and billing has ended.")
+    else:
+        messages.info(request, f"{cluster.name} is already {cluster.get_status_display().lower()}.")
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
+def cluster_retry_install(request, cluster_id: int):
+    cluster = get_cluster_for_user(request, cluster_id)
+    try:
+        services.retry_install(cluster, actor=actor_label(request))
+        messages.success(request, "Retrying the install on every node.")
+    except ClusterError as error:
+        messages.error(request, error.message)
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
+def node_terminate(request, cluster_id: int, node_name: str):
+    cluster = get_cluster_for_user(request, cluster_id)
+    try:
+        services.refuse_node_termination(cluster, node_name)
+    except ClusterError as error:
+        messages.error(request, error.message)
+    return _back_to(request, cluster)
+
+
+def _back_to(request, cluster):
+    if request.htmx:
+        return HttpResponseClientRedirect(cluster.get_absolute_url())
+    return redirect(cluster)

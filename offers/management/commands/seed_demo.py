@@ -1,0 +1,77 @@
+"""Seed the demo catalogue, inventory and the `demo` user, idempotently."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from accounts.models import Membership, Workspace
+from accounts.services import create_workspace
+from billing import services as billing
+from billing.models import LedgerEntry
+from offers import catalogue
+from offers.models import GPUModel, Host, Location, MachineType
+
+DEMO_CREDIT = Decimal("2500.00")
+
+
+class Command(BaseCommand):
+    help = "Create the demo catalogue, host inventory and the demo/demo Owner of a funded workspace (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--provider", default=settings.DEFAULT_PROVIDER, help="Provider for every machine type.")
+        parser.add_argument("--boot-seconds", type=float, default=4.0, help="Simulated boot time per host.")
+
+    @transaction.atomic
+    def handle(self, *args, provider: str, boot_seconds: float, **options):
+        gpus = {
+            slug: GPUModel.objects.update_or_create(slug=slug, defaults={"name": name, "memory_gb": mem})[0]
+            for slug, name, mem in catalogue.GPUS
+        }
+        locations = {
+            code: Location.objects.update_or_create(
+                code=code, defaults={"name": name, "country": country, "gateway_host": gateway}
+            )[0]
+            for code, name, country, gateway in catalogue.LOCATIONS
+        }
+        hosts_made = 0
+        for gpu, loc, kind, per, interconnect, price, deadline, community, count in catalogue.MACHINE_TYPES:
+            machine_type, _ = MachineType.objects.update_or_create(
+                gpu=gpus[gpu], location=locations[loc], kind=kind, gpus_per_machine=per, interconnect=interconnect,
+                defaults={
+                    "price_per_machine_hour": catalogue.price(price), "boot_deadline_minutes": deadline,
+                    "community": community, "provider": provider,
+                    "vcpus": 26 * per if per > 1 else 16, "memory_gb": 225 * per if per > 1 else 128,
+                },
+            )
+            for i in range(count):
+                _, created = Host.objects.get_or_create(
+                    name=f"{loc}-{gpu.lower()}-{kind.replace('_', '')}-{per}x-{i:02d}",
+                    defaults={
+                        "machine_type": machine_type, "boot_seconds": boot_seconds + (i % 4),
+                        "join_seconds": 1.5, "install_seconds": 3.0,
+                    },
+                )
+                hosts_made += created
+
+        user_model = get_user_model()
+        demo, created = user_model.objects.get_or_create(username="demo", defaults={"email": "demo@runcrate.example"})
+        if created:
+            demo.set_password("demo")
+            demo.is_staff = demo.is_superuser = True
+            demo.save()
+        membership = Membership.objects.filter(user=demo).select_related("workspace").first()
+        workspace = membership.workspace if membership else create_workspace(name="Demo Lab", owner=demo)
+        billing.post_entry(
+            workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=DEMO_CREDIT,
+            idempotency_key=f"seed:demo-credit:{workspace.pk}", description="Demo credit",
+        )
+        workspace = Workspace.objects.get(pk=workspace.pk)
+        self.stdout.write(
+            f"Seeded {len(gpus)} GPU models, {MachineType.objects.count()} machine types, {hosts_made} new hosts "
+            f"(provider: {provider}); demo workspace balance ${workspace.credit_balance:,.2f}."
+        )

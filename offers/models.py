@@ -1,0 +1,141 @@
+"""The catalogue (GPU models, locations, machine types) and the host inventory behind it.
+
+An *offer* is a machine type: a GPU model in a location with an interconnect, a machine
+kind and a per-machine price. It can start a cluster of N machines now when N of its hosts
+are free.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+
+class GPUModel(models.Model):
+    slug = models.SlugField(max_length=30, unique=True, help_text="Short name customers type, e.g. H100.")
+    name = models.CharField(max_length=80, help_text="e.g. NVIDIA H100 80GB SXM")
+    memory_gb = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-memory_gb", "slug"]
+        verbose_name = "GPU model"
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Location(models.Model):
+    code = models.SlugField(max_length=30, unique=True)
+    name = models.CharField(max_length=80)
+    country = models.CharField(max_length=2, help_text="ISO country code")
+    gateway_host = models.CharField(
+        max_length=255, blank=True,
+        help_text="SSH gateway (user@host[:port]) for sites whose machines have no public address.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MachineKind(models.TextChoices):
+    VM = "vm", "VM"
+    BARE_METAL = "bare_metal", "Bare metal"
+    CONTAINER = "container", "Container"
+
+
+class Interconnect(models.TextChoices):
+    ETHERNET_10G = "eth_10g", "10 Gb Ethernet"
+    ETHERNET_25G = "eth_25g", "25 Gb Ethernet"
+    ETHERNET_100G = "eth_100g", "100 Gb Ethernet"
+    ROCE = "roce", "RoCE 400 Gb"
+    INFINIBAND = "infiniband", "InfiniBand 3200 Gb"
+
+
+class ProviderName(models.TextChoices):
+    SIMULATED = "simulated", "Simulated (in-process)"
+    LOCAL = "local", "Local SSH sandboxes"
+    SSH = "ssh", "SSH host pool"
+
+
+class MachineType(models.Model):
+    GPU_COUNTS = [(1, "1"), (2, "2"), (4, "4"), (8, "8")]
+
+    gpu = models.ForeignKey(GPUModel, on_delete=models.PROTECT, related_name="machine_types")
+    location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="machine_types")
+    kind = models.CharField(max_length=20, choices=MachineKind.choices)
+    gpus_per_machine = models.PositiveSmallIntegerField(choices=GPU_COUNTS)
+    interconnect = models.CharField(max_length=20, choices=Interconnect.choices)
+    vcpus = models.PositiveIntegerField(default=32)
+    memory_gb = models.PositiveIntegerField(default=256)
+    disk_gb = models.PositiveIntegerField(default=1000)
+    price_per_machine_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    boot_deadline_minutes = models.PositiveIntegerField(
+        default=25, help_text="Every machine must be up and joined within this. Longer for slow-booting kinds."
+    )
+    community = models.BooleanField(default=False, help_text="Independent operator: customers are warned.")
+    provider = models.CharField(max_length=20, choices=ProviderName.choices, default=ProviderName.SIMULATED)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["gpu", "price_per_machine_hour", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(gpus_per_machine__in=[1, 2, 4, 8]), name="gpus_per_machine_1_2_4_8"
+            ),
+            models.CheckConstraint(condition=models.Q(price_per_machine_hour__gt=0), name="price_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpus_per_machine}× {self.gpu.slug} {self.get_kind_display()} · {self.location.code}"
+
+    def price_for(self, machines: int) -> Decimal:
+        return self.price_per_machine_hour * machines
+
+    @property
+    def supports_kubernetes(self) -> bool:
+        return self.kind in (MachineKind.VM, MachineKind.BARE_METAL)
+
+    @property
+    def shares_folder(self) -> bool:
+        return self.kind in (MachineKind.VM, MachineKind.BARE_METAL)
+
+
+class HostFault(models.TextChoices):
+    NONE = "", "None"
+    BOOT_FAILS = "boot_fails", "Fails to boot"
+    NEVER_JOINS = "never_joins", "Never joins the network"
+    INSTALL_FAILS = "install_fails", "Software install fails"
+
+
+class Host(models.Model):
+    """One machine an operator brought. `state` is the reservation the inventory locks on."""
+
+    class State(models.TextChoices):
+        FREE = "free", "Free"
+        RESERVED = "reserved", "Reserved"
+        DISABLED = "disabled", "Disabled"
+
+    machine_type = models.ForeignKey(MachineType, on_delete=models.PROTECT, related_name="hosts")
+    name = models.CharField(max_length=100, unique=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.FREE, db_index=True)
+    address = models.CharField(max_length=255, blank=True, help_text="SSH address (ssh and local providers).")
+    port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, default="root")
+    ssh_key_ref = models.CharField(max_length=255, blank=True, help_text="Path of the operator's private key.")
+    # Simulated/local providers: per-host delays and faults, so every failure path can be
+    # driven on purpose in tests and demos.
+    boot_seconds = models.FloatField(default=0)
+    join_seconds = models.FloatField(default=0)
+    install_seconds = models.FloatField(default=0)
+    fault = models.CharField(max_length=20, choices=HostFault.choices, default=HostFault.NONE, blank=True)
+
+    class Meta:
+        ordering = ["machine_type", "name"]
+        indexes = [models.Index(fields=["machine_type", "state"])]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,89 @@
+"""Offers that can start now, and the host inventory's reservations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Count, Q, QuerySet
+
+from offers.models import GPUModel, Host, MachineType
+
+MIN_MACHINES = 2
+MAX_MACHINES = 64
+
+
+@dataclass(frozen=True)
+class Offer:
+    machine_type: MachineType
+    machines: int
+    available_machines: int
+
+    @property
+    def id(self) -> int:
+        return self.machine_type.pk
+
+    @property
+    def price_per_machine_hour(self) -> Decimal:
+        return self.machine_type.price_per_machine_hour
+
+    @property
+    def price_per_cluster_hour(self) -> Decimal:
+        return self.machine_type.price_for(self.machines)
+
+    @property
+    def software_choices(self) -> list[str]:
+        choices = ["none", "slurm", "ray"]
+        if self.machine_type.supports_kubernetes:
+            choices.insert(2, "kubernetes")
+        return choices
+
+
+def machine_types_with_availability() -> QuerySet[MachineType]:
+    return (
+        MachineType.objects.filter(active=True)
+        .select_related("gpu", "location")
+        .annotate(free_hosts=Count("hosts", filter=Q(hosts__state=Host.State.FREE)))
+    )
+
+
+def list_offers(gpu: GPUModel | str | None, machines: int, include_community: bool = False) -> list[Offer]:
+    """Offers that can start a cluster of `machines` now, cheapest whole cluster first."""
+    types = machine_types_with_availability().filter(free_hosts__gte=machines)
+    if gpu:
+        types = types.filter(gpu__slug__iexact=gpu) if isinstance(gpu, str) else types.filter(gpu=gpu)
+    if not include_community:
+        types = types.filter(community=False)
+    offers = [Offer(mt, machines, mt.free_hosts) for mt in types]
+    return sorted(offers, key=lambda o: (o.price_per_cluster_hour, o.machine_type.community, o.id))
+
+
+def free_host_count(machine_type: MachineType) -> int:
+    return machine_type.hosts.filter(state=Host.State.FREE).count()
+
+
+def reserve_hosts(machine_type: MachineType, count: int) -> list[Host] | None:
+    """Reserve `count` free hosts of a machine type at once, or none at all.
+
+    SKIP LOCKED lets concurrent creates take different hosts instead of queueing behind
+    each other; the UPDATE of `state` makes a host another transaction already took fail
+    the re-check of `state = free` when its lock is released. Must run inside the caller's
+    transaction so the reservation commits (or rolls back) with the cluster.
+    """
+    assert transaction.get_connection().in_atomic_block, "reserve_hosts needs the caller's transaction"
+    hosts = list(
+        Host.objects.select_for_update(skip_locked=True)
+        .filter(machine_type=machine_type, state=Host.State.FREE)
+        .order_by("id")[:count]
+    )
+    if len(hosts) < count:
+        return None
+    Host.objects.filter(pk__in=[h.pk for h in hosts]).update(state=Host.State.RESERVED)
+    for host in hosts:
+        host.state = Host.State.RESERVED
+    return hosts
+
+
+def release_hosts(host_ids: list[int]) -> int:
+    return Host.objects.filter(pk__in=host_ids, state=Host.State.RESERVED).update(state=Host.State.FREE)

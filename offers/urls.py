@@ -1,0 +1,6 @@
+from django.urls import path
+
+from offers import views
+
+app_name = "offers"
+urlpatterns = [path("", views.offers, name="list")]

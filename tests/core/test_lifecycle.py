@@ -1,0 +1,251 @@
+"""A cluster's whole life on the simulated provider, every fault included."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import LedgerEntry, MachineUsage
+from clusters import lifecycle, services
+from clusters.errors import ClusterError, Conflict, InsufficientCredits
+from clusters.models import Cluster, Node, Reason, Status
+from offers.models import Host, HostFault
+from tests.factories import HostFactory, machine_type_with_hosts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create(environment, machine_type, count=4, software="none", name="train", **kwargs) -> Cluster:
+    return services.create_cluster(
+        environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software, **kwargs
+    )
+
+
+def drive(cluster: Cluster) -> Cluster:
+    lifecycle.advance(cluster.pk)
+    cluster.refresh_from_db()
+    return cluster
+
+
+def test_it_reaches_ready_without_software_and_starts_billing_at_one_instant(environment, machine_type):
+    cluster = create(environment, machine_type)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    starts = set(cluster.nodes.values_list("billing_started_at", flat=True))
+    assert starts == {cluster.billing_started_at}
+    assert MachineUsage.objects.filter(cluster=cluster, started_at=cluster.billing_started_at).count() == 4
+    assert [n.private_ip for n in cluster.nodes.all()] == ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"]
+    assert cluster.events.filter(event="ready").exists()
+
+
+@pytest.mark.parametrize("software", ["slurm", "kubernetes", "ray"])
+def test_it_installs_software_then_is_ready(environment, machine_type, software):
+    cluster = create(environment, machine_type, software=software)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    assert list(cluster.events.values_list("event", flat=True)) == ["created", "joined", "ready"]
+
+
+def test_it_waits_while_machines_boot_then_proceeds(environment, machine_type):
+    Host.objects.update(boot_seconds=60)
+    cluster = create(environment, machine_type)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.PROVISIONING
+    assert set(cluster.nodes.values_list("state", flat=True)) == {Node.State.BOOTING}
+    Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(seconds=61))
+    assert drive(cluster).status == Status.READY
+
+
+def test_a_machine_that_fails_to_boot_fails_the_cluster_and_releases_every_host(environment, machine_type):
+    hosts = list(machine_type.hosts.order_by("id"))
+    Host.objects.filter(pk=hosts[2].pk).update(fault=HostFault.BOOT_FAILS)
+    cluster = create(environment, machine_type)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.FAILED
+    assert cluster.failure_reason == Reason.BOOT_FAILED
+    assert cluster.billing_started_at is None
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+    assert not cluster.nodes.filter(released_at__isnull=True).exists()
+    assert not MachineUsage.objects.filter(cluster=cluster).exists()
+    assert not LedgerEntry.objects.filter(cluster=cluster).exists()
+    failed = cluster.events.get(event="failed")
+    assert failed.reason == Reason.BOOT_FAILED and "nothing was charged" in failed.message
+
+
+def test_a_machine_that_never_joins_fails_the_cluster_at_the_deadline(environment, machine_type):
+    first = machine_type.hosts.order_by("id").first()
+    Host.objects.filter(pk=first.pk).update(fault=HostFault.NEVER_JOINS)
+    cluster = create(environment, machine_type)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.PROVISIONING
+    Cluster.objects.filter(pk=cluster.pk).update(deadline_at=timezone.now() - dt.timedelta(seconds=1))
+    cluster = drive(cluster)
+    assert cluster.status == Status.FAILED
+    assert cluster.failure_reason == Reason.JOIN_TIMEOUT
+    assert Host.objects.filter(state=Host.State.RESERVED).count() == 0
+    assert cluster.billing_started_at is None
+
+
+def test_slow_machine_types_get_their_own_deadline(environment):
+    slow = machine_type_with_hosts(2, kind="bare_metal", boot_deadline_minutes=45)
+    cluster = create(environment, slow, count=2)
+    assert cluster.deadline_at - cluster.created_at >= dt.timedelta(minutes=44, seconds=59)
+
+
+def test_an_install_failure_degrades_and_retry_reaches_ready(environment, machine_type):
+    last = machine_type.hosts.order_by("id")[3]
+    Host.objects.filter(pk=last.pk).update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type, software="slurm")
+    cluster.refresh_from_db()
+    assert cluster.status == Status.DEGRADED
+    assert cluster.is_billable, "degraded machines stay up and billed"
+    assert cluster.events.get(event="degraded").reason == Reason.INSTALL_FAILED
+    assert cluster.nodes.get(index=3).state == Node.State.INSTALL_FAILED
+    Host.objects.filter(pk=last.pk).update(fault="")
+    services.retry_install(cluster, actor="alice")
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    assert cluster.install_attempts == 1
+
+
+def test_retry_install_is_refused_unless_degraded(environment, machine_type):
+    cluster = create(environment, machine_type)
+    with pytest.raises(Conflict):
+        services.retry_install(cluster)
+
+
+def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_type):
+    Host.objects.update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type, software="ray")
+    cluster.refresh_from_db()
+    assert cluster.status == Status.DEGRADED
+    assert services.terminate_cluster(cluster, actor="alice")
+    cluster.refresh_from_db()
+    assert cluster.status == Status.TERMINATED
+    assert cluster.termination_reason == Reason.USER_REQUESTED
+    assert cluster.billing_ended_at is not None
+    assert set(MachineUsage.objects.filter(cluster=cluster).values_list("ended_at", flat=True)) == {cluster.billing_ended_at}
+    assert Host.objects.filter(state=Host.State.RESERVED).count() == 0
+
+
+def test_terminate_while_provisioning_bills_nothing(environment, machine_type):
+    Host.objects.update(boot_seconds=300)
+    cluster = create(environment, machine_type)
+    assert services.terminate_cluster(cluster)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.TERMINATED
+    assert cluster.billing_started_at is None and cluster.billing_ended_at is None
+    assert not LedgerEntry.objects.filter(cluster=cluster).exists()
+
+
+def test_terminating_twice_is_harmless(environment, machine_type):
+    cluster = create(environment, machine_type)
+    assert services.terminate_cluster(cluster)
+    assert not services.terminate_cluster(Cluster.objects.get(pk=cluster.pk))
+    assert Cluster.objects.get(pk=cluster.pk).events.filter(event="terminating").count() == 1
+
+
+def test_one_node_cannot_be_terminated_on_its_own(environment, machine_type):
+    cluster = create(environment, machine_type)
+    with pytest.raises(Conflict) as refused:
+        services.refuse_node_termination(cluster, "node-2")
+    assert refused.value.code == "node_terminate_refused"
+    assert "Terminate the whole cluster" in refused.value.message
+
+
+def test_advancing_a_ready_cluster_again_changes_nothing(environment, machine_type):
+    cluster = create(environment, machine_type)
+    cluster.refresh_from_db()
+    events = cluster.events.count()
+    assert lifecycle.advance(cluster.pk) is False
+    assert cluster.events.count() == events
+
+
+def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
+    Host.objects.update(boot_seconds=300)
+    cluster = create(environment, machine_type)
+    assert services.claim_lease(cluster.pk)
+    assert lifecycle.advance(cluster.pk) is False
+    services.release_lease(cluster.pk)
+    assert lifecycle.advance(cluster.pk) is True
+
+
+def test_the_sweep_redrives_stuck_clusters(environment, machine_type):
+    from clusters.tasks import sweep_clusters
+
+    Host.objects.update(boot_seconds=300)
+    cluster = create(environment, machine_type)
+    Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(seconds=301))
+    assert sweep_clusters() == 1
+    assert Cluster.objects.get(pk=cluster.pk).status == Status.READY
+
+
+class TestCreateRefuses:
+    def test_counts_outside_2_to_64(self, environment, machine_type):
+        for count in (1, 65, 0):
+            with pytest.raises(ClusterError) as error:
+                create(environment, machine_type, count=count)
+            assert error.value.field == "machines"
+
+    def test_kubernetes_on_container_offers(self, environment):
+        container = machine_type_with_hosts(2, kind="container")
+        with pytest.raises(ClusterError) as error:
+            create(environment, container, count=2, software="kubernetes")
+        assert error.value.code == "kubernetes_unsupported"
+
+    def test_a_volume_on_community_offers(self, environment):
+        from clusters.models import Volume
+
+        community = machine_type_with_hosts(2, community=True)
+        volume = Volume.objects.create(workspace=environment.workspace, environment=environment, name="data")
+        with pytest.raises(ClusterError) as error:
+            create(environment, community, count=2, volume=volume)
+        assert error.value.code == "volume_on_community"
+
+    def test_a_balance_below_one_hour_of_the_cluster(self, environment, machine_type):
+        environment.workspace.__class__.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("9.99"))
+        with pytest.raises(InsufficientCredits) as error:
+            create(environment, machine_type, count=4)  # 4 × $2.50 = $10.00
+        assert error.value.details == {"required": "10.00", "available": "9.99"}
+        assert not Cluster.objects.exists()
+        assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+
+    def test_never_less_than_ten_dollars(self, environment):
+        cheap = machine_type_with_hosts(2, price_per_machine_hour=Decimal("0.40"))
+        environment.workspace.__class__.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("9.00"))
+        with pytest.raises(InsufficientCredits) as error:
+            create(environment, cheap, count=2)
+        assert error.value.details["required"] == "10.00"
+
+    def test_an_offer_that_can_no_longer_start(self, environment, machine_type):
+        with pytest.raises(Conflict) as error:
+            create(environment, machine_type, count=7)
+        assert error.value.code == "offer_unavailable"
+        assert not Cluster.objects.exists()
+
+    def test_a_name_already_live_in_the_environment(self, environment, machine_type):
+        create(environment, machine_type, count=2, name="dup")
+        with pytest.raises(ClusterError) as error:
+            create(environment, machine_type, count=2, name="dup")
+        assert error.value.field == "name"
+
+
+def test_a_host_can_never_be_held_by_two_live_nodes(environment, machine_type):
+    from django.db import IntegrityError, transaction
+
+    cluster = create(environment, machine_type, count=2)
+    node = cluster.nodes.first()
+    other = create(environment, machine_type, count=2, name="other")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Node.objects.filter(pk=other.nodes.first().pk).update(host=node.host)
+
+
+def test_hosts_become_free_again_after_termination(environment, machine_type):
+    cluster = create(environment, machine_type, count=6)
+    services.terminate_cluster(cluster)
+    again = create(environment, machine_type, count=6, name="again")
+    assert Cluster.objects.get(pk=again.pk).status == Status.READY
+    assert HostFactory._meta.model.objects.filter(state="reserved").count() == 6
