@@ -112,6 +112,7 @@ sim_tool() {
     local name="$1" software="$2"
     {
         printf '#!/usr/bin/env bash\n'
+        printf '# shellcheck disable=SC2034 # not every stand-in uses every variable\n'
         printf '# runcrate sandbox stand-in for %s: prints real-format output derived from\n' "$name"
         printf '# the cluster config the install wrote and the nodes that registered.\n'
         printf 'set -euo pipefail\n'
