@@ -11,6 +11,8 @@ import datetime as dt
 import enum
 import logging
 
+from django.db.models import Q
+
 from django.utils import timezone
 
 from clusters import services
@@ -134,6 +136,60 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.DONE
 
 
+GROWING = (Node.State.PENDING, Node.State.BOOTING, Node.State.UP, Node.State.JOINED, Node.State.INSTALLING)
+
+
+def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    """A ready cluster with workers being added: bring them up, rejoin everyone, install on them."""
+    workers = [n for n in nodes if n.state in GROWING]
+    if not workers:
+        return Next.DONE
+    now = timezone.now()
+    deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
+    for node in workers:
+        if node.state == Node.State.PENDING:
+            provider.boot(node)
+            services.update_node(node, state=Node.State.BOOTING, boot_requested_at=now, step="booting")
+        if node.state in (Node.State.BOOTING, Node.State.UP) and now - node.boot_requested_at > deadline:
+            _release_worker(cluster, node, provider, f"not up and joined within {deadline.seconds // 60} minutes")
+            return Next.AGAIN
+        if node.state == Node.State.BOOTING:
+            report = provider.boot_status(node)
+            if report.state is BootState.FAILED:
+                _release_worker(cluster, node, provider, report.detail or "failed to start")
+                return Next.AGAIN
+            if report.state is BootState.UP:
+                services.update_node(node, state=Node.State.UP, up_at=timezone.now(), address=report.address, step="joining network")
+    if any(n.state == Node.State.BOOTING for n in workers):
+        return Next.WAIT
+    arriving = [n for n in workers if n.state == Node.State.UP]
+    if arriving:
+        if not provider.join_network(cluster, nodes).ok:
+            return Next.WAIT
+        services.mark_workers_joined(cluster, arriving)
+        return Next.AGAIN
+    installing = [n for n in workers if n.state in (Node.State.JOINED, Node.State.INSTALLING)]
+    for node in installing:
+        if node.state == Node.State.JOINED:
+            services.update_node(node, state=Node.State.INSTALLING, step=f"installing {cluster.software}")
+    outcome = provider.install_software(cluster, installing)
+    if outcome.ok:
+        outcome = provider.check_ready(cluster, nodes)
+    if outcome.failed:
+        services.transition(cluster, [Status.READY], Status.INSTALLING)
+        services.mark_degraded(cluster, outcome.failed)
+        return Next.DONE
+    if outcome.pending:
+        return Next.WAIT
+    services.mark_workers_ready(cluster, installing)
+    return Next.DONE
+
+
+def _release_worker(cluster: Cluster, node: Node, provider: Provider, detail: str) -> None:
+    _stop_machines(cluster, [node], provider)
+    services.release_worker(cluster, node, detail)
+
+
 def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     _stop_machines(cluster, nodes, provider)
     services.finish_termination(cluster)
@@ -143,6 +199,7 @@ def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 STEPS = {
     Status.PROVISIONING: provision,
     Status.INSTALLING: install,
+    Status.READY: grow,
     Status.TERMINATING: terminate,
 }
 
@@ -150,12 +207,13 @@ STEPS = {
 def needs_driving() -> list[int]:
     """Clusters the sweep should push: those in a moving state whose lease is free."""
     now = timezone.now()
-    from django.db.models import Q
-
+    moving = Q(status__in=[Status.PROVISIONING, Status.INSTALLING, Status.TERMINATING])
+    growing = Q(status=Status.READY, nodes__state__in=GROWING, nodes__released_at__isnull=True)
     return list(
-        Cluster.objects.filter(status__in=list(STEPS))
+        Cluster.objects.filter(moving | growing)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
         .values_list("pk", flat=True)
+        .distinct()
     )
 
 

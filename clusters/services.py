@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
@@ -312,6 +312,83 @@ def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
         )
         record_event(cluster, "install_retried", f"Retrying the {cluster.get_software_display()} install.", actor=actor)
         _after_commit_changed(cluster.pk, advance=True)
+
+
+def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[Node]:
+    """Grow a ready cluster by `count` machines of the same type. Each new worker is billed
+    from the moment it is up and joined; one that fails to come up is released on its own."""
+    if not isinstance(count, int) or count < 1:
+        raise ClusterError("invalid_count", "Add at least one worker.", field="count")
+    with transaction.atomic():
+        # The workspace lock serialises this balance check with creates and other adds.
+        workspace = Workspace.objects.select_for_update().get(pk=cluster.workspace_id)
+        cluster = Cluster.objects.select_for_update().select_related("machine_type").get(pk=cluster.pk)
+        if cluster.status != Status.READY:
+            raise Conflict("not_ready", f"Workers can be added to a ready cluster; {cluster.name} is {cluster.status}.")
+        total = cluster.machine_count + count
+        if total > inventory.MAX_MACHINES:
+            raise ClusterError(
+                "invalid_count",
+                f"A cluster has at most {inventory.MAX_MACHINES} machines; {cluster.name} has {cluster.machine_count}.",
+                field="count",
+            )
+        check_balance(workspace, cluster.price_per_machine_hour * total)
+        hosts = inventory.reserve_hosts(cluster.machine_type, count)
+        if hosts is None:
+            raise Conflict(
+                "offer_unavailable",
+                f"{count} more {cluster.machine_type} machine(s) are not free now "
+                f"({inventory.free_host_count(cluster.machine_type)} free).",
+                field="count",
+            )
+        next_index = max(cluster.nodes.values_list("index", flat=True), default=-1) + 1
+        nodes = Node.objects.bulk_create(
+            [Node(cluster=cluster, index=next_index + i, host=host) for i, host in enumerate(hosts)]
+        )
+        Cluster.objects.filter(pk=cluster.pk).update(machine_count=total)
+        names = ", ".join(f"node-{next_index + i}" for i in range(count))
+        record_event(cluster, "workers_added", f"Adding {names}; each is billed from the moment it is up.", actor=actor)
+        _after_commit_changed(cluster.pk, advance=True)
+        return nodes
+
+
+def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> None:
+    """New workers are up and every node reaches them: bill each from now."""
+    with transaction.atomic():
+        now = timezone.now()
+        state = Node.State.READY if cluster.software == Software.NONE else Node.State.JOINED
+        Node.objects.filter(pk__in=[w.pk for w in workers], billing_started_at__isnull=True).update(
+            state=state, joined_at=now, billing_started_at=now, step="joined" if state == Node.State.JOINED else "ready"
+        )
+        billing.start_usage(cluster, workers, now)
+        names = ", ".join(w.name for w in workers)
+        record_event(cluster, "workers_joined", f"{names} joined the private network; billing started for them.")
+        _after_commit_changed(cluster.pk, advance=True)
+
+
+def mark_workers_ready(cluster: Cluster, workers: list[Node]) -> None:
+    with transaction.atomic():
+        Node.objects.filter(pk__in=[w.pk for w in workers]).update(state=Node.State.READY, step="ready")
+        record_event(cluster, "workers_ready", f"{', '.join(w.name for w in workers)} ready.")
+        _after_commit_changed(cluster.pk)
+
+
+def release_worker(cluster: Cluster, worker: Node, detail: str) -> None:
+    """A worker that never came up is given back alone; the running cluster is untouched and
+    the worker was never billed."""
+    with transaction.atomic():
+        updated = Node.objects.filter(pk=worker.pk, released_at__isnull=True, billing_started_at__isnull=True).update(
+            state=Node.State.FAILED, detail=detail[:255], released_at=timezone.now(), step="released"
+        )
+        if not updated:
+            return
+        inventory.release_hosts([worker.host_id])
+        Cluster.objects.filter(pk=cluster.pk).update(machine_count=F("machine_count") - 1)
+        record_event(
+            cluster, "worker_failed", f"{worker.name} did not come up ({detail}); it was released and not charged.",
+            reason=Reason.BOOT_FAILED,
+        )
+        _after_commit_changed(cluster.pk)
 
 
 def refuse_node_termination(cluster: Cluster, node_name: str) -> None:

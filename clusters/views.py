@@ -99,6 +99,22 @@ def cluster_retry_install(request, cluster_id: int):
 
 @login_required
 @require_POST
+def cluster_add_workers(request, cluster_id: int):
+    cluster = get_cluster_for_user(request, cluster_id)
+    try:
+        count = int(request.POST.get("count", "1"))
+    except ValueError:
+        count = 0
+    try:
+        workers = services.add_workers(cluster, count, actor=actor_label(request))
+        messages.success(request, f"Adding {len(workers)} worker(s); each is billed from the moment it is up.")
+    except ClusterError as error:
+        messages.error(request, error.message)
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
 def node_terminate(request, cluster_id: int, node_name: str):
     cluster = get_cluster_for_user(request, cluster_id)
     try:

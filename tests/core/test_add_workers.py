@@ -1,0 +1,92 @@
+"""Adding workers to a running cluster on the simulated provider."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import MachineUsage
+from clusters import lifecycle, services
+from clusters.errors import ClusterError, Conflict, InsufficientCredits
+from clusters.models import Cluster, Node, Status
+from offers.models import Host, HostFault
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def ready_cluster(environment, machine_type):
+    cluster = services.create_cluster(
+        environment=environment, name="grow", machine_type=machine_type, machine_count=2, software="slurm"
+    )
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    return cluster
+
+
+def test_a_worker_joins_and_is_billed_from_when_it_is_up(ready_cluster):
+    workers = services.add_workers(ready_cluster, 1, actor="alice")
+    cluster = Cluster.objects.get(pk=ready_cluster.pk)
+    worker = Node.objects.get(pk=workers[0].pk)
+    assert cluster.machine_count == 3
+    assert worker.name == "node-2" and worker.private_ip == "10.77.0.3"
+    assert worker.state == Node.State.READY
+    assert worker.billing_started_at > cluster.billing_started_at
+    usage = MachineUsage.objects.get(node=worker)
+    assert usage.started_at == worker.billing_started_at
+    assert cluster.status == Status.READY
+    assert list(cluster.events.values_list("event", flat=True))[-3:] == ["workers_added", "workers_joined", "workers_ready"]
+
+
+def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_type):
+    free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
+    Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
+    services.add_workers(ready_cluster, 1)
+    cluster = Cluster.objects.get(pk=ready_cluster.pk)
+    assert cluster.status == Status.READY
+    assert cluster.machine_count == 2
+    worker = cluster.nodes.get(index=2)
+    assert worker.state == Node.State.FAILED and worker.released_at is not None
+    assert Host.objects.get(pk=free.pk).state == Host.State.FREE
+    assert not MachineUsage.objects.filter(node=worker).exists()
+
+
+def test_a_worker_that_never_joins_is_released_at_its_deadline(ready_cluster, machine_type):
+    free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
+    Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
+    services.add_workers(ready_cluster, 1)
+    worker = Node.objects.get(cluster=ready_cluster, index=2)
+    assert worker.state == Node.State.UP
+    Node.objects.filter(pk=worker.pk).update(boot_requested_at=timezone.now() - dt.timedelta(minutes=26))
+    lifecycle.advance(ready_cluster.pk)
+    worker.refresh_from_db()
+    assert worker.state == Node.State.FAILED
+    assert Cluster.objects.get(pk=ready_cluster.pk).machine_count == 2
+
+
+def test_a_worker_install_failure_degrades_the_cluster(ready_cluster, machine_type):
+    free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
+    Host.objects.filter(pk=free.pk).update(fault=HostFault.INSTALL_FAILS)
+    services.add_workers(ready_cluster, 1)
+    assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.DEGRADED
+
+
+def test_adding_needs_the_balance_for_the_whole_grown_cluster(ready_cluster):
+    ready_cluster.workspace.__class__.objects.filter(pk=ready_cluster.workspace_id).update(credit_balance=Decimal("12.00"))
+    with pytest.raises(InsufficientCredits) as error:
+        services.add_workers(ready_cluster, 4)  # 6 × $2.50 = $15.00
+    assert error.value.details["required"] == "15.00"
+    assert Cluster.objects.get(pk=ready_cluster.pk).machine_count == 2
+
+
+def test_adding_is_refused_unless_ready_and_within_64(ready_cluster):
+    with pytest.raises(ClusterError):
+        services.add_workers(ready_cluster, 63)
+    with pytest.raises(Conflict):
+        services.add_workers(ready_cluster, 10)  # only 4 free hosts
+    services.terminate_cluster(ready_cluster)
+    with pytest.raises(Conflict):
+        services.add_workers(Cluster.objects.get(pk=ready_cluster.pk), 1)
