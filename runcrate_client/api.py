@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import yaml
@@ -233,7 +233,7 @@ class RuncrateClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> RuncrateClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

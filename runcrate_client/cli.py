@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
@@ -83,7 +83,7 @@ def error_line(error: BaseException) -> str:
 class RuncrateGroup(click.Group):
     """A group with command aliases (`ls`, `rm`) that turns client errors into one line and an exit code."""
 
-    aliases: dict[str, str] = {}
+    aliases: ClassVar[dict[str, str]] = {}
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
@@ -103,7 +103,7 @@ class RuncrateGroup(click.Group):
 
 
 class ClustersGroup(RuncrateGroup):
-    aliases = {"ls": "list", "rm": "delete"}
+    aliases: ClassVar[dict[str, str]] = {"ls": "list", "rm": "delete"}
 
 
 # -- shared plumbing ---------------------------------------------------------------------------
@@ -116,7 +116,10 @@ class State:
         self._client: RuncrateClient | None = None
 
     def config(self) -> ClientConfig:
-        return ClientConfig.resolve(**self.overrides)
+        return ClientConfig.resolve(
+            api_key=self.overrides["api_key"], api_url=self.overrides["api_url"],
+            environment=self.overrides["environment"],
+        )
 
     def client(self) -> RuncrateClient:
         if self._client is None:
@@ -641,7 +644,7 @@ def usage_table(items: list[Record]) -> str:
     from decimal import Decimal, InvalidOperation
 
     rows: list[list[Any]] = []
-    total = Decimal("0")
+    total = Decimal(0)
     for item in items:
         rows.append([item.get("description") or f"Cluster usage {item.get('cluster_id')}", "", "", "", "", "",
                      format_money(item.get("amount"))])

@@ -8,7 +8,7 @@ from typing import Any
 
 from runcrate_client.api import format_money
 
-__all__ = ["format_money", "format_time", "format_hours", "render_table", "render_pairs", "cell", "mask_key"]
+__all__ = ["cell", "format_hours", "format_money", "format_time", "mask_key", "render_pairs", "render_table"]
 
 COMMUNITY_WARNING = (
     "! community: independent operators' hosts. Keep secrets off them; volumes cannot be attached."
@@ -34,7 +34,7 @@ def format_time(value: Any) -> str:
         return "-"
     text = str(value)
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text)
     except ValueError:
         return text
     shown = moment.strftime("%Y-%m-%d %H:%M:%S")

@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
@@ -257,11 +257,11 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
             warnings.append("Community host (independent operator): keep secrets off it.")
             if volume_id:
                 problems.append("a volume cannot be attached to a community cluster")
-        per_machine = _decimal(offer.get("price_per_machine_hour")) or Decimal("0")
+        per_machine = _decimal(offer.get("price_per_machine_hour")) or Decimal(0)
         per_hour = _decimal(offer.get("price_per_cluster_hour")) or per_machine * machines
         required = max(per_hour, MINIMUM_BALANCE)
         balance_data = client.billing_balance()
-        balance = _decimal(balance_data.get("credits_balance")) or Decimal("0")
+        balance = _decimal(balance_data.get("credits_balance")) or Decimal(0)
         if balance < required:
             problems.append(f"insufficient credits: starting needs {format_money(required)} "
                             f"(one hour of the whole cluster, at least $10), the balance is {format_money(balance)}")
@@ -298,7 +298,7 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
         if not problems:
             token, expires_at = signer.issue(plan, str(per_hour), environment)
             result["confirmation_token"] = token
-            result["token_expires_at"] = datetime.fromtimestamp(expires_at, timezone.utc).isoformat()
+            result["token_expires_at"] = datetime.fromtimestamp(expires_at, UTC).isoformat()
             result["next_step"] = ("Tell the user the price, then call create_cluster with the same offer_id, "
                                    "machines, software, name (and volume_id/ssh_key_ids) and this confirmation_token.")
         return result
@@ -401,7 +401,7 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
         items = list(client.iterate("/billing/usage", {"month": month}))
         if cluster_id:
             items = [i for i in items if str(i.get("cluster_id")) == str(cluster_id)]
-        total = sum((_decimal(i.get("amount")) or Decimal("0") for i in items), Decimal("0"))
+        total = sum((_decimal(i.get("amount")) or Decimal(0) for i in items), Decimal(0))
         return {"usage": items, "total": str(total), "month": month or "current"}
 
     return mcp

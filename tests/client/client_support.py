@@ -47,5 +47,5 @@ def run_runcrate(
     return subprocess.run(
         [sys.executable, "-m", "runcrate_client", *args],
         env=runcrate_env(base_url, api_key, environment, config_path),
-        input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
+        input=input, capture_output=True, check=False, text=True, timeout=timeout, cwd=REPO_ROOT,
     )

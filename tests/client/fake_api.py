@@ -214,7 +214,7 @@ class FakeApi:
                 )
             case "GET", ["billing", "balance"]:
                 running = [c for c in self.state.clusters.values() if c["status"] in ("ready", "installing", "degraded")]
-                per_hour = sum((Decimal(c["price_per_hour"]) for c in running), Decimal("0"))
+                per_hour = sum((Decimal(c["price_per_hour"]) for c in running), Decimal(0))
                 data: dict[str, Any] = {
                     "credits_balance": str(self.state.balance),
                     "active_usage_cost_per_hour": str(per_hour),
