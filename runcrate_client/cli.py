@@ -511,7 +511,7 @@ def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, time
         if status == READY:
             ready = sum(1 for s in node_status.values() if s == READY)
             say(f"Cluster {cluster.get('name') or cluster_id} is ready"
-                + (f" ({ready}/{len(node_status)} nodes ready)" if node_status else "")
+                + (f" ({ready}/{len(node_status)} nodes ready)" if ready else "")
                 + f"; billing since {format_time(cluster.get('billing_started_at'))}.")
             return EXIT_OK
         if status in FAILED_STATES:
