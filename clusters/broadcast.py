@@ -8,6 +8,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
+from clusters import connect
 from clusters.models import Cluster
 from clusters.queries import cluster_for_detail
 
@@ -38,10 +39,10 @@ def broadcast_cluster(cluster_id: int) -> None:
         return
     # Pushed HTML is shared by every viewer, so it carries no CSRF token of its own: its
     # forms post with hx-post, and htmx sends the page's token from <body hx-headers>.
-    context = {"cluster": cluster, "oob": True, "csrf_token": "NOTPROVIDED"}
+    context = {"cluster": cluster, "oob": True, "csrf_token": "NOTPROVIDED", "connect": connect.page_context(cluster)}
     detail = "".join(
         render_to_string(f"clusters/detail.html#{name}", context)
-        for name in ("status-card", "nodes-table", "events-list")
+        for name in ("status-card", "nodes-table", "connect-card", "events-list")
     )
     broadcast(cluster_group(cluster_id), detail)
     broadcast(environment_group(cluster.environment_id), render_to_string("clusters/list.html#cluster-row", context))

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from accounts.tenancy import require_tenancy
-from clusters import services
+from clusters import connect, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.forms import CreateClusterForm
@@ -65,11 +66,19 @@ def _form_field(field: str) -> str:
 @login_required
 def cluster_detail(request, cluster_id: int):
     cluster = get_cluster_for_user(request, cluster_id, detail=True)
-    context = {"cluster": cluster}
+    context = {"cluster": cluster, "connect": connect.page_context(cluster)}
     partial = request.GET.get("partial")
-    if request.htmx and partial in {"status-card", "nodes-table", "events-list"}:
+    if request.htmx and partial in {"status-card", "nodes-table", "connect-card", "events-list"}:
         return render(request, f"clusters/detail.html#{partial}", context)
     return render(request, "clusters/detail.html", context)
+
+
+@login_required
+def cluster_ssh_config(request, cluster_id: int):
+    cluster = get_cluster_for_user(request, cluster_id, detail=True)
+    response = HttpResponse(connect.ssh_config(cluster), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{cluster.name}.ssh_config"'
+    return response
 
 
 @login_required

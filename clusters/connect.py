@@ -1,0 +1,97 @@
+"""How a customer reaches and uses a cluster: SSH by node name, the hostfile, launch lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusters.models import Cluster, Node
+
+NODE_DOMAIN = "nodes.runcrate.example"
+PRIVATE_INTERFACE = "wg0"
+MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    name: str
+    role: str
+    private_ip: str
+    host: str
+    port: int
+    user: str
+    proxy_jump: str
+
+    @property
+    def ssh_command(self) -> str:
+        jump = f" -J {self.proxy_jump}" if self.proxy_jump else ""
+        port = f" -p {self.port}" if self.port != 22 else ""
+        return f"ssh{jump}{port} {self.user}@{self.host}"
+
+
+def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
+    gateway = cluster.machine_type.location.gateway_host
+    live = [n for n in cluster.nodes.all() if n.released_at is None]
+    return [_endpoint(node, gateway) for node in live]
+
+
+def _endpoint(node: Node, gateway: str) -> NodeEndpoint:
+    host = node.host
+    address = host.address or f"{host.name}.{NODE_DOMAIN}"
+    return NodeEndpoint(
+        name=node.name, role=node.role, private_ip=node.private_ip, host=address, port=host.port,
+        user=host.ssh_user or "root", proxy_jump=gateway,
+    )
+
+
+def ssh_config(cluster: Cluster) -> str:
+    """A ~/.ssh/config block: `ssh <cluster>-node-0` from the customer's laptop."""
+    blocks = [f"# Runcrate cluster {cluster.name} ({cluster.machine_count} machines)\n"]
+    for ep in endpoints(cluster):
+        lines = [f"Host {cluster.name}-{ep.name}", f"    HostName {ep.host}", f"    User {ep.user}"]
+        if ep.port != 22:
+            lines.append(f"    Port {ep.port}")
+        if ep.proxy_jump:
+            lines.append(f"    ProxyJump {ep.proxy_jump}")
+        lines += ["    ServerAliveInterval 30", ""]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def hostfile(cluster: Cluster) -> str:
+    slots = cluster.machine_type.gpus_per_machine
+    return "".join(f"{ep.name} slots={slots}\n" for ep in endpoints(cluster))
+
+
+def launch_lines(cluster: Cluster) -> dict[str, str]:
+    nodes = len(endpoints(cluster))
+    gpus = cluster.machine_type.gpus_per_machine
+    world = nodes * gpus
+    head = "node-0"
+    return {
+        "torchrun": (
+            f"torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
+            f"--rdzv-backend=c10d --rdzv-endpoint={head}:{MASTER_PORT} train.py"
+        ),
+        "mpirun": (
+            f"mpirun -np {world} --hostfile /shared/hostfile -x NCCL_SOCKET_IFNAME={PRIVATE_INTERFACE} "
+            f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
+        ),
+        "deepspeed": (
+            f"deepspeed --hostfile /shared/hostfile --num_nodes {nodes} --num_gpus {gpus} "
+            f"--master_addr {head} --master_port {MASTER_PORT} train.py --deepspeed ds_config.json"
+        ),
+        "nccl": (
+            f"mpirun -np {world} --hostfile /shared/hostfile -x NCCL_SOCKET_IFNAME={PRIVATE_INTERFACE} "
+            f"-x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 8G -f 2 -g 1"
+        ),
+    }
+
+
+def page_context(cluster: Cluster) -> dict | None:
+    """What the Connect card shows; None until every machine is up and joined."""
+    if cluster.status not in ("ready", "degraded"):
+        return None
+    return {
+        "endpoints": endpoints(cluster), "hostfile": hostfile(cluster),
+        "launch": launch_lines(cluster), "shares_folder": cluster.machine_type.shares_folder,
+    }
