@@ -102,6 +102,9 @@ class Cluster(models.Model):
     # expires if that worker dies, so the sweep can re-drive the cluster.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     ready_email_sent_at = models.DateTimeField(null=True, blank=True)
+    # WireGuard keys and software join tokens made by the control plane; kept so a re-run,
+    # a retried install or an added worker reuses them. Never shown or logged.
+    node_secrets = models.JSONField(default=dict, blank=True, editable=False)
 
     objects = ClusterQuerySet.as_manager()
 
@@ -213,7 +216,10 @@ class Node(models.Model):
     class Meta:
         ordering = ["cluster", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "index"], name="node_index_unique"),
+            # A worker that never came up gives its name back to the next one added.
+            models.UniqueConstraint(
+                fields=["cluster", "index"], condition=Q(released_at__isnull=True), name="live_node_index_unique"
+            ),
             # A host can be held by one live cluster at a time, whatever the code above does.
             models.UniqueConstraint(
                 fields=["host"], condition=Q(released_at__isnull=True), name="host_held_by_one_live_node"

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
 from billing import services as billing
+from clusters import emails as cluster_emails
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import FINAL_STATUSES, Cluster, ClusterEvent, Node, Reason, Software, Status, Volume
 from offers import services as inventory
@@ -193,6 +194,11 @@ def append_node_log(node_id: int, step: str, text: str, *, keep: int = 4000) -> 
     _after_commit_changed(node.cluster_id)
 
 
+def save_node_secrets(cluster: Cluster, secrets: dict) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(node_secrets=secrets)
+    cluster.node_secrets = secrets
+
+
 def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
     """Every machine is up and reaches every other: billing starts now, at one instant for all."""
     with transaction.atomic():
@@ -214,10 +220,8 @@ def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
 
 
 def _announce_ready(cluster: Cluster) -> None:
-    from clusters import tasks
-
     record_event(cluster, "ready", f"{cluster.name} is ready: {cluster.machine_count} machines, {cluster.get_software_display()}.")
-    tasks.send_cluster_ready_email.delay_on_commit(cluster.pk)
+    cluster_emails.notify_ready(cluster)
 
 
 def mark_ready(cluster: Cluster) -> bool:
@@ -244,6 +248,7 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str]) -> bool:
             "retry the install or terminate the cluster.",
             reason=Reason.INSTALL_FAILED,
         )
+        cluster_emails.notify_degraded(cluster)
         _after_commit_changed(cluster.pk)
         return True
 
@@ -262,6 +267,7 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             )
         inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
         record_event(cluster, "failed", f"{message} Every machine was released; nothing was charged.", reason=reason)
+        cluster_emails.notify_failed(cluster)
         _after_commit_changed(cluster.pk)
         return True
 
@@ -299,6 +305,7 @@ def finish_termination(cluster: Cluster) -> bool:
         inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
         record_event(cluster, "terminated", "Every machine stopped and was released.", reason=cluster.termination_reason)
         transaction.on_commit(lambda: billing.meter_cluster(cluster.pk))
+        cluster_emails.notify_terminated(cluster)
         _after_commit_changed(cluster.pk)
         return True
 
@@ -341,7 +348,8 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
                 f"({inventory.free_host_count(cluster.machine_type)} free).",
                 field="count",
             )
-        next_index = max(cluster.nodes.values_list("index", flat=True), default=-1) + 1
+        live = cluster.nodes.filter(released_at__isnull=True)
+        next_index = max(live.values_list("index", flat=True), default=-1) + 1
         nodes = Node.objects.bulk_create(
             [Node(cluster=cluster, index=next_index + i, host=host) for i, host in enumerate(hosts)]
         )

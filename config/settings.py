@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "offers",
     "clusters",
     "billing",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -186,6 +187,12 @@ EMAIL_BACKEND = env_str(
 EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Runcrate Clusters <clusters@runcrate.example>")
 SALES_EMAIL = env_str("SALES_EMAIL", "sales@runcrate.example")
+
+# The JSON API: at most API_RATE_LIMIT requests per key per window (0 turns the limit off),
+# counted in the cache named API_RATE_CACHE (Redis in production, shared by every web process).
+API_RATE_LIMIT = env_int("API_RATE_LIMIT", 600)
+API_RATE_WINDOW_SECONDS = env_int("API_RATE_WINDOW_SECONDS", 60)
+API_RATE_CACHE = "default"
 
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_PUBLISHABLE_KEY = env_str("STRIPE_PUBLISHABLE_KEY", "")

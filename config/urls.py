@@ -13,5 +13,6 @@ urlpatterns = [
     path("offers/", include("offers.urls")),
     path("account/", include("accounts.urls")),
     path("billing/", include("billing.urls")),
+    path("", include("api.urls")),
     path("admin/", admin.site.urls),
 ]
