@@ -1,51 +1,120 @@
-"""Emails about a cluster: text and HTML from templates/emails/, sent by Celery after commit."""
+"""Emails about a cluster's lifecycle, sent through notifications.notify().
+
+The hooks (`notify_ready`, `notify_failed`, …) are called by clusters.services inside the
+transaction that makes the change, so the record of the email commits with the event and
+the send is queued after commit. Each event has one dedupe key, so a duplicate trigger (a
+second worker, a re-run task) records nothing new. `cluster_context` builds the templates'
+context when the email is sent."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
-from django.core.mail import EmailMultiAlternatives
-from django.db import transaction
-from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
-from clusters.models import Cluster
+from clusters.models import Cluster, Reason
+from notifications.kinds import Kind
+from notifications.services import notify
+
+STOP_REASONS = (Reason.BALANCE_EXHAUSTED, Reason.BUDGET_REACHED)
 
 
-def recipients_for(cluster: Cluster) -> list[str]:
+def recipient_ids(cluster: Cluster) -> list[int]:
     """The person who created the cluster; else the workspace's owners."""
-    if cluster.created_by and cluster.created_by.email:
-        return [cluster.created_by.email]
-    return list(
-        cluster.workspace.memberships.filter(role=Role.OWNER).exclude(user__email="").values_list("user__email", flat=True)
+    if cluster.created_by_id and cluster.created_by and cluster.created_by.email:
+        return [cluster.created_by_id]
+    return list(cluster.workspace.memberships.filter(role=Role.OWNER).values_list("user_id", flat=True))
+
+
+def _notify(cluster: Cluster, kind: str, event: str) -> None:
+    notify(
+        kind, user_ids=recipient_ids(cluster), context={"cluster_id": cluster.pk},
+        dedupe_key=f"cluster:{cluster.pk}:{event}", workspace_id=cluster.workspace_id,
     )
 
 
-def send_templated(template: str, subject: str, to: list[str], context: dict) -> None:
-    context = {"site_url": settings.SITE_URL, **context}
-    message = EmailMultiAlternatives(
-        subject=subject,
-        body=render_to_string(f"emails/{template}.txt", context),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        to=to,
-    )
-    message.attach_alternative(render_to_string(f"emails/{template}.html", context), "text/html")
-    message.send()
+def notify_ready(cluster: Cluster) -> None:
+    _notify(cluster, Kind.CLUSTER_READY, "ready")
 
 
-def send_cluster_ready(cluster_id: int) -> None:
-    with transaction.atomic():
-        # Claim the send first, so duplicate tasks send it once.
-        claimed = Cluster.objects.filter(pk=cluster_id, ready_email_sent_at__isnull=True).update(
-            ready_email_sent_at=timezone.now()
-        )
-        if not claimed:
-            return
-        cluster = Cluster.objects.select_related("machine_type__gpu", "machine_type__location", "created_by", "workspace").get(pk=cluster_id)
-        to = recipients_for(cluster)
-        if not to:
-            return
-        send_templated(
-            "cluster_ready", f"Your cluster {cluster.name} is ready", to,
-            {"cluster": cluster, "nodes": list(cluster.nodes.all()), "url": settings.SITE_URL + cluster.get_absolute_url()},
-        )
+def notify_failed(cluster: Cluster) -> None:
+    _notify(cluster, Kind.CLUSTER_FAILED, "failed")
+
+
+def notify_degraded(cluster: Cluster) -> None:
+    # A retried install can degrade again: each attempt is its own event.
+    _notify(cluster, Kind.CLUSTER_DEGRADED, f"degraded:{cluster.install_attempts}")
+
+
+def notify_terminated(cluster: Cluster) -> None:
+    """One email when a cluster ends; when billing stopped it (balance or budget) it is the
+    critical "stopped" email, which users cannot turn off."""
+    kind = Kind.CLUSTER_STOPPED if cluster.termination_reason in STOP_REASONS else Kind.CLUSTER_TERMINATED
+    _notify(cluster, kind, "terminated")
+
+
+# --- template context, built when the email is sent -------------------------------------
+
+
+def total_cost(cluster: Cluster) -> Decimal:
+    """What the cluster's machines cost, as the ledger has (or, once metering catches up,
+    will have) it: each machine's accrual rounded to cents, as billing posts it."""
+    from billing.models import MachineUsage
+    from billing.services import accrued, to_cents
+
+    now = timezone.now()
+    total = Decimal("0.00")
+    for usage in MachineUsage.objects.filter(cluster=cluster):
+        computed = to_cents(accrued(usage.rate, usage.started_at, usage.ended_at or now))
+        total += max(computed, usage.posted_amount)
+    return total
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d"] if days else []
+    if hours or days:
+        parts.append(f"{hours} h")
+    parts.append(f"{minutes} min")
+    if not days and not hours:
+        parts.append(f"{secs} s")
+    return " ".join(parts)
+
+
+def cluster_context(stored: dict) -> dict:
+    cluster = Cluster.objects.select_related(
+        "machine_type__gpu", "machine_type__location", "workspace", "environment", "created_by"
+    ).get(pk=stored["cluster_id"])
+    url = settings.SITE_URL + cluster.get_absolute_url()
+    context = {
+        "cluster": cluster,
+        "nodes": list(cluster.nodes.all()),
+        "software": cluster.get_software_display(),
+        "url": url,
+        "retry_url": url + "#actions",
+        "create_url": settings.SITE_URL + reverse("clusters:create"),
+        "billing_url": settings.SITE_URL + reverse("billing:overview"),
+        "failure_reason": Reason(cluster.failure_reason).label if cluster.failure_reason else "",
+        "termination_reason": Reason(cluster.termination_reason).label if cluster.termination_reason else "",
+        "reason_short": {
+            Reason.BALANCE_EXHAUSTED: "your balance ran out",
+            Reason.BUDGET_REACHED: "the monthly budget was reached",
+        }.get(cluster.termination_reason, "billing limit reached"),
+        "stopped_for_balance": cluster.termination_reason == Reason.BALANCE_EXHAUSTED,
+        "stopped_for_budget": cluster.termination_reason == Reason.BUDGET_REACHED,
+    }
+    if cluster.billing_started_at:
+        ended = cluster.billing_ended_at or cluster.terminated_at or timezone.now()
+        context["billed_seconds"] = (ended - cluster.billing_started_at).total_seconds()
+        context["duration"] = _duration(context["billed_seconds"])
+        context["billing_ended_at"] = ended
+    else:
+        context["duration"] = ""
+    context["total_cost"] = total_cost(cluster)
+    return context

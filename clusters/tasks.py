@@ -22,10 +22,3 @@ def sweep_clusters() -> int:
     for cluster_id in ids:
         advance_cluster.delay(cluster_id)
     return len(ids)
-
-
-@shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5, soft_time_limit=60)
-def send_cluster_ready_email(cluster_id: int) -> None:
-    from clusters.emails import send_cluster_ready
-
-    send_cluster_ready(cluster_id)

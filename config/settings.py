@@ -49,6 +49,8 @@ INSTALLED_APPS = [
     "clusters",
     "billing",
     "api",
+    "quotes",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -141,6 +143,18 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The cache holds rate-limit counters, which every web process must share: Redis when there
+# is one. Tests keep the per-process memory cache so their counters start empty.
+if REDIS_URL and not TESTING:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("CACHE_PREFIX", "runcrate-cache"),
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 
 def _celery_url(url: str | None) -> str:
@@ -165,6 +179,7 @@ SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
+    "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
 }
 
 # The lifecycle: how long a step waits before the reconciler looks again, and whether a
@@ -187,6 +202,15 @@ EMAIL_BACKEND = env_str(
 EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Runcrate Clusters <clusters@runcrate.example>")
 SALES_EMAIL = env_str("SALES_EMAIL", "sales@runcrate.example")
+# Notifications: a failed SMTP send is retried after 30 s, 60 s, 120 s … (capped), and given
+# up after NOTIFICATION_MAX_ATTEMPTS; the beat re-queues pending ones whose task was lost.
+NOTIFICATION_RETRY_BASE_SECONDS = env_int("NOTIFICATION_RETRY_BASE_SECONDS", 30)
+NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600)
+NOTIFICATION_MAX_ATTEMPTS = env_int("NOTIFICATION_MAX_ATTEMPTS", 10)
+NOTIFICATION_REQUEUE_AFTER_SECONDS = env_int("NOTIFICATION_REQUEUE_AFTER_SECONDS", 300)
+# Request a quote: at most QUOTE_RATE_LIMIT submissions per client address per window.
+QUOTE_RATE_LIMIT = env_int("QUOTE_RATE_LIMIT", 5)
+QUOTE_RATE_WINDOW_SECONDS = env_int("QUOTE_RATE_WINDOW_SECONDS", 3600)
 
 # The JSON API: at most API_RATE_LIMIT requests per key per window (0 turns the limit off),
 # counted in the cache named API_RATE_CACHE (Redis in production, shared by every web process).

@@ -13,6 +13,8 @@ urlpatterns = [
     path("offers/", include("offers.urls")),
     path("account/", include("accounts.urls")),
     path("billing/", include("billing.urls")),
+    path("quote/", include("quotes.urls")),
+    path("account/notifications/", include("notifications.urls")),
     path("", include("api.urls")),
     path("admin/", admin.site.urls),
 ]

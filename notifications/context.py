@@ -1,0 +1,37 @@
+"""Template context for the billing kinds (balance, budget, top-ups, auto-recharge).
+
+Billing passes JSON-safe values (amounts as strings, ids); this adds the workspace and the
+links back to the dashboard."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.urls import NoReverseMatch, reverse
+
+from accounts.models import Workspace
+
+
+def _money(value) -> str:
+    try:
+        return f"{Decimal(str(value)):,.2f}"
+    except (InvalidOperation, ValueError):
+        return str(value)
+
+
+def billing_context(stored: dict) -> dict:
+    context = dict(stored)
+    for key in ("balance", "amount", "threshold", "budget", "spent"):
+        if key in context and context[key] is not None:
+            context[key] = _money(context[key])
+    workspace = Workspace.objects.filter(pk=stored.get("workspace_id")).first() if stored.get("workspace_id") else None
+    context["workspace"] = workspace
+    context.setdefault("workspace_name", workspace.name if workspace else "your workspace")
+    context.setdefault("environment_name", stored.get("environment_name", "Your environment"))
+    context.setdefault("percent", stored.get("percent", ""))
+    try:
+        context["billing_url"] = settings.SITE_URL + reverse("billing:overview")
+    except NoReverseMatch:
+        context["billing_url"] = settings.SITE_URL
+    return context

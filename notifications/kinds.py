@@ -1,0 +1,63 @@
+"""Every kind of email the product sends: its label, whether a user may turn it off, its
+subject line, and where its template context comes from.
+
+A kind's templates are templates/emails/<kind>.txt and templates/emails/<kind>.html, both
+extending the shared layout (emails/base.txt, emails/base.html)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import models
+
+
+class Kind(models.TextChoices):
+    CLUSTER_READY = "cluster_ready", "Cluster ready"
+    CLUSTER_FAILED = "cluster_failed", "Cluster failed to start"
+    CLUSTER_DEGRADED = "cluster_degraded", "Cluster software failed to install"
+    CLUSTER_TERMINATED = "cluster_terminated", "Cluster terminated"
+    CLUSTER_STOPPED = "cluster_stopped", "Cluster stopped: balance ran out or monthly budget reached"
+    BALANCE_LOW = "balance_low", "Low balance warning"
+    BUDGET_WARNING = "budget_warning", "Monthly budget warning"
+    TOPUP_RECEIVED = "topup_received", "Top-up received"
+    AUTO_RECHARGE_FAILED = "auto_recharge_failed", "Auto-recharge failed"
+    QUOTE_RECEIVED = "quote_received", "Quote request (to sales)"
+    QUOTE_CONFIRMATION = "quote_confirmation", "Quote request confirmation"
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    subject: str  # str.format() over the template context
+    context: str  # dotted path of fn(stored_context: dict) -> dict, run when the email is sent
+    critical: bool = False  # critical kinds cannot be turned off
+    help: str = ""
+
+
+_CLUSTER = "clusters.emails.cluster_context"
+_BILLING = "notifications.context.billing_context"
+_QUOTE = "quotes.emails.quote_context"
+
+SPECS: dict[str, KindSpec] = {
+    Kind.CLUSTER_READY: KindSpec("Your cluster {cluster.name} is ready", _CLUSTER,
+                                 help="Every machine has joined and the software passed its checks."),
+    Kind.CLUSTER_FAILED: KindSpec("Your cluster {cluster.name} failed to start — nothing was charged", _CLUSTER,
+                                  critical=True),
+    Kind.CLUSTER_DEGRADED: KindSpec("Your cluster {cluster.name} is degraded: {software} failed to install",
+                                    _CLUSTER, help="The machines are up and billed, but the software did not install."),
+    Kind.CLUSTER_TERMINATED: KindSpec("Your cluster {cluster.name} was terminated", _CLUSTER,
+                                      help="Duration and total cost when a cluster ends."),
+    Kind.CLUSTER_STOPPED: KindSpec("Your cluster {cluster.name} was stopped: {reason_short}", _CLUSTER, critical=True),
+    Kind.BALANCE_LOW: KindSpec("Your Runcrate balance is low: ${balance}", _BILLING,
+                               help="When the workspace's credit balance falls below the warning level."),
+    Kind.BUDGET_WARNING: KindSpec("{environment_name} has used {percent}% of its monthly budget", _BILLING,
+                                  help="When an environment nears its monthly budget."),
+    Kind.TOPUP_RECEIVED: KindSpec("We received your top-up of ${amount}", _BILLING, help="A receipt for each top-up."),
+    Kind.AUTO_RECHARGE_FAILED: KindSpec("Auto-recharge of ${amount} failed", _BILLING, critical=True),
+    Kind.QUOTE_RECEIVED: KindSpec("Quote request: {quote.machines} × {quote.gpu} from {quote_from}", _QUOTE, critical=True),
+    Kind.QUOTE_CONFIRMATION: KindSpec("We received your quote request", _QUOTE, critical=True),
+}
+
+CRITICAL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.critical)
+# What a user sees on the settings page; sales' own copy is not a user's choice.
+OPTIONAL_KINDS = [kind for kind in Kind if not SPECS[kind].critical]
+USER_FACING_CRITICAL_KINDS = [kind for kind in Kind if SPECS[kind].critical and kind != Kind.QUOTE_RECEIVED]

@@ -1,0 +1,202 @@
+"""The one way to send an email to a customer or to sales.
+
+    notify(Kind.TOPUP_RECEIVED, user_ids=[...], context={...}, dedupe_key="topup:cs_123")
+
+records the event (once: a second call with the same dedupe_key does nothing), decides who
+gets it (users who turned an optional kind off are skipped), and after commit queues one
+Celery task per recipient, which sends it and retries with backoff while SMTP fails.
+See docs/notifications.md."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import smtplib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts.models import Role
+from notifications.kinds import CRITICAL_KINDS, OPTIONAL_KINDS, SPECS, Kind
+from notifications.models import Delivery, Notification, NotificationPreference
+
+log = logging.getLogger(__name__)
+
+
+def notify(
+    kind: str, *, user_ids: Iterable[int] = (), recipients: Iterable[str] = (), context: dict | None = None,
+    dedupe_key: str, reply_to: Iterable[str] = (), workspace_id: int | None = None,
+) -> Notification | None:
+    """Record one notification and queue its emails after commit. Returns None when this
+    dedupe_key was already recorded (a duplicate trigger), so the event is emailed once.
+
+    `user_ids` get it unless they turned an optional kind off; `recipients` are plain
+    addresses (sales, a quote requester) that always get it. `context` must be JSON-safe
+    (ids, strings, numbers); the kind's context builder turns it into template context
+    when the email is sent. Call it inside the transaction that makes the change, so the
+    record commits, or rolls back, with the event."""
+    if kind not in SPECS:
+        raise ValueError(f"Unknown notification kind {kind!r}")
+    try:
+        # A savepoint, so a duplicate leaves the caller's transaction usable.
+        with transaction.atomic():
+            notification = Notification.objects.create(
+                kind=kind, dedupe_key=dedupe_key, context=context or {}, reply_to=list(reply_to), workspace_id=workspace_id,
+            )
+    except IntegrityError:
+        if Notification.objects.filter(dedupe_key=dedupe_key).exists():
+            return None
+        raise
+    muted = _muted_user_ids(kind, user_ids)
+    addresses: dict[str, tuple[int | None, str]] = {}
+    for user_id, email in get_user_model().objects.filter(pk__in=list(user_ids)).exclude(email="").values_list("pk", "email"):
+        addresses.setdefault(email.lower(), (user_id, Delivery.Status.MUTED if user_id in muted else Delivery.Status.PENDING))
+    for email in recipients:
+        if email:
+            addresses[email.lower()] = (None, Delivery.Status.PENDING)
+    deliveries = Delivery.objects.bulk_create(
+        [Delivery(notification=notification, user_id=uid, email=email, status=status)
+         for email, (uid, status) in addresses.items()]
+    )
+    pending = [d.pk for d in deliveries if d.status == Delivery.Status.PENDING]
+    if pending:
+        # robust: a broker hiccup must not turn the committed change into an error for the
+        # caller; the sweep (send_pending_notifications) re-queues anything left pending.
+        transaction.on_commit(partial(_queue, pending), robust=True)
+    return notification
+
+
+def _queue(delivery_ids: list[int]) -> None:
+    from notifications.tasks import send_notification
+
+    for delivery_id in delivery_ids:
+        send_notification.delay(delivery_id)
+
+
+def _muted_user_ids(kind: str, user_ids: Iterable[int]) -> set[int]:
+    if kind in CRITICAL_KINDS:
+        return set()
+    return set(
+        NotificationPreference.objects.filter(user_id__in=list(user_ids), kind=kind, enabled=False).values_list("user_id", flat=True)
+    )
+
+
+# --- who gets what ----------------------------------------------------------------------
+
+
+def billing_contact_ids(workspace_id: int) -> list[int]:
+    """Owners and Managers: the members who see billing."""
+    from accounts.models import Membership
+
+    return list(
+        Membership.objects.filter(workspace_id=workspace_id, role__in=[Role.OWNER, Role.MANAGER]).values_list("user_id", flat=True)
+    )
+
+
+# --- preferences ------------------------------------------------------------------------
+
+
+def enabled_kinds(user) -> set[str]:
+    off = set(NotificationPreference.objects.filter(user=user, enabled=False).values_list("kind", flat=True))
+    return {kind for kind in OPTIONAL_KINDS if kind not in off}
+
+
+def set_preferences(user, enabled: Iterable[str]) -> None:
+    """Turn the optional kinds in `enabled` on and every other optional kind off."""
+    enabled = set(enabled)
+    with transaction.atomic():
+        for kind in OPTIONAL_KINDS:
+            NotificationPreference.objects.update_or_create(user=user, kind=kind, defaults={"enabled": kind in enabled})
+
+
+# --- sending (called by notifications.tasks.send_notification) --------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "sent", "skipped", "retry", "failed"
+    retry_in: int | None = None
+    error: Exception | None = None
+
+
+def retry_delay(attempts: int) -> int:
+    """Seconds before the next attempt: doubling from the base, capped."""
+    return min(settings.NOTIFICATION_RETRY_BASE_SECONDS * 2 ** max(attempts - 1, 0), settings.NOTIFICATION_RETRY_MAX_SECONDS)
+
+
+def _is_permanent(exc: Exception) -> bool:
+    """A 5xx answer about the message or its recipient will not change on retry."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return all(code >= 500 for code, _ in exc.recipients.values())
+    return isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code >= 500 and not isinstance(
+        exc, smtplib.SMTPServerDisconnected
+    )
+
+
+def send_delivery(delivery_id: int) -> Outcome:
+    from notifications.rendering import build_message
+
+    error: Exception | None = None
+    with transaction.atomic():
+        # The row stays locked for the whole SMTP exchange: a duplicate task (a broker
+        # redelivery, the sweep, a retry racing a late first attempt) waits here and then
+        # finds it sent, so one event is one email.
+        delivery = (
+            Delivery.objects.select_for_update().select_related("notification", "user").filter(pk=delivery_id).first()
+        )
+        if delivery is None or delivery.status != Delivery.Status.PENDING:
+            return Outcome("skipped")
+        now = timezone.now()
+        try:
+            message = build_message(delivery)
+        except Exception as exc:  # a template or data bug: retrying renders the same thing
+            log.exception("Could not render notification delivery %s", delivery_id)
+            _record_failure(delivery, now, exc, final=True)
+            return Outcome("failed", error=exc)
+        try:
+            message.send()
+        except OSError as exc:  # smtplib.SMTPException is an OSError, and so is a refused connection
+            error = exc
+            final = _is_permanent(exc) or delivery.attempts + 1 >= settings.NOTIFICATION_MAX_ATTEMPTS
+            _record_failure(delivery, now, exc, final=final)
+        else:
+            Delivery.objects.filter(pk=delivery.pk).update(
+                status=Delivery.Status.SENT, sent_at=now, last_attempt_at=now, attempts=F("attempts") + 1,
+                subject=message.subject[:255], next_attempt_at=None,
+            )
+            return Outcome("sent")
+    delivery.refresh_from_db()
+    if delivery.status == Delivery.Status.FAILED:
+        log.error("Gave up on notification delivery %s after %s attempts: %s", delivery_id, delivery.attempts, error)
+        return Outcome("failed", error=error)
+    return Outcome("retry", retry_in=retry_delay(delivery.attempts), error=error)
+
+
+def _record_failure(delivery: Delivery, now: dt.datetime, exc: Exception, *, final: bool) -> None:
+    attempts = delivery.attempts + 1
+    Delivery.objects.filter(pk=delivery.pk).update(
+        attempts=attempts, last_attempt_at=now, last_error=f"{type(exc).__name__}: {exc}"[:2000],
+        status=Delivery.Status.FAILED if final else Delivery.Status.PENDING,
+        next_attempt_at=None if final else now + dt.timedelta(seconds=retry_delay(attempts)),
+    )
+
+
+def pending_to_requeue(now: dt.datetime | None = None) -> list[int]:
+    """Pending deliveries whose task was lost (a broker outage at commit, a dead worker):
+    never tried and older than the grace period, or well past their retry time."""
+    now = now or timezone.now()
+    grace = dt.timedelta(seconds=settings.NOTIFICATION_REQUEUE_AFTER_SECONDS)
+    return list(
+        Delivery.objects.filter(status=Delivery.Status.PENDING)
+        .filter(Q(next_attempt_at__isnull=True, created_at__lt=now - grace) | Q(next_attempt_at__lt=now - grace))
+        .values_list("pk", flat=True)[:500]
+    )
+
+
+__all__ = ["Kind", "notify", "billing_contact_ids", "enabled_kinds", "set_preferences", "send_delivery"]

@@ -1,0 +1,78 @@
+"""Quote requests: validate, store, and tell sales and the requester (after commit)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+
+from quotes.forms import QuoteRequestForm
+from quotes.models import QuoteRequest
+
+
+class InvalidQuoteRequest(Exception):
+    """Bad input. `errors` maps a field name (or "__all__") to its messages, like a form's."""
+
+    code = "invalid_quote_request"
+    status = 400
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
+        self.errors = errors
+
+
+def create_quote_request(
+    *, contact_name: str, email: str, company: str = "", gpu: str, machines: int | str, network: str = "ethernet",
+    term: str = "on_demand", term_months: int | str | None = None, start_date: dt.date | str | None = None,
+    notes: str = "", user=None, source_ip: str | None = None,
+) -> QuoteRequest:
+    """Store a quote request and queue the two emails: one to SALES_EMAIL, one confirming to the
+    requester. Raises InvalidQuoteRequest with per-field messages on bad input. Used by the
+    /quote/ page and the API alike, so both validate the same way."""
+    form = QuoteRequestForm(
+        data={
+            "contact_name": contact_name, "email": email, "company": company or "", "gpu": gpu,
+            "machines": machines, "network": network, "term": term,
+            "term_months": "" if term_months is None else term_months,
+            "start_date": start_date.isoformat() if isinstance(start_date, dt.date) else (start_date or ""),
+            "notes": notes or "",
+        }
+    )
+    if not form.is_valid():
+        raise InvalidQuoteRequest({field: list(msgs) for field, msgs in form.errors.items()})
+    from notifications import services as notifications
+    from notifications.kinds import Kind
+
+    with transaction.atomic():
+        quote = form.save(commit=False)
+        quote.user = user if user is not None and user.is_authenticated else None
+        quote.source_ip = source_ip
+        quote.save()
+        context = {"quote_id": quote.pk}
+        notifications.notify(
+            Kind.QUOTE_RECEIVED, recipients=[settings.SALES_EMAIL], context=context,
+            dedupe_key=f"quote:{quote.pk}:sales", reply_to=[quote.email],
+        )
+        notifications.notify(
+            Kind.QUOTE_CONFIRMATION, recipients=[quote.email], context=context, dedupe_key=f"quote:{quote.pk}:confirmation",
+        )
+    return quote
+
+
+def allow_quote_request(ip: str | None) -> bool:
+    """Count a submission from this address; False once it is over the limit for the window.
+
+    A fixed window in Django's cache (Redis in production, so every web process shares it)."""
+    limit, window = settings.QUOTE_RATE_LIMIT, settings.QUOTE_RATE_WINDOW_SECONDS
+    key = f"quote-rate:{ip or 'unknown'}"
+    # add() only sets a missing key, so the window starts at the first request and is not
+    # extended by later ones; incr() is atomic on Redis and under LocMemCache's lock.
+    cache.add(key, 0, timeout=window)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # expired between add() and incr()
+        cache.add(key, 1, timeout=window)
+        count = 1
+    return count <= limit

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from offers.models import GPUModel
+from quotes import services
+from quotes.forms import QuoteRequestForm
+from quotes.models import Network
+
+
+def client_ip(request) -> str | None:
+    # REMOTE_ADDR is the client when the ASGI server runs with proxy headers on
+    # (daphne --proxy-headers); trusting X-Forwarded-For here would let anyone dodge the limit.
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def _initial(request) -> dict:
+    """Pre-fill from the dashboard (?gpu=H100&machines=128&network=infiniband) and the user."""
+    initial = {key: request.GET[key] for key in ("gpu", "machines", "network", "term", "term_months") if request.GET.get(key)}
+    if request.user.is_authenticated:
+        initial.setdefault("contact_name", request.user.get_full_name() or request.user.get_username())
+        initial.setdefault("email", request.user.email)
+        tenancy = getattr(request, "tenancy", None)
+        if tenancy is not None:
+            initial.setdefault("company", tenancy.workspace.name)
+    if "network" in initial and initial["network"] not in Network.values:
+        del initial["network"]
+    return initial
+
+
+def quote_request(request):
+    """Public (no login): reserved capacity, clusters beyond 64 machines, InfiniBand or RoCE."""
+    form = QuoteRequestForm(request.POST or None, initial=_initial(request))
+    status = 200
+    if request.method == "POST":
+        if not services.allow_quote_request(client_ip(request)):
+            form.add_error(None, "Too many quote requests from your address. Please try again in an hour, or email us.")
+            status = 429
+        elif form.is_spam:
+            # Look like success so the bot learns nothing; store and send nothing.
+            return redirect(reverse("quotes:thanks"))
+        elif form.is_valid():
+            try:
+                services.create_quote_request(**form.cleaned_data_for_service(), user=request.user, source_ip=client_ip(request))
+            except services.InvalidQuoteRequest as exc:
+                for field, messages in exc.errors.items():
+                    for message in messages:
+                        form.add_error(None if field == "__all__" else field, message)
+                status = 400
+            else:
+                return redirect(reverse("quotes:thanks"))
+        else:
+            status = 400
+    gpus = GPUModel.objects.all()
+    return render(request, "quotes/request.html", {"form": form, "gpus": gpus}, status=status)
+
+
+def quote_thanks(request):
+    return render(request, "quotes/thanks.html")
