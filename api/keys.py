@@ -1,0 +1,63 @@
+"""Making, switching off and checking API keys. The full key exists only in the answer to its creation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import Membership, Workspace
+from api.models import KEY_PREFIX, VISIBLE_CHARS, ApiKey, hash_key
+
+# last_used_at is a hint, not an audit log: write it at most once a minute per key.
+LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def create_api_key(*, workspace: Workspace, created_by, name: str) -> tuple[ApiKey, str]:
+    """A new key for `workspace`; returns the row and the full key, which is never stored."""
+    raw = generate_key()
+    api_key = ApiKey.objects.create(
+        workspace=workspace, created_by=created_by, name=name.strip() or "API key",
+        prefix=raw[: len(KEY_PREFIX) + VISIBLE_CHARS], key_hash=hash_key(raw),
+    )
+    return api_key, raw
+
+
+def set_api_key_active(api_key: ApiKey, active: bool) -> None:
+    ApiKey.objects.filter(pk=api_key.pk).update(is_active=active)
+    api_key.is_active = active
+
+
+def delete_api_key(api_key: ApiKey) -> None:
+    api_key.delete()
+
+
+def find_api_key(raw: str) -> ApiKey | None:
+    """The key row for a presented key, active or not (callers tell the two apart)."""
+    if not raw.startswith(KEY_PREFIX):
+        return None
+    return ApiKey.objects.select_related("workspace", "created_by").filter(key_hash=hash_key(raw)).first()
+
+
+def membership_for(api_key: ApiKey) -> Membership | None:
+    """The key's creator's membership: the role the key acts with. None once they left the workspace."""
+    if api_key.created_by_id is None:
+        return None
+    return (
+        Membership.objects.select_related("workspace", "user")
+        .filter(workspace_id=api_key.workspace_id, user_id=api_key.created_by_id, user__is_active=True)
+        .first()
+    )
+
+
+def touch_last_used(api_key: ApiKey) -> None:
+    now = timezone.now()
+    ApiKey.objects.filter(pk=api_key.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ).update(last_used_at=now)
