@@ -14,7 +14,6 @@ from accounts.models import SSHKey
 from api import serializers
 from api.http import ApiContext, ApiError, Fields, invalid, json_body, money, not_found, ok, page, parse_id
 from api.models import IdempotentRequest
-from billing import queries as billing_queries
 from clusters import services
 from clusters.access import get_cluster_for_user
 from clusters.models import Cluster, Status, Volume
@@ -186,6 +185,8 @@ def terminate_node(request: HttpRequest, ctx: ApiContext, cluster_id: str, node_
 
 
 def billing_balance(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
+    from billing import queries as billing_queries
+
     ctx.require_billing()
     summary = billing_queries.balance_summary(ctx.workspace)
     now = timezone.now()
@@ -220,6 +221,8 @@ def _month(raw: str | None) -> tuple[int, int]:
 
 
 def billing_usage(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
+    from billing import queries as billing_queries
+
     ctx.require_billing()
     year, month = _month(request.GET.get("month"))
     items = billing_queries.usage_for_month(ctx.workspace, year, month, environment=ctx.environment)
