@@ -1,29 +1,66 @@
-"""Every change to money: ledger entries, usage intervals and metering."""
+"""Every change to money: ledger entries, usage intervals, metering and enforcement.
+
+Money is an append-only ledger with a cached balance on the workspace that changes only in
+the same transaction as its entry, under a row lock on the workspace. Usage accrues per
+machine with a `billed_until` watermark (see MachineUsage).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, Sum, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from accounts.models import Workspace
-from billing.models import LedgerEntry, MachineUsage
+from accounts.models import Environment, Workspace
+from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, month_start
+from clusters.errors import ClusterError
+
+log = logging.getLogger(__name__)
 
 CENT = Decimal("0.01")
-SECONDS_PER_HOUR = Decimal(3600)
+HOURS = Decimal(3600)
+SECONDS_PER_HOUR = HOURS
+# A warning email goes once each time the hours left at the current spend fall under one of these.
+BALANCE_WARNING_HOURS = (24, 1)
+
+
+class BudgetReached(ClusterError):
+    status = 402
 
 
 def to_cents(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
+def elapsed_seconds(start: dt.datetime, end: dt.datetime) -> Decimal:
+    """Exact seconds between two instants (no float rounding of microseconds)."""
+    if end <= start:
+        return Decimal(0)
+    delta = end - start
+    return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
+
+
 def accrued(rate: Decimal, start: dt.datetime, end: dt.datetime) -> Decimal:
     """Exact (unrounded) cost of one machine from start to end, accrued per second."""
-    elapsed = Decimal((end - start).total_seconds()) if end > start else Decimal(0)
-    return rate * elapsed / SECONDS_PER_HOUR
+    return rate * elapsed_seconds(start, end) / HOURS
+
+
+def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> Decimal:
+    """What the ledger holds for a machine billed from `started_at` to `until`: the running
+    total rounded to cents, never a sum of rounded pieces, so rounding cannot drift."""
+    return to_cents(accrued(rate, started_at, until))
+
+
+def next_month_start(moment: dt.datetime) -> dt.datetime:
+    return dt.datetime(moment.year + (moment.month == 12), moment.month % 12 + 1, 1, tzinfo=dt.timezone.utc)
 
 
 def required_balance(price_per_hour: Decimal) -> Decimal:
@@ -31,14 +68,19 @@ def required_balance(price_per_hour: Decimal) -> Decimal:
     return max(to_cents(price_per_hour), settings.MINIMUM_CREATE_BALANCE)
 
 
+# --- ledger ---------------------------------------------------------------------------------
+
+
 def post_entry(
     *, workspace_id: int, kind: str, amount: Decimal, idempotency_key: str, description: str,
     state: str = LedgerEntry.State.COMPLETED, cluster_id: int | None = None, environment_id: int | None = None,
+    period: dt.date | None = None,
 ) -> tuple[LedgerEntry, bool]:
     """Append a ledger entry once per idempotency key; returns (entry, created)."""
     with transaction.atomic():
         # The workspace row lock serialises every balance change of one workspace, so the
-        # cached balance and the ledger can never disagree.
+        # cached balance and the ledger can never disagree, and two posts of one key queue
+        # here and the second finds the first's entry.
         workspace = Workspace.objects.select_for_update().get(pk=workspace_id)
         existing = LedgerEntry.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
@@ -51,12 +93,20 @@ def post_entry(
         entry = LedgerEntry.objects.create(
             workspace_id=workspace_id, kind=kind, amount=amount, state=state, idempotency_key=idempotency_key,
             description=description, cluster_id=cluster_id, environment_id=environment_id, balance_after=balance,
+            period=period,
         )
+        if state == LedgerEntry.State.COMPLETED and amount > 0:
+            # A credit may lift the balance back over the auto-recharge threshold: arm it again.
+            AutoRecharge.objects.filter(workspace_id=workspace_id, armed=False, threshold__lte=balance).update(armed=True)
         return entry, True
 
 
+# --- usage intervals ----------------------------------------------------------------------
+
+
 def start_usage(cluster, nodes, at: dt.datetime) -> None:
-    """Open one usage interval per machine, all from `at` (the instant the last one joined)."""
+    """Open one usage interval per machine, all from `at` (the instant the last one joined,
+    or, for a worker added later, the instant it was up)."""
     MachineUsage.objects.bulk_create(
         [
             MachineUsage(
@@ -71,32 +121,301 @@ def start_usage(cluster, nodes, at: dt.datetime) -> None:
 
 
 def end_usage(cluster, at: dt.datetime) -> None:
-    MachineUsage.objects.filter(cluster=cluster, ended_at__isnull=True).update(ended_at=at)
+    # A metering run that read the clock just before this terminate may already have billed
+    # a few seconds past `at`; the interval then ends at its watermark so the posted amount
+    # always equals the interval's rounded total.
+    MachineUsage.objects.filter(cluster=cluster, ended_at__isnull=True).update(
+        ended_at=Greatest(Value(at), F("billed_until"))
+    )
+
+
+# --- metering ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MeteringRun:
+    now: dt.datetime
+    machines: int = 0
+    entries: int = 0
+    posted: Decimal = Decimal("0.00")
+    workspaces: set[int] = field(default_factory=set)
+
+
+def _due_usages(now: dt.datetime, cluster_id: int | None):
+    queryset = (
+        MachineUsage.objects
+        # SKIP LOCKED: rows a concurrent run holds are its to post; this run takes the rest
+        # and never waits, so ten runs at once post each machine's accrual exactly once.
+        .select_for_update(skip_locked=True, of=("self",))
+        .filter(Q(ended_at__isnull=True, billed_until__lt=now) | Q(ended_at__isnull=False, billed_until__lt=F("ended_at")))
+        .select_related("cluster")
+        .only(
+            "id", "cluster_id", "workspace_id", "environment_id", "rate", "started_at", "ended_at", "billed_until",
+            "posted_amount", "cluster__name",
+        )
+        .order_by("id")
+    )
+    if cluster_id is not None:
+        queryset = queryset.filter(cluster_id=cluster_id)
+    return queryset
+
+
+def _save_watermarks(usages: list[MachineUsage]) -> None:
+    if connection.vendor == "postgresql":
+        # One statement for any number of machines (bulk_update would build a CASE per row).
+        table = MachineUsage._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS u SET billed_until = v.billed_until, posted_amount = v.posted_amount "
+                "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::timestamptz[]) AS billed_until, "
+                "unnest(%s::numeric[]) AS posted_amount) AS v WHERE u.id = v.id",
+                [[u.pk for u in usages], [u.billed_until for u in usages], [u.posted_amount for u in usages]],
+            )
+    else:
+        MachineUsage.objects.bulk_update(usages, ["billed_until", "posted_amount"], batch_size=500)
+
+
+def _debit_workspaces(debits: dict[int, Decimal]) -> None:
+    ids = sorted(debits)
+    if connection.vendor == "postgresql":
+        table = Workspace._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS w SET credit_balance = w.credit_balance - v.debit "
+                "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::numeric[]) AS debit) AS v WHERE w.id = v.id",
+                [ids, [debits[i] for i in ids]],
+            )
+    else:
+        for workspace_id in ids:
+            Workspace.objects.filter(pk=workspace_id).update(credit_balance=F("credit_balance") - debits[workspace_id])
+
+
+def meter_usage(now: dt.datetime | None = None, *, cluster_id: int | None = None) -> MeteringRun:
+    """Post what every machine accrued since its watermark, in one transaction.
+
+    Per machine: total = round(rate × (until − started_at) / 3600, 2), due = total − posted,
+    split at month boundaries so each month's spend is its own. Dues are summed into one
+    ledger entry per cluster and month. The number of queries does not depend on the number
+    of machines: one locking SELECT, one lock on the workspaces, one INSERT of the entries,
+    one UPDATE of the watermarks and one UPDATE of the balances.
+    """
+    now = now or timezone.now()
+    run = MeteringRun(now=now)
+    with transaction.atomic():
+        usages = list(_due_usages(now, cluster_id))
+        if not usages:
+            return run
+        # (workspace, cluster, environment, period) -> amount, in first-seen order.
+        dues: dict[tuple[int, int, int, dt.date], Decimal] = {}
+        first_usage: dict[tuple[int, int, int, dt.date], int] = {}
+        names: dict[int, str] = {}
+        for usage in usages:
+            until = min(now, usage.ended_at) if usage.ended_at else now
+            moment, posted = usage.billed_until, usage.posted_amount
+            while moment < until:
+                segment_end = min(until, next_month_start(moment))
+                total = posted_total(usage.rate, usage.started_at, segment_end)
+                key = (usage.workspace_id, usage.cluster_id, usage.environment_id, month_start(moment))
+                dues[key] = dues.get(key, Decimal("0.00")) + (total - posted)
+                first_usage.setdefault(key, usage.pk)
+                moment, posted = segment_end, total
+            usage.billed_until, usage.posted_amount = max(until, usage.billed_until), posted
+            names[usage.cluster_id] = usage.cluster.name
+        run.machines = len(usages)
+
+        debits: dict[int, Decimal] = defaultdict(lambda: Decimal("0.00"))
+        for (workspace_id, _, _, _), amount in dues.items():
+            debits[workspace_id] += amount
+        debits = {ws: amount for ws, amount in debits.items() if amount}
+        # Lock the workspaces (in id order, as every other balance change does) so the
+        # running balance written on each entry is the true one.
+        balances = dict(
+            Workspace.objects.select_for_update().filter(pk__in=sorted(debits)).order_by("pk").values_list("pk", "credit_balance")
+        )
+        entries = []
+        for (workspace_id, cid, environment_id, period), amount in dues.items():
+            if not amount:
+                continue
+            balances[workspace_id] -= amount
+            entries.append(
+                LedgerEntry(
+                    workspace_id=workspace_id, cluster_id=cid, environment_id=environment_id,
+                    kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, amount=-amount,
+                    balance_after=balances[workspace_id], period=period,
+                    description=f"Cluster usage {names[cid]}",
+                    idempotency_key=f"usage:{cid}:{period:%Y-%m}:{now.isoformat()}:{first_usage[(workspace_id, cid, environment_id, period)]}",
+                )
+            )
+            run.posted += amount
+        if entries:
+            LedgerEntry.objects.bulk_create(entries)
+            _debit_workspaces(debits)
+        _save_watermarks(usages)
+        run.entries = len(entries)
+        run.workspaces = set(debits)
+    return run
 
 
 def meter_cluster(cluster_id: int, now: dt.datetime | None = None) -> Decimal:
-    """Post what the cluster's machines accrued since the last run; returns the amount posted."""
-    now = now or timezone.now()
-    posted = Decimal("0.00")
+    """Post what one cluster's machines accrued (called when it terminates); returns the amount."""
+    return meter_usage(now, cluster_id=cluster_id).posted
+
+
+# --- budgets and balance checks --------------------------------------------------------------
+
+
+def month_to_date_spend(environment_ids: list[int], at: dt.datetime | None = None) -> dict[int, Decimal]:
+    at = at or timezone.now()
+    rows = (
+        LedgerEntry.objects.filter(
+            environment_id__in=environment_ids, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED,
+            period=month_start(at),
+        )
+        .values_list("environment_id")
+        .annotate(total=Sum("amount"))
+        .values_list("environment_id", "total")
+    )
+    spent = {env_id: Decimal("0.00") for env_id in environment_ids}
+    spent.update({env_id: -total for env_id, total in rows})
+    return spent
+
+
+def check_budget(environment: Environment, at: dt.datetime | None = None) -> None:
+    """Refuse to start anything in an environment that has reached its monthly budget."""
+    spent = month_to_date_spend([environment.pk], at)[environment.pk]
+    if spent >= environment.monthly_budget:
+        raise BudgetReached(
+            "budget_reached",
+            f"The environment {environment.name!r} has spent ${spent:,.2f} this month, reaching its monthly budget "
+            f"of ${environment.monthly_budget:,.2f}. Raise the budget or wait for next month.",
+            field="__all__",
+            details={"spent": str(spent), "budget": str(environment.monthly_budget)},
+        )
+
+
+# --- enforcement ------------------------------------------------------------------------------
+
+
+def _terminable():
+    from clusters.models import Status
+
+    return [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED]
+
+
+def _stop(cluster, reason: str, notice_kind: str, context: dict) -> bool:
+    from billing import emails
+    from clusters import services as clusters
+
     with transaction.atomic():
-        usages = list(MachineUsage.objects.select_for_update().filter(cluster_id=cluster_id).order_by("id"))
-        for usage in usages:
-            until = min(now, usage.ended_at) if usage.ended_at else now
-            if until <= usage.billed_until and usage.ended_at is None:
-                continue
-            total = to_cents(accrued(usage.rate, usage.started_at, until))
-            due = total - usage.posted_amount
-            usage.billed_until = max(until, usage.billed_until)
-            if due:
-                post_entry(
-                    workspace_id=usage.workspace_id, kind=LedgerEntry.Kind.USAGE, amount=-due,
-                    idempotency_key=f"usage:{usage.pk}:{total}",
-                    description=f"Cluster usage {usage.cluster.name}" if hasattr(usage, "cluster") else "Cluster usage",
-                    cluster_id=usage.cluster_id, environment_id=usage.environment_id,
+        if not clusters.terminate_cluster(cluster, reason=reason):
+            return False
+        notice = BillingNotice.objects.create(
+            workspace_id=cluster.workspace_id, kind=notice_kind, key=f"{notice_kind}:{cluster.pk}",
+            context={"cluster_id": cluster.pk, "cluster_name": cluster.name, **context},
+        )
+        emails.queue_notice(notice.pk)
+    return True
+
+
+def stop_exhausted_workspaces() -> list[int]:
+    """Terminate every live cluster of a workspace whose balance ran out; returns their ids."""
+    from clusters.models import Cluster, Reason
+
+    stopped = []
+    for cluster in Cluster.objects.filter(status__in=_terminable(), workspace__credit_balance__lte=0).select_related("workspace"):
+        if _stop(cluster, Reason.BALANCE_EXHAUSTED, BillingNotice.Kind.BALANCE_EXHAUSTED,
+                 {"balance": str(cluster.workspace.credit_balance)}):
+            stopped.append(cluster.pk)
+    return stopped
+
+
+def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
+    """Terminate the live clusters of environments whose month-to-date spend reached the budget."""
+    from clusters.models import Cluster, Reason
+
+    live = list(Cluster.objects.filter(status__in=_terminable()).select_related("environment"))
+    if not live:
+        return []
+    spent = month_to_date_spend(sorted({c.environment_id for c in live}), at)
+    stopped = []
+    for cluster in live:
+        env = cluster.environment
+        if spent[env.pk] >= env.monthly_budget and _stop(
+            cluster, Reason.BUDGET_REACHED, BillingNotice.Kind.BUDGET_REACHED,
+            {"environment": env.name, "spent": str(spent[env.pk]), "budget": str(env.monthly_budget)},
+        ):
+            stopped.append(cluster.pk)
+    return stopped
+
+
+def warn_low_balances() -> list[str]:
+    """Email once per threshold crossing when few hours are left at the current spend."""
+    from billing import emails
+
+    rates = dict(
+        MachineUsage.objects.filter(ended_at__isnull=True).values_list("workspace_id").annotate(rate=Sum("rate"))
+        .values_list("workspace_id", "rate")
+    )
+    balances = dict(Workspace.objects.filter(pk__in=list(rates)).values_list("pk", "credit_balance"))
+    low: dict[str, tuple[int, int, Decimal, Decimal]] = {}
+    for workspace_id, rate in rates.items():
+        if not rate:
+            continue
+        hours_left = max(balances[workspace_id], Decimal(0)) / rate
+        for threshold in BALANCE_WARNING_HOURS:
+            if hours_left < threshold:
+                low[f"balance_low:{workspace_id}:{threshold}h"] = (workspace_id, threshold, hours_left, rate)
+    now = timezone.now()
+    # The balance recovered (a top-up) or nothing runs any more: the next crossing warns again.
+    BillingNotice.objects.filter(kind=BillingNotice.Kind.BALANCE_LOW, cleared_at__isnull=True).exclude(
+        key__in=list(low)
+    ).update(cleared_at=now)
+    sent = []
+    open_keys = set(
+        BillingNotice.objects.filter(key__in=list(low), cleared_at__isnull=True).values_list("key", flat=True)
+    )
+    for key, (workspace_id, threshold, hours_left, rate) in low.items():
+        if key in open_keys:
+            continue
+        try:
+            with transaction.atomic():
+                notice = BillingNotice.objects.create(
+                    workspace_id=workspace_id, kind=BillingNotice.Kind.BALANCE_LOW, key=key,
+                    context={"threshold_hours": threshold, "hours_left": str(hours_left.quantize(CENT)),
+                             "rate": str(to_cents(rate)), "balance": str(balances[workspace_id])},
                 )
-                usage.posted_amount = total
-                posted += due
-            MachineUsage.objects.filter(pk=usage.pk).update(
-                billed_until=usage.billed_until, posted_amount=usage.posted_amount
-            )
-    return posted
+                emails.queue_notice(notice.pk)
+        except IntegrityError:
+            continue  # a concurrent sweep claimed this warning
+        sent.append(key)
+    return sent
+
+
+def trigger_auto_recharges() -> list[int]:
+    """Queue one off-session charge per workspace whose balance is under its threshold."""
+    from billing import tasks
+
+    candidates = AutoRecharge.objects.filter(
+        enabled=True, armed=True, workspace__credit_balance__lt=F("threshold")
+    ).exclude(stripe_payment_method_id="").values_list("pk", "workspace_id")
+    queued = []
+    for pk, workspace_id in candidates:
+        with transaction.atomic():
+            # Compare-and-set: only one sweep disarms it, so one charge per crossing.
+            if AutoRecharge.objects.filter(pk=pk, armed=True).update(armed=False):
+                tasks.charge_auto_recharge.delay_on_commit(workspace_id)
+                queued.append(workspace_id)
+    return queued
+
+
+def meter_and_enforce(now: dt.datetime | None = None) -> dict:
+    """The periodic billing pass: meter, top up, warn, then stop what can no longer be paid for."""
+    run = meter_usage(now)
+    recharged = trigger_auto_recharges()
+    warned = warn_low_balances()
+    exhausted = stop_exhausted_workspaces()
+    over_budget = stop_over_budget_environments(now)
+    return {
+        "machines": run.machines, "posted": str(run.posted), "recharged": recharged, "warned": warned,
+        "stopped_balance": exhausted, "stopped_budget": over_budget,
+    }
