@@ -125,6 +125,7 @@ def create_cluster(
             # Lock the workspace so two creates cannot both spend the same balance check.
             workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
             check_balance(workspace, machine_type.price_for(machine_count))
+            billing.check_budget(environment)
             hosts = inventory.reserve_hosts(machine_type, machine_count)
             if hosts is None:
                 raise Conflict(

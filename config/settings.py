@@ -179,6 +179,7 @@ SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
+    "meter-and-enforce-billing": {"task": "billing.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
 }
 
@@ -188,6 +189,10 @@ CLUSTER_POLL_SECONDS = env_int("CLUSTER_POLL_SECONDS", 2)
 CLUSTER_SELF_RESCHEDULE = env_bool("CLUSTER_SELF_RESCHEDULE", not TESTING)
 DEFAULT_PROVIDER = env_str("DEFAULT_PROVIDER", "simulated")
 MINIMUM_CREATE_BALANCE = env_decimal("MINIMUM_CREATE_BALANCE", "10.00")
+# The `local` provider: where its sandboxed machines keep their SSH servers and roots, and
+# which SSH server they run ("openssh" when sshd is installed, else "asyncssh").
+LOCAL_MACHINES_DIR = env_str("LOCAL_MACHINES_DIR", str(VAR_DIR / "local-machines"))
+LOCAL_SSH_SERVER = env_str("LOCAL_SSH_SERVER", "openssh")
 
 EMAIL_HOST = env_str("EMAIL_HOST", "")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
