@@ -239,11 +239,16 @@ def create_quote(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
     from quotes.services import InvalidQuoteRequest, create_quote_request
 
     fields = Fields(json_body(request))
-    values: dict = {name: fields.string(name, max_length=5000) for name in QUOTE_TEXT_FIELDS}
-    values["machines"] = fields.integer("machines", required=True)
-    values["term_months"] = fields.integer("term_months")
+    text = {name: fields.string(name, max_length=5000) for name in QUOTE_TEXT_FIELDS}
+    machines = fields.integer("machines")
+    term_months = fields.integer("term_months")
     fields.check()
-    values = {k: v for k, v in values.items() if v not in ("", None) or k in ("contact_name", "email", "gpu")}
+    # Required fields go through even when empty so the service reports every problem at once.
+    values: dict = {"contact_name": text["contact_name"], "email": text["email"], "gpu": text["gpu"],
+                    "machines": "" if machines is None else machines}
+    values.update({k: v for k, v in text.items() if v and k not in values})
+    if term_months is not None:
+        values["term_months"] = term_months
     try:
         quote = create_quote_request(**values, user=ctx.api_key.created_by, source_ip=request.META.get("REMOTE_ADDR"))
     except InvalidQuoteRequest as error:
