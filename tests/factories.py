@@ -17,7 +17,9 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
-    password = factory.PostGenerationMethodCall("set_password", "pw")
+    # Hashed into the saved row (a post-generation set_password would not be saved, and
+    # force_login's session hash would then not match the stored password).
+    password = factory.django.Password("pw")
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory):
