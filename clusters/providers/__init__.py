@@ -8,6 +8,8 @@ from clusters.providers.base import BootReport, BootState, OutputCallback, Provi
 
 DRIVERS = {
     "simulated": "clusters.providers.simulated.SimulatedProvider",
+    "local": "clusters.providers.local.LocalProvider",
+    "ssh": "clusters.providers.ssh.SSHPoolProvider",
 }
 
 

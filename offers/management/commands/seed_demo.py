@@ -39,6 +39,7 @@ class Command(BaseCommand):
             for code, name, country, gateway in catalogue.LOCATIONS
         }
         hosts_made = 0
+        serial = 0
         for gpu, loc, kind, per, interconnect, price, deadline, community, count in catalogue.MACHINE_TYPES:
             machine_type, _ = MachineType.objects.update_or_create(
                 gpu=gpus[gpu], location=locations[loc], kind=kind, gpus_per_machine=per, interconnect=interconnect,
@@ -49,7 +50,8 @@ class Command(BaseCommand):
                 },
             )
             for i in range(count):
-                _, created = Host.objects.get_or_create(
+                serial += 1
+                host, created = Host.objects.get_or_create(
                     name=f"{loc}-{gpu.lower()}-{kind.replace('_', '')}-{per}x-{i:02d}",
                     defaults={
                         "machine_type": machine_type, "boot_seconds": boot_seconds + (i % 4),
@@ -57,6 +59,10 @@ class Command(BaseCommand):
                     },
                 )
                 hosts_made += created
+                if provider == "local":
+                    # Each local machine listens on its own loopback address.
+                    address = f"127.78.{serial // 250}.{serial % 250 + 1}"
+                    Host.objects.filter(pk=host.pk).update(address=address, port=2222)
 
         user_model = get_user_model()
         demo, created = user_model.objects.get_or_create(username="demo", defaults={"email": "demo@runcrate.example"})

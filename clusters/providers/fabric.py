@@ -1,0 +1,147 @@
+"""Providers whose machines are driven over SSH with Fabric (clusters.nodeops).
+
+The control plane builds a ClusterSpec from the cluster's live nodes and runs the node
+steps on every node in parallel. Join = names + WireGuard mesh + /shared + volume; it
+counts only when every node reaches every other by name. Install and readiness checks
+are the software's own (sinfo / kubectl / ray status).
+"""
+
+from __future__ import annotations
+
+import abc
+import socket
+import time
+
+from clusters.nodeops import operations
+from clusters.nodeops.operations import ClusterSecrets, StepResult
+from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.targets import ClusterSpec, NodeTarget
+from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
+
+
+def ssh_banner(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when an SSH server answers on host:port (the machine is up)."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            return sock.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+class FabricProvider(Provider):
+    sandbox = False
+    retry_policy = RetryPolicy()
+
+    @abc.abstractmethod
+    def target_for(self, node) -> NodeTarget:
+        """How the control plane reaches this node over SSH, and the root its scripts act under."""
+
+    def volume_source(self, cluster) -> str | None:
+        volume = cluster.volume
+        return volume.source_path or None if volume else None
+
+    def spec_for(self, cluster, nodes) -> ClusterSpec:
+        ordered = sorted(nodes, key=lambda n: n.index)
+        return ClusterSpec(
+            cluster_id=str(cluster.pk),
+            software=cluster.software,
+            machine_kind=cluster.machine_type.kind,
+            gpus_per_machine=cluster.machine_type.gpus_per_machine,
+            nodes=tuple(self.target_for(node) for node in ordered),
+            sandbox=self.sandbox,
+            volume_source=self.volume_source(cluster),
+            gateway=cluster.machine_type.location.gateway_host or None,
+        )
+
+    def _emit(self, name: str, step: str, text: str) -> None:
+        self.on_output(name, step, text)
+
+    def _secrets(self, cluster, spec: ClusterSpec) -> ClusterSecrets:
+        from clusters import services
+
+        existing = ClusterSecrets.from_dict(cluster.node_secrets) if cluster.node_secrets else None
+        secrets = operations.generate_secrets(spec, existing)
+        if secrets.to_dict() != cluster.node_secrets:
+            services.save_node_secrets(cluster, secrets.to_dict())
+        return secrets
+
+    def _runner(self) -> NodeRunner:
+        return NodeRunner(self.retry_policy, keep_connections=True)
+
+    # -- machines ------------------------------------------------------------------
+
+    def boot_status(self, node) -> BootReport:
+        target = self.target_for(node)
+        if ssh_banner(target.host, target.port):
+            return BootReport(BootState.UP, address=f"{target.host}:{target.port}")
+        return BootReport(BootState.BOOTING)
+
+    # -- node steps ------------------------------------------------------------------
+
+    def join_network(self, cluster, nodes) -> StepOutcome:
+        spec = self.spec_for(cluster, nodes)
+        secrets = self._secrets(cluster, spec)
+        with self._runner() as runner:
+            names = operations.set_names(spec, runner=runner, on_output=self._emit)
+            if not names.ok:
+                return _pending(names)
+            joined = operations.join_network(spec, secrets=secrets, runner=runner, on_output=self._emit)
+            if not joined.joined:
+                outcome = _pending(joined)
+                for a, b in joined.failed_pairs:
+                    outcome.pending.update((a, b))
+                return outcome
+            for step in (operations.setup_shared, operations.sync_volume_in):
+                result = step(spec, runner=runner, on_output=self._emit)
+                if not result.ok:
+                    return _pending(result)
+        return StepOutcome.done()
+
+    def install_software(self, cluster, nodes) -> StepOutcome:
+        # Install on every live node, not just `nodes`: the head's configuration lists every
+        # node, and the scripts are idempotent, so running them again on old nodes is safe.
+        spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
+        secrets = self._secrets(cluster, spec)
+        with self._runner() as runner:
+            result = operations.install_software(spec, secrets=secrets, runner=runner, on_output=self._emit)
+        return _failed(result)
+
+    def check_ready(self, cluster, nodes) -> StepOutcome:
+        spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
+        with self._runner() as runner:
+            result = operations.check_ready(spec, runner=runner, on_output=self._emit)
+        outcome = StepOutcome()
+        for name, readiness in result.readiness.items():
+            if not readiness.ready:
+                outcome.pending.add(name)
+                self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
+        return outcome
+
+    def stop(self, cluster, nodes) -> None:
+        if not nodes:
+            return
+        spec = self.spec_for(cluster, nodes)
+        with self._runner() as runner:
+            if spec.volume_source:
+                operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
+            operations.stop(spec, runner=runner, on_output=self._emit)
+
+    @staticmethod
+    def _live_nodes(cluster, nodes):
+        live = [n for n in cluster.nodes.select_related("host").all() if n.released_at is None]
+        return live or list(nodes)
+
+
+def _pending(result: StepResult) -> StepOutcome:
+    """Nodes that did not manage a step yet: looked at again until the cluster's deadline."""
+    return StepOutcome(pending={name for name, r in result.results.items() if not r.ok})
+
+
+def _failed(result: StepResult) -> StepOutcome:
+    outcome = StepOutcome()
+    for name, node_result in result.results.items():
+        if not node_result.ok:
+            outcome.failed[name] = (node_result.tail(3) or f"exit status {node_result.exit_code}").strip()[-240:]
+    return outcome

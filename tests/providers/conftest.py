@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from clusters import lifecycle
+from clusters.models import Cluster, Status
+from offers.models import Host
+from tests.factories import MachineTypeFactory
+
+
+@pytest.fixture
+def local_machines(settings, tmp_path):
+    """The `local` provider with its machines under a temporary directory."""
+    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
+    yield tmp_path / "machines"
+    from clusters.providers.local import LocalProvider
+
+    provider = LocalProvider()
+    for host in Host.objects.all():
+        provider.release(type("N", (), {"host": host})())
+
+
+def local_machine_type(count: int, *, block: int, kind: str = "vm", **kwargs):
+    machine_type = MachineTypeFactory(provider="local", kind=kind, **kwargs)
+    for i in range(count):
+        Host.objects.create(
+            machine_type=machine_type, name=f"local-{block}-{i}", address=f"127.79.{block}.{i + 1}", port=2222,
+        )
+    return machine_type
+
+
+def drive(cluster: Cluster, until: set[str], timeout: float = 90) -> Cluster:
+    """Run the reconciler as the worker would, until the cluster reaches one of `until`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lifecycle.advance(cluster.pk)
+        cluster.refresh_from_db()
+        if cluster.status in until or time.monotonic() > deadline:
+            return cluster
+        time.sleep(0.2)
+
+
+SETTLED = {Status.READY, Status.DEGRADED, Status.FAILED, Status.TERMINATED}

@@ -1,0 +1,122 @@
+"""The whole Fabric path on the `local` provider: real SSH servers on loopback, one per node."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from billing.models import MachineUsage
+from clusters import services
+from clusters.models import Cluster, Node, Reason, Status
+from clusters.nodeops.sandbox import find_sshd
+from offers.models import Host, HostFault
+from tests.providers.conftest import SETTLED, drive, local_machine_type
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed (apt-get install openssh-server)"),
+]
+
+
+def create(environment, machine_type, count=4, software="none", name="train"):
+    return services.create_cluster(
+        environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software
+    )
+
+
+def node_root(local_machines: Path, node: Node) -> Path:
+    return local_machines / node.host.name / "root"
+
+
+@pytest.mark.parametrize("software", ["none", "slurm", "kubernetes", "ray"])
+def test_a_four_node_cluster_reaches_ready(environment, local_machines, software):
+    machine_type = local_machine_type(4, block=10 + ["none", "slurm", "kubernetes", "ray"].index(software))
+    cluster = drive(create(environment, machine_type, software=software), SETTLED)
+    assert cluster.status == Status.READY, list(cluster.events.values_list("message", flat=True))
+    nodes = list(cluster.nodes.select_related("host"))
+    head = node_root(local_machines, nodes[0])
+    hosts = (head / "etc" / "hosts").read_text()
+    assert all(f"10.77.0.{i + 1}" in hosts and f"node-{i}" in hosts for i in range(4))
+    wg = (head / "etc" / "wireguard" / "wg0.conf").read_text()
+    assert wg.count("[Peer]") == 3 and "Address = 10.77.0.1/24" in wg
+    assert (head / "shared" / "hostfile").read_text().count("slots=8") == 4
+    assert all(n.log_tail for n in nodes), "every node keeps its output"
+    assert len({n.billing_started_at for n in nodes}) == 1
+
+
+def test_container_machines_share_no_folder(environment, local_machines):
+    machine_type = local_machine_type(2, block=20, kind="container", gpus_per_machine=1)
+    cluster = drive(create(environment, machine_type, count=2, software="ray"), SETTLED)
+    assert cluster.status == Status.READY
+    worker = node_root(local_machines, cluster.nodes.select_related("host").get(index=1))
+    assert not (worker / "shared" / "hostfile").exists()
+
+
+def test_a_node_that_never_joins_fails_the_cluster_and_releases_every_host(environment, local_machines):
+    machine_type = local_machine_type(4, block=30)
+    Host.objects.filter(name="local-30-2").update(fault=HostFault.NEVER_JOINS)
+    cluster = create(environment, machine_type)
+    cluster = drive(cluster, SETTLED | {Status.PROVISIONING}, timeout=5)
+    for _ in range(3):
+        cluster = drive(cluster, SETTLED, timeout=3)
+    assert cluster.status == Status.PROVISIONING, "it keeps trying until the deadline"
+    Cluster.objects.filter(pk=cluster.pk).update(deadline_at=timezone.now() - dt.timedelta(seconds=1))
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.JOIN_TIMEOUT
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+    assert not any((local_machines / h.name).exists() for h in Host.objects.all()), "machines are stopped"
+    assert not MachineUsage.objects.filter(cluster=cluster).exists()
+
+
+def test_a_machine_that_fails_to_boot_fails_fast(environment, local_machines):
+    machine_type = local_machine_type(3, block=31)
+    Host.objects.filter(name="local-31-1").update(fault=HostFault.BOOT_FAILS)
+    cluster = drive(create(environment, machine_type, count=3), SETTLED)
+    assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.BOOT_FAILED
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+
+
+def test_install_failure_degrades_then_retry_reaches_ready(environment, local_machines):
+    machine_type = local_machine_type(4, block=40)
+    Host.objects.filter(name="local-40-3").update(fault=HostFault.INSTALL_FAILS)
+    cluster = drive(create(environment, machine_type, software="slurm"), SETTLED)
+    assert cluster.status == Status.DEGRADED
+    assert cluster.is_billable
+    failed = cluster.nodes.select_related("host").get(index=3)
+    assert failed.state == Node.State.INSTALL_FAILED and "install" in failed.detail.lower()
+    # The operator fixes the machine; the customer retries.
+    (node_root(local_machines, failed) / "etc" / "runcrate" / "fault").unlink()
+    services.retry_install(cluster, actor="alice")
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.READY
+
+
+def test_adding_a_worker_rejoins_every_node(environment, local_machines):
+    machine_type = local_machine_type(3, block=50)
+    cluster = drive(create(environment, machine_type, count=2, software="slurm"), SETTLED)
+    assert cluster.status == Status.READY
+    services.add_workers(cluster, 1, actor="alice")
+    cluster = drive(cluster, SETTLED, timeout=5)
+    deadline = timezone.now() + dt.timedelta(seconds=60)
+    while cluster.nodes.filter(released_at__isnull=True).exclude(state=Node.State.READY).exists() and timezone.now() < deadline:
+        cluster = drive(cluster, SETTLED, timeout=1)
+    worker = cluster.nodes.select_related("host").get(index=2)
+    assert worker.state == Node.State.READY
+    head = node_root(local_machines, cluster.nodes.select_related("host").get(index=0))
+    assert "node-2" in (head / "etc" / "hosts").read_text()
+    assert (head / "etc" / "wireguard" / "wg0.conf").read_text().count("[Peer]") == 2
+    assert (head / "shared" / "hostfile").read_text().count("slots=") == 3
+    assert MachineUsage.objects.get(node=worker).started_at == worker.billing_started_at
+
+
+def test_terminate_stops_and_releases_every_machine(environment, local_machines):
+    machine_type = local_machine_type(2, block=60)
+    cluster = drive(create(environment, machine_type, count=2), SETTLED)
+    services.terminate_cluster(cluster, actor="alice")
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.TERMINATED
+    assert not any((local_machines / h.name).exists() for h in Host.objects.all())
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
