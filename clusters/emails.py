@@ -100,6 +100,7 @@ def cluster_context(stored: dict) -> dict:
         "retry_url": url + "#actions",
         "create_url": settings.SITE_URL + reverse("clusters:create"),
         "billing_url": settings.SITE_URL + reverse("billing:overview"),
+        "environments_url": settings.SITE_URL + reverse("accounts:environments"),
         "failure_reason": Reason(cluster.failure_reason).label if cluster.failure_reason else "",
         "termination_reason": Reason(cluster.termination_reason).label if cluster.termination_reason else "",
         "reason_short": {

@@ -57,6 +57,7 @@ def create_quote_request(
         )
         notifications.notify(
             Kind.QUOTE_CONFIRMATION, recipients=[quote.email], context=context, dedupe_key=f"quote:{quote.pk}:confirmation",
+            reply_to=[settings.SALES_EMAIL],
         )
     return quote
 

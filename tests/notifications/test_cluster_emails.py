@@ -1,0 +1,139 @@
+"""What each cluster email says, checked as it arrives at a real SMTP server."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import MachineUsage
+from clusters import lifecycle, services
+from clusters.models import Cluster, Node, Reason, Status
+from notifications.models import Delivery, Notification
+from offers.models import Host, HostFault
+from tests.notifications.conftest import html_of, subject_of, text_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create(environment, machine_type, owner, count=2, software="none", name="train") -> Cluster:
+    cluster = services.create_cluster(
+        environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software,
+        created_by=owner,
+    )
+    cluster.refresh_from_db()
+    return cluster
+
+
+def test_the_ready_email_lists_every_node_and_links_to_the_cluster(smtp, environment, machine_type, owner):
+    cluster = create(environment, machine_type, owner, count=3)
+    assert cluster.status == Status.READY
+    [message] = smtp.messages
+    assert message["To"] == "alice@example.com"
+    assert subject_of(message) == "Your cluster train is ready"
+    text, html = text_of(message), html_of(message)
+    for body in (text, html):
+        assert "node-0" in body and "node-2" in body and "10.77.0.3" in body
+        assert f"https://clusters.example.test/clusters/{cluster.pk}/" in body
+        assert "$7.50/hour" in body  # 3 machines × $2.50
+        assert "https://clusters.example.test/account/notifications/" in body  # it can be turned off
+    assert "<table" in html and "<table" not in text
+
+
+def test_the_failed_email_gives_each_nodes_outcome_and_says_nothing_was_charged(smtp, environment, machine_type, owner):
+    hosts = list(machine_type.hosts.order_by("id"))
+    Host.objects.filter(pk=hosts[1].pk).update(fault=HostFault.BOOT_FAILS)
+    cluster = create(environment, machine_type, owner, count=3)
+    assert cluster.status == Status.FAILED
+    [message] = smtp.messages
+    assert subject_of(message) == "Your cluster train failed to start — nothing was charged"
+    text = text_of(message)
+    assert "$0.00 charged" in text and "$0.00 charged" in html_of(message)
+    assert "A machine failed to start" in text
+    failed = cluster.nodes.get(state=Node.State.FAILED)
+    assert f"{failed.name}  Failed" in text
+    assert text.count("Released") == 2
+    assert "cannot be turned off" in text
+
+
+def test_the_degraded_email_names_the_failed_nodes_and_links_to_retry(smtp, environment, machine_type, owner):
+    hosts = list(machine_type.hosts.order_by("id"))
+    Host.objects.filter(pk=hosts[0].pk).update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type, owner, count=2, software="slurm")
+    assert cluster.status == Status.DEGRADED
+    [message] = smtp.messages
+    assert subject_of(message) == "Your cluster train is degraded: Slurm failed to install"
+    text = text_of(message)
+    assert "node-0:" in text and "node-1:" not in text
+    assert f"Retry the install: https://clusters.example.test/clusters/{cluster.pk}/#actions" in text
+    assert "stay up and billed" in text
+
+
+def test_a_second_degradation_after_a_retry_is_a_new_email(smtp, environment, machine_type, owner):
+    Host.objects.filter(pk=machine_type.hosts.order_by("id")[0].pk).update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type, owner, count=2, software="ray")
+    services.retry_install(cluster)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.DEGRADED
+    assert len(smtp.messages) == 2
+
+
+def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environment, machine_type, owner):
+    cluster = create(environment, machine_type, owner, count=2)
+    # Two machines at $2.50/h for 1 h 30 min: $7.50.
+    started = timezone.now() - dt.timedelta(hours=1, minutes=30)
+    Cluster.objects.filter(pk=cluster.pk).update(billing_started_at=started)
+    MachineUsage.objects.filter(cluster=cluster).update(started_at=started, billed_until=started)
+    cluster.refresh_from_db()
+    services.terminate_cluster(cluster, actor="alice")
+    lifecycle.advance(cluster.pk)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.TERMINATED
+    ready, terminated = smtp.messages
+    assert subject_of(terminated) == "Your cluster train was terminated"
+    text = text_of(terminated)
+    assert "Total cost: $7.50" in text
+    assert "Ran for:    1 h 30 min" in text
+    assert "Terminated by a user" in text
+    assert "$7.50" in html_of(terminated)
+    # The email's total is what billing posted.
+    posted = sum(u.posted_amount for u in MachineUsage.objects.filter(cluster=cluster))
+    assert posted == Decimal("7.50")
+
+
+@pytest.mark.parametrize(
+    ("reason", "subject", "says"),
+    [
+        (Reason.BALANCE_EXHAUSTED, "Your cluster train was stopped: your balance ran out", "ran out"),
+        (Reason.BUDGET_REACHED, "Your cluster train was stopped: the monthly budget was reached", "monthly budget of $5000.00"),
+    ],
+)
+def test_a_cluster_stopped_by_billing_gets_the_critical_stopped_email(smtp, environment, machine_type, owner, reason, subject, says):
+    cluster = create(environment, machine_type, owner, count=2)
+    services.terminate_cluster(cluster, reason=reason)
+    lifecycle.advance(cluster.pk)
+    assert len(smtp.messages) == 2
+    stopped = smtp.messages[1]
+    assert subject_of(stopped) == subject
+    text = text_of(stopped)
+    assert says in text and "Total cost: $" in text and "cannot be turned off" in text
+    assert Notification.objects.get(dedupe_key=f"cluster:{cluster.pk}:terminated").kind == "cluster_stopped"
+
+
+def test_without_a_creator_the_workspace_owners_get_it(smtp, environment, machine_type, owner, developer):
+    services.create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
+    assert [m["To"] for m in smtp.messages] == ["alice@example.com"]
+
+
+def test_a_terminated_cluster_that_never_started_cost_nothing(smtp, environment, machine_type, owner):
+    Host.objects.update(boot_seconds=600)
+    cluster = create(environment, machine_type, owner, count=2)
+    assert cluster.status == Status.PROVISIONING
+    services.terminate_cluster(cluster)
+    lifecycle.advance(cluster.pk)
+    [message] = smtp.messages
+    text = text_of(message)
+    assert "Total cost: $0.00" in text and "never started" in text
+    assert Delivery.objects.get().status == Delivery.Status.SENT
