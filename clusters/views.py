@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -126,6 +127,8 @@ def cluster_add_workers(request, cluster_id: int):
 @require_POST
 def node_terminate(request, cluster_id: int, node_name: str):
     cluster = get_cluster_for_user(request, cluster_id)
+    if node_name not in {node.name for node in cluster.nodes.all()}:
+        raise Http404(f"{cluster.name} has no node {node_name}.")
     try:
         services.refuse_node_termination(cluster, node_name)
     except ClusterError as error:

@@ -1,0 +1,165 @@
+"""Creating a cluster from the dashboard: every refusal shows on the form and creates nothing."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from accounts.models import SSHKey, Workspace
+from clusters.models import Cluster, Node, Status, Volume
+from offers.models import Host
+from tests.factories import LocationFactory, machine_type_with_hosts
+
+pytestmark = pytest.mark.django_db
+
+URL = reverse("clusters:create")
+
+
+def post(client, machine_type, **overrides):
+    data = {"name": "train", "offer": machine_type.pk, "machines": 4, "software": "none"}
+    data.update(overrides)
+    return client.post(URL, {k: v for k, v in data.items() if v is not None})
+
+
+def assert_nothing_created():
+    assert not Cluster.objects.exists()
+    assert not Node.objects.exists()
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+
+
+@pytest.fixture
+def container_type(db):
+    return machine_type_with_hosts(6, kind="container", gpus_per_machine=1)
+
+
+@pytest.fixture
+def community_type(db):
+    return machine_type_with_hosts(
+        6, community=True, location=LocationFactory(code="community-global", name="Community hosts", country="ZZ")
+    )
+
+
+def test_the_form_shows_the_picked_offer(member_client, machine_type):
+    response = member_client.get(URL, {"offer": machine_type.pk, "machines": 4})
+    assert response.status_code == 200
+    assert "6 machines free now" in response.text
+    assert f'<option value="{machine_type.pk}" selected>' in response.text
+    assert 'value="4"' in response.text
+
+
+def test_the_form_warns_about_community_offers(member_client, community_type):
+    response = member_client.get(URL, {"offer": community_type.pk})
+    assert "keep secrets off them" in response.text
+
+
+def test_it_creates_and_reserves_every_machine(member_client, member, machine_type, environment):
+    response = post(member_client, machine_type, software="slurm")
+    cluster = Cluster.objects.get()
+    assert response.status_code == 302 and response["Location"] == cluster.get_absolute_url()
+    assert (cluster.environment, cluster.machine_count, cluster.software) == (environment, 4, "slurm")
+    assert cluster.status == Status.PROVISIONING and cluster.created_by == member
+    assert cluster.nodes.count() == 4
+    assert Host.objects.filter(state=Host.State.RESERVED).count() == 4
+    assert cluster.events.get(event="created").actor == member.username
+
+
+def test_it_attaches_the_workspaces_ssh_keys_and_volume(member_client, machine_type, workspace, environment):
+    key = SSHKey.objects.create(workspace=workspace, name="laptop", public_key="ssh-ed25519 AAAA", fingerprint="x")
+    volume = Volume.objects.create(workspace=workspace, environment=environment, name="data")
+    post(member_client, machine_type, ssh_keys=key.pk, volume=volume.pk)
+    cluster = Cluster.objects.get()
+    assert list(cluster.ssh_keys.all()) == [key] and cluster.volume == volume
+
+
+def test_another_workspaces_ssh_key_or_volume_is_not_a_choice(member_client, machine_type, outsider):
+    other = Workspace.objects.get(memberships__user=outsider)
+    key = SSHKey.objects.create(workspace=other, name="theirs", public_key="ssh-ed25519 AAAA", fingerprint="y")
+    volume = Volume.objects.create(workspace=other, environment=other.default_environment, name="theirs")
+    response = post(member_client, machine_type, ssh_keys=key.pk, volume=volume.pk)
+    assert response.status_code == 200
+    assert response.text.count("Select a valid choice") == 2
+    assert_nothing_created()
+
+
+@pytest.mark.parametrize(
+    ("machines", "message"),
+    [(1, "A cluster has at least 2 machines."), (65, "A cluster has at most 64 machines; request a quote for more.")],
+)
+def test_it_refuses_a_count_outside_2_to_64(member_client, machine_type, machines, message):
+    response = post(member_client, machine_type, machines=machines)
+    assert response.status_code == 200
+    assert message in response.text
+    assert_nothing_created()
+
+
+def test_it_refuses_kubernetes_on_a_container_offer(member_client, container_type):
+    response = post(member_client, container_type, software="kubernetes")
+    assert response.status_code == 200
+    assert "Kubernetes runs only on VM and bare-metal offers" in response.text
+    assert_nothing_created()
+
+
+def test_it_refuses_a_volume_on_a_community_offer(member_client, community_type, workspace, environment):
+    volume = Volume.objects.create(workspace=workspace, environment=environment, name="data")
+    response = post(member_client, community_type, volume=volume.pk)
+    assert response.status_code == 200
+    assert "A volume cannot be attached to a cluster on community hosts" in response.text
+    assert_nothing_created()
+
+
+def test_it_refuses_a_balance_below_one_hour_and_shows_needed_and_available(member_client, workspace):
+    expensive = machine_type_with_hosts(6, price_per_machine_hour=Decimal("25.00"))
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("50.00"))
+    response = post(member_client, expensive)
+    assert response.status_code == 200
+    assert "$50.00" in response.text and "$100.00" in response.text
+    assert 'role="alert"' in response.text
+    assert_nothing_created()
+
+
+def test_it_refuses_a_balance_below_ten_dollars_even_for_a_cheap_cluster(member_client, workspace):
+    cheap = machine_type_with_hosts(6, price_per_machine_hour=Decimal("0.50"))
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("9.99"))
+    response = post(member_client, cheap, machines=2)
+    assert "$9.99" in response.text and "$10.00" in response.text
+    assert_nothing_created()
+
+
+def test_it_refuses_an_offer_that_can_no_longer_start(member_client, machine_type):
+    taken = machine_type.hosts.order_by("id")[:4]
+    Host.objects.filter(pk__in=[h.pk for h in taken]).update(state=Host.State.RESERVED)
+    response = post(member_client, machine_type)
+    assert response.status_code == 200
+    assert "This offer can no longer start 4 machines now (2 free)" in response.text
+    assert not Cluster.objects.exists()
+    assert Host.objects.filter(state=Host.State.RESERVED).count() == 4
+
+
+def test_it_refuses_a_retired_offer(member_client, machine_type):
+    machine_type.active = False
+    machine_type.save()
+    response = post(member_client, machine_type)
+    assert "Select a valid choice" in response.text
+    assert_nothing_created()
+
+
+@pytest.mark.parametrize("name", ["Train", "-x", "a_b", ""])
+def test_it_refuses_a_name_that_is_not_a_dns_label(member_client, machine_type, name):
+    response = post(member_client, machine_type, name=name)
+    assert response.status_code == 200
+    assert_nothing_created()
+
+
+def test_it_refuses_a_name_already_live_in_the_environment(member_client, machine_type):
+    post(member_client, machine_type, machines=2)
+    response = post(member_client, machine_type, machines=2)
+    assert "A live cluster named &#x27;train&#x27; already exists" in response.text
+    assert Cluster.objects.count() == 1
+
+
+def test_anonymous_is_sent_to_sign_in(client, machine_type):
+    assert client.get(URL).status_code == 302
+    assert post(client, machine_type).status_code == 302
+    assert_nothing_created()
