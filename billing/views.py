@@ -1,14 +1,207 @@
+"""The Billing page and its partials (Owners and Managers only), top-ups and the Stripe webhook."""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+import csv
+import datetime as dt
+import logging
+from decimal import Decimal, InvalidOperation
 
+import stripe
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from billing import payments, queries
 from billing.access import require_billing_access
-from billing.models import LedgerEntry
+from billing.models import AutoRecharge, LedgerEntry, TopUp
+
+log = logging.getLogger(__name__)
+
+
+def _month(request) -> dt.date:
+    """?month=YYYY-MM, the current month by default; anything else is a 404."""
+    value = request.GET.get("month")
+    if not value:
+        now = timezone.now()
+        return dt.date(now.year, now.month, 1)
+    try:
+        year, month = (int(part) for part in value.split("-"))
+        return dt.date(year, month, 1)
+    except ValueError:
+        raise Http404("Months look like 2026-03.") from None
+
+
+def _spend_chart(days: list[tuple[dt.date, Decimal]], width: int = 620, height: int = 160) -> dict:
+    """Bars of daily spend and a cumulative line, as SVG coordinates (no JavaScript)."""
+    top = max((amount for _, amount in days), default=Decimal(0)) or Decimal(1)
+    total = sum((amount for _, amount in days), Decimal(0))
+    slot = width / max(len(days), 1)
+    bars, points, running = [], [], Decimal(0)
+    for i, (day, amount) in enumerate(days):
+        bar_height = float(amount / top) * (height - 20)
+        bars.append({"x": round(i * slot + 1, 1), "y": round(height - bar_height, 1), "w": round(slot - 2, 1),
+                     "h": round(bar_height, 1), "day": day, "amount": amount})
+        running += amount
+        cumulative_y = height - float(running / (total or 1)) * (height - 20)
+        points.append(f"{round(i * slot + slot / 2, 1)},{round(cumulative_y, 1)}")
+    return {"width": width, "height": height, "bars": bars, "line": " ".join(points), "total": total, "peak": top}
 
 
 @login_required
+@require_GET
 def billing_overview(request):
     tenancy = require_billing_access(request)
-    entries = LedgerEntry.objects.filter(workspace=tenancy.workspace).select_related("cluster")[:100]
-    return render(request, "billing/overview.html", {"entries": entries, "workspace": tenancy.workspace})
+    workspace = tenancy.workspace
+    month = _month(request)
+    start, end = queries.month_bounds(month.year, month.month)
+    usage = queries.usage_for_month(workspace, month.year, month.month)
+    credits = (
+        LedgerEntry.objects.filter(workspace=workspace, created_at__gte=start, created_at__lt=end)
+        .exclude(kind=LedgerEntry.Kind.USAGE)
+        .order_by("-created_at", "-id")
+    )
+    context = {
+        "workspace": workspace,
+        "month": month,
+        "months": queries.months_with_activity(workspace),
+        "summary": queries.balance_summary(workspace),
+        "environments": queries.spend_by_environment(workspace, month.year, month.month),
+        "usage": usage,
+        "usage_total": sum((item["amount"] for item in usage), Decimal("0.00")),
+        "credits": credits,
+        "top_ups": TopUp.objects.filter(workspace=workspace, mode=TopUp.Mode.PAYMENT)[:20],
+        "chart": _spend_chart(queries.daily_spend(workspace, month.year, month.month)),
+        "auto_recharge": AutoRecharge.objects.filter(workspace=workspace).first(),
+        "stripe_enabled": payments.stripe_enabled(),
+        "dev_top_up": payments.dev_top_up_available(workspace),
+        "dev_amounts": payments.DEV_TOP_UP_AMOUNTS,
+        "minimum_top_up": payments.MINIMUM_TOP_UP,
+    }
+    return render(request, "billing/overview.html", context)
+
+
+@login_required
+@require_GET
+def usage_detail(request, cluster_id: int):
+    """One "Cluster usage <name>" line opened to its machines: an HTMX partial, or a page."""
+    tenancy = require_billing_access(request)
+    month = _month(request)
+    item = queries.cluster_usage_for_month(tenancy.workspace, cluster_id, month.year, month.month)
+    if item is None:
+        raise Http404("No usage of that cluster in this workspace that month.")
+    template = "billing/usage_detail.html#machine-rows" if request.htmx else "billing/usage_detail.html"
+    return render(request, template, {"item": item, "month": month})
+
+
+@login_required
+@require_GET
+def export_csv(request):
+    tenancy = require_billing_access(request)
+    month = _month(request)
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="runcrate-billing-{month:%Y-%m}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["type", "description", "cluster_id", "node", "gpu", "start", "end", "hours", "rate", "amount"])
+    for item in queries.usage_for_month(tenancy.workspace, month.year, month.month):
+        writer.writerow(["usage", item["description"], item["cluster_id"], "", "", "", "", "", "", f"-{item['amount']}"])
+        for row in item["rows"]:
+            writer.writerow([
+                "machine", item["description"], item["cluster_id"], row["node"], row["gpu"], row["start"].isoformat(),
+                row["end"].isoformat() if row["end"] else "", row["hours"], row["rate"], f"-{row['amount']}",
+            ])
+    start, end = queries.month_bounds(month.year, month.month)
+    for entry in LedgerEntry.objects.filter(workspace=tenancy.workspace, created_at__gte=start, created_at__lt=end).exclude(
+        kind=LedgerEntry.Kind.USAGE
+    ).order_by("created_at", "id"):
+        writer.writerow([entry.kind, f"{entry.description} ({entry.get_state_display()})", "", "", "", entry.created_at.isoformat(),
+                         "", "", "", entry.amount])
+    return response
+
+
+def _go(request, url: str):
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _amount(value) -> Decimal:
+    try:
+        return Decimal(str(value or "").strip().lstrip("$").replace(",", ""))
+    except InvalidOperation:
+        raise payments.PaymentError("Enter an amount in dollars, e.g. 50.") from None
+
+
+@login_required
+@require_POST
+def top_up(request):
+    tenancy = require_billing_access(request)
+    back = request.build_absolute_uri(reverse("billing:overview"))
+    try:
+        session = payments.create_top_up_session(
+            workspace=tenancy.workspace, amount=_amount(request.POST.get("amount")), user=request.user,
+            success_url=back + "?top_up=success", cancel_url=back + "?top_up=cancelled",
+        )
+    except payments.PaymentError as exc:
+        messages.error(request, str(exc))
+        return _go(request, reverse("billing:overview"))
+    return _go(request, session.url)
+
+
+@login_required
+@require_POST
+def dev_top_up(request):
+    tenancy = require_billing_access(request)
+    try:
+        entry = payments.dev_top_up(workspace=tenancy.workspace, amount=_amount(request.POST.get("amount")))
+    except payments.PaymentError as exc:
+        raise Http404(str(exc)) from None
+    messages.success(request, f"Development top-up: ${entry.amount:,.2f} added (no payment was taken).")
+    return _go(request, reverse("billing:overview"))
+
+
+@login_required
+@require_POST
+def auto_recharge(request):
+    tenancy = require_billing_access(request)
+    try:
+        payments.save_auto_recharge(
+            workspace=tenancy.workspace, enabled=request.POST.get("enabled") == "on",
+            threshold=_amount(request.POST.get("threshold")), amount=_amount(request.POST.get("amount")),
+        )
+        messages.success(request, "Auto-recharge saved.")
+    except payments.PaymentError as exc:
+        messages.error(request, str(exc))
+    return _go(request, reverse("billing:overview"))
+
+
+@login_required
+@require_POST
+def save_card(request):
+    tenancy = require_billing_access(request)
+    back = request.build_absolute_uri(reverse("billing:overview"))
+    try:
+        session = payments.create_card_setup_session(
+            workspace=tenancy.workspace, user=request.user, success_url=back + "?card=saved", cancel_url=back,
+        )
+    except payments.PaymentError as exc:
+        messages.error(request, str(exc))
+        return _go(request, reverse("billing:overview"))
+    return _go(request, session.url)
+
+
+@csrf_exempt
+@require_POST
+def stripe_webhook(request):
+    """Stripe calls this; the signature over the raw body is the only authentication."""
+    try:
+        event = payments.verify_event(request.body, request.headers.get("Stripe-Signature"))
+    except (stripe.SignatureVerificationError, ValueError, UnicodeDecodeError) as exc:
+        log.warning("Rejected a Stripe webhook: %s", exc)
+        return HttpResponseBadRequest("invalid signature or payload")
+    outcome = payments.handle_event(event)
+    return HttpResponse(outcome, content_type="text/plain")

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django import template
+
+from billing.queries import balance_summary
+
+register = template.Library()
+
+
+@register.inclusion_tag("billing/_runway_badge.html", takes_context=True)
+def runway(context):
+    """Time left at the current spend, for the top bar (one query beyond the page's own)."""
+    workspace = context.get("current_workspace")
+    membership = context.get("current_membership")
+    if workspace is None:
+        return {"summary": None}
+    return {"summary": balance_summary(workspace), "can_see_billing": bool(membership and membership.can_see_billing)}
