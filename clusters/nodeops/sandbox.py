@@ -117,6 +117,7 @@ class EndpointPool:
     endpoints: list[Endpoint]
     client_key: str
     known_hosts_line: str
+    skip_user_rc: bool = True
     _processes: list[subprocess.Popen] = field(default_factory=list, repr=False)
     _logs: list = field(default_factory=list, repr=False)
 
@@ -173,6 +174,12 @@ class EndpointPool:
         self.stop()
 
 
+# Debian's bash reads ~/.bashrc for every command sshd runs (SSH_SOURCE_BASHRC) unless
+# it is a nested shell. Sandbox nodes share the developer's account, whose ~/.bashrc may
+# be slow (pyenv init costs ~130 ms of CPU per session on the build machine), so the
+# sandbox sshd starts sessions as if nested. Real machines run their own rc files.
+SKIP_USER_RC = "SetEnv SHLVL=1\n"
+
 SSHD_CONFIG = """\
 ListenAddress {host}:{port}
 HostKey {host_key}
@@ -194,7 +201,7 @@ MaxStartups 200:30:400
 MaxSessions 64
 LogLevel ERROR
 Subsystem sftp internal-sftp
-"""
+{set_env}"""
 
 
 def start_endpoints(
@@ -204,12 +211,14 @@ def start_endpoints(
     *,
     block: int | None = None,
     start_timeout: float = 20.0,
+    skip_user_rc: bool = True,
 ) -> EndpointPool:
     """Start `count` local SSH endpoints under `workdir`; `stop()` the pool when done.
 
     Each endpoint gets the address 127.<block>.x.y, a free port and the sandbox root
     `<workdir>/nodes/node-i`. One client key (ed25519) logs in to all of them as the
-    current user.
+    current user. `skip_user_rc` keeps Debian's bash from reading the user's ~/.bashrc
+    for every session (see SKIP_USER_RC).
     """
     if kind not in ("openssh", "asyncssh"):
         raise ValueError(f"unknown endpoint kind {kind!r}")
@@ -247,6 +256,7 @@ def start_endpoints(
         endpoints=endpoints,
         client_key=str(client_key),
         known_hosts_line=" ".join(host_pub.split()[:2]),
+        skip_user_rc=skip_user_rc,
     )
     try:
         if kind == "openssh":
@@ -285,6 +295,7 @@ def _start_openssh(pool: EndpointPool, host_key: Path, authorized_keys: Path) ->
                 port=endpoint.port,
                 host_key=host_key,
                 authorized_keys=authorized_keys,
+                set_env=SKIP_USER_RC if pool.skip_user_rc else "",
             )
         )
         log = open(logs / f"sshd-{endpoint.name}.log", "ab")  # noqa: SIM115 - closed in stop()

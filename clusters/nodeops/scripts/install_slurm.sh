@@ -20,8 +20,8 @@ step "config"
     printf 'ReturnToService=2\n'
     printf 'SlurmctldPort=6817\nSlurmdPort=6818\n'
     printf 'StateSaveLocation=/var/spool/slurmctld\nSlurmdSpoolDir=/var/spool/slurmd\n'
-    cluster_nodes | while read -r name address; do
-        printf 'NodeName=%s NodeAddr=%s Gres=gpu:%s State=UNKNOWN\n' "$name" "$address" "$GPUS"
+    for entry in "${CLUSTER_NODES[@]}"; do
+        printf 'NodeName=%s NodeAddr=%s Gres=gpu:%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }" "$GPUS"
     done
     printf 'PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
 } | write_file "$ROOT/etc/slurm/slurm.conf" 0644

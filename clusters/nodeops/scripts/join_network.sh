@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # join_network: write this node's WireGuard config for the 10.77.0.0/24 mesh (every other
 # node is a peer), bring wg0 up (real machines only), then check that every other node
-# answers BY NAME. Prints one "REACH <peer> ok|fail <how>" line per peer; the control
-# plane pairs both directions up. Exit status is 0 whenever the checks ran.
+# answers BY NAME. Prints one "REACH <peer> ok|fail" line per peer; the control plane
+# pairs both directions up. Exit status is 0 whenever the checks ran.
 #
 # Sandbox mode never touches an interface or a 10.77.x address: names resolve through
 # $ROOT/etc/runcrate/sandbox-peers to the peers' loopback SSH endpoints.
@@ -11,13 +11,12 @@ set -euo pipefail
 WAIT="${RUNCRATE_JOIN_WAIT:-120}"
 
 step "wireguard-config"
-printf '%s\n' "${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}" \
-    | write_file "$ROOT/etc/wireguard/wg0.conf" 0600
+write_file "$ROOT/etc/wireguard/wg0.conf" 0600 <<<"${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"
 
 if has_fault never_joins; then
     # Fault injection: this node's tunnel never comes up, so nobody reaches it.
     log "fault injected: never_joins; the tunnel stays down"
-    printf 'never_joins\n' | write_file "$STATE_DIR/network" 0644
+    write_file "$STATE_DIR/network" 0644 <<<never_joins
 else
     step "wireguard-up"
     if is_sandbox; then
@@ -31,49 +30,65 @@ else
         fi
         systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true
     fi
-    printf 'up\n' | write_file "$STATE_DIR/network" 0644
+    write_file "$STATE_DIR/network" 0644 <<<up
 fi
 
-# probe NAME: succeed when the peer answers by name within a couple of seconds.
+# probe NAME: succeed when the peer answers by name.
 probe() {
-    local name="$1" host port
+    local name="$1" peer host="" port="" _root
     if is_sandbox; then
-        read -r host port < <(awk -v n="$name" '$1 == n { print $2, $3 }' "$STATE_DIR/sandbox-peers")
-        case "${host:-}" in
+        while read -r peer host port _root; do
+            [ "$peer" = "$name" ] && break
+            host=""
+        done <"$STATE_DIR/sandbox-peers"
+        case "$host" in
             127.*) ;;
-            *) return 1 ;;  # sandbox mode dials loopback only
+            *) return 1 ;; # sandbox mode dials loopback only
         esac
-        # shellcheck disable=SC2016 # expanded by the inner bash
-        timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$port" 2>/dev/null
+        # A loopback connect succeeds or is refused at once: no timeout process needed.
+        true 2>/dev/null 3<>"/dev/tcp/$host/$port"
     else
         ping -c 1 -W 2 "$name" >/dev/null 2>&1
     fi
 }
 
-step "reach-peers"
-results="$(mktemp -d)"
-trap 'rm -rf "$results"' EXIT
-while read -r name _address; do
-    [ "$name" = "$NODE_NAME" ] && continue
-    if has_fault never_joins; then
-        echo fail >"$results/$name"
-        continue
-    fi
-    (
-        deadline=$((SECONDS + WAIT))
-        until probe "$name"; do
-            if [ "$SECONDS" -ge "$deadline" ]; then
-                echo fail >"$results/$name"
-                exit 0
-            fi
-            sleep 1
-        done
-        echo ok >"$results/$name"
-    ) &
-done < <(cluster_nodes)
-wait
+# reach NAME: keep probing until the peer answers or WAIT seconds have passed.
+reach() {
+    local deadline=$((SECONDS + WAIT))
+    until probe "$1"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 1
+    done
+}
 
-while read -r name _address; do
+step "reach-peers"
+declare -A reached=()
+if has_fault never_joins; then
+    :
+elif is_sandbox; then
+    for entry in "${CLUSTER_NODES[@]}"; do
+        name="${entry%% *}"
+        [ "$name" = "$NODE_NAME" ] && continue
+        if reach "$name"; then reached[$name]=ok; fi
+    done
+else
+    # Real peers may still be bringing their tunnel up: wait for all of them at once.
+    results="$(mktemp -d)"
+    trap 'rm -rf "$results"' EXIT
+    for entry in "${CLUSTER_NODES[@]}"; do
+        name="${entry%% *}"
+        [ "$name" = "$NODE_NAME" ] && continue
+        (if reach "$name"; then : >"$results/$name"; fi) &
+    done
+    wait
+    for entry in "${CLUSTER_NODES[@]}"; do
+        name="${entry%% *}"
+        if [ -e "$results/$name" ]; then reached[$name]=ok; fi
+    done
+fi
+
+for entry in "${CLUSTER_NODES[@]}"; do
+    name="${entry%% *}"
     [ "$name" = "$NODE_NAME" ] && continue
-    printf 'REACH %s %s\n' "$name" "$(cat "$results/$name" 2>/dev/null || echo fail)"
-done < <(cluster_nodes)
+    printf 'REACH %s %s\n' "$name" "${reached[$name]:-fail}"
+done

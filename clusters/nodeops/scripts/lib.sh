@@ -39,40 +39,58 @@ has_fault() {
     [ -f "$STATE_DIR/fault" ] && grep -qx "$1" "$STATE_DIR/fault"
 }
 
+# Sandbox nodes share one computer's CPUs, and real nodes run these scripts on every
+# step: the helpers stay in bash builtins where they can (a fork+exec costs ~5 ms here).
+SAVED_UMASK="$(umask)"
+
+# The cluster's nodes, "name address" each, from RUNCRATE_NODES ("n a;n a;...").
+IFS=';' read -r -a CLUSTER_NODES <<<"${RUNCRATE_NODES:?RUNCRATE_NODES is not set}"
+# shellcheck disable=SC2034 # used by the scripts streamed after this file
+NODE_COUNT="${#CLUSTER_NODES[@]}"
+
 # write_file PATH MODE: write stdin to PATH atomically (readers never see half a file).
 write_file() {
-    local path="$1" mode="$2" tmp
-    mkdir -p "$(dirname "$path")"
-    tmp="$(mktemp "$path.XXXXXX")"
-    cat >"$tmp"
-    chmod "$mode" "$tmp"
+    local path="$1" mode="$2" tmp="$1.runcrate-tmp.$$"
+    [ -d "${path%/*}" ] || mkdir -p "${path%/*}"
+    [ ! -e "$tmp" ] || rm -f "$tmp"
+    case "$mode" in
+        0644) umask 022; cat >"$tmp"; umask "$SAVED_UMASK" ;;
+        0600) umask 077; cat >"$tmp"; umask "$SAVED_UMASK" ;;
+        *) cat >"$tmp"; chmod "$mode" "$tmp" ;;
+    esac
     mv -f "$tmp" "$path"
 }
 
 # managed_block FILE NAME: replace the block between "# BEGIN runcrate NAME" and
 # "# END runcrate NAME" in FILE with stdin, keeping every other line. Idempotent.
 managed_block() {
-    local file="$1" name="$2" block
-    block="$(cat)"
-    mkdir -p "$(dirname "$file")"
-    touch "$file"
-    {
-        awk -v begin="# BEGIN runcrate $name" -v end="# END runcrate $name" '
-            $0 == begin { skipping = 1; next }
-            $0 == end { skipping = 0; next }
-            !skipping { print }
-        ' "$file"
-        printf '# BEGIN runcrate %s\n%s\n# END runcrate %s\n' "$name" "$block" "$name"
-    } | write_file "$file" 0644
+    local file="$1" name="$2" block="" line kept="" skipping=0
+    IFS= read -r -d '' block || true
+    block="${block%$'\n'}"
+    if [ -f "$file" ]; then
+        while IFS= read -r line || [ -n "$line" ]; do
+            if [ "$line" = "# BEGIN runcrate $name" ]; then
+                skipping=1
+            elif [ "$line" = "# END runcrate $name" ]; then
+                skipping=0
+            elif [ "$skipping" = 0 ]; then
+                kept+="$line"$'\n'
+            fi
+        done <"$file"
+    fi
+    write_file "$file" 0644 <<<"$kept# BEGIN runcrate $name
+$block
+# END runcrate $name"
 }
 
-# Each line of RUNCRATE_NODES is "name private_ip". Prints them, one per line.
-cluster_nodes() {
-    printf '%s\n' "${RUNCRATE_NODES:?RUNCRATE_NODES is not set}" | tr ';' '\n' | sed '/^$/d'
-}
-
-node_count() {
-    cluster_nodes | wc -l | tr -d ' '
+# joined FIELD SEPARATOR: field 1 (names) or 2 (addresses) of every node, joined.
+joined() {
+    local field="$1" separator="$2" entry value out=""
+    for entry in "${CLUSTER_NODES[@]}"; do
+        if [ "$field" = 1 ]; then value="${entry%% *}"; else value="${entry#* }"; fi
+        out="${out:+$out$separator}$value"
+    done
+    printf '%s' "$out"
 }
 
 # apt_install PKG...: real machines only, quiet and non-interactive.

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 step "hostname"
-printf '%s\n' "$NODE_NAME" | write_file "$ROOT/etc/hostname" 0644
+write_file "$ROOT/etc/hostname" 0644 <<<"$NODE_NAME"
 if ! is_sandbox; then
     if command -v hostnamectl >/dev/null 2>&1; then
         hostnamectl set-hostname "$NODE_NAME"
@@ -15,13 +15,15 @@ if ! is_sandbox; then
 fi
 
 step "hosts"
-cluster_nodes | while read -r name address; do
-    printf '%s\t%s\n' "$address" "$name"
-done | managed_block "$ROOT/etc/hosts" cluster
+hosts=""
+for entry in "${CLUSTER_NODES[@]}"; do
+    hosts+="${entry#* }"$'\t'"${entry%% *}"$'\n'
+done
+managed_block "$ROOT/etc/hosts" cluster <<<"${hosts%$'\n'}"
 
 if is_sandbox; then
     # "name host port root" per node; never a 10.77.x address.
-    printf '%s\n' "${RUNCRATE_SANDBOX_PEERS:?}" | tr ';' '\n' | sed '/^$/d' \
-        | write_file "$STATE_DIR/sandbox-peers" 0644
+    peers="${RUNCRATE_SANDBOX_PEERS:?}"
+    write_file "$STATE_DIR/sandbox-peers" 0644 <<<"${peers//;/$'\n'}"
 fi
-log "hostname $NODE_NAME, $(node_count) names in $ROOT/etc/hosts"
+log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts"

@@ -14,7 +14,7 @@ set -euo pipefail
 KIND="${RUNCRATE_MACHINE_KIND:?}"
 GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
-COUNT="$(node_count)"
+COUNT="$NODE_COUNT"
 
 step "node-env"
 write_file "$STATE_DIR/node.env" 0644 <<ENV
@@ -32,16 +32,17 @@ write_job_files() {
     else
         hostfile_path=/shared/hostfile
     fi
-    cluster_nodes | while read -r name _address; do
-        printf '%s slots=%s\n' "$name" "$GPUS"
-    done | write_file "$dir/hostfile" 0644
-    cp "$dir/hostfile" "$dir/hostfile.deepspeed.tmp"
-    mv -f "$dir/hostfile.deepspeed.tmp" "$dir/hostfile.deepspeed"
+    local hostfile="" entry
+    for entry in "${CLUSTER_NODES[@]}"; do
+        hostfile+="${entry%% *} slots=$GPUS"$'\n'
+    done
+    write_file "$dir/hostfile" 0644 <<<"${hostfile%$'\n'}"
+    write_file "$dir/hostfile.deepspeed" 0644 <<<"${hostfile%$'\n'}"
     write_file "$dir/runcrate.env" 0644 <<ENV
 RUNCRATE_CLUSTER_ID=${RUNCRATE_CLUSTER_ID:-}
 NNODES=$COUNT
-NODE_NAMES=$(cluster_nodes | awk '{ print $1 }' | paste -sd, -)
-NODE_ADDRS=$(cluster_nodes | awk '{ print $2 }' | paste -sd, -)
+NODE_NAMES=$(joined 1 ,)
+NODE_ADDRS=$(joined 2 ,)
 MASTER_ADDR=$HEAD_IP
 MASTER_PORT=29500
 GPUS_PER_NODE=$GPUS
@@ -63,8 +64,8 @@ case "$KIND" in
             step "nfs-export"
             mkdir -p "$ROOT/shared"
             chmod 1777 "$ROOT/shared"
-            printf '/shared %s(rw,sync,no_subtree_check,no_root_squash)\n' "${RUNCRATE_NETWORK:-10.77.0.0/24}" \
-                | managed_block "$ROOT/etc/exports" shared
+            managed_block "$ROOT/etc/exports" shared \
+                <<<"/shared ${RUNCRATE_NETWORK:-10.77.0.0/24}(rw,sync,no_subtree_check,no_root_squash)"
             if ! is_sandbox; then
                 command -v exportfs >/dev/null 2>&1 || apt_install nfs-kernel-server
                 systemctl enable --now nfs-server
@@ -86,8 +87,7 @@ case "$KIND" in
             else
                 command -v mount.nfs >/dev/null 2>&1 || apt_install nfs-common
                 mkdir -p /shared
-                printf 'node-0:/shared /shared nfs defaults,_netdev,nofail 0 0\n' \
-                    | managed_block /etc/fstab shared
+                managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
                 mountpoint -q /shared || mount /shared
                 log "mounted node-0:/shared on /shared"
             fi

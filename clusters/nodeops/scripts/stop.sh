@@ -42,5 +42,5 @@ step "network"
 if ! is_sandbox && ip link show wg0 >/dev/null 2>&1; then
     attempt wg-quick down wg0
 fi
-printf 'stopped\n' | write_file "$STATE_DIR/state" 0644
+write_file "$STATE_DIR/state" 0644 <<<stopped
 log "stopped"
