@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PROVIDER ?= simulated
+PROVIDER ?= local
 
 .PHONY: run test venv bench check clean
 

@@ -94,7 +94,7 @@ class LocalProvider(FabricProvider):
             config = machine / "sshd_config"
             config.write_text(sandbox.SSHD_CONFIG.format(
                 host=host.address, port=host.port, host_key=keys / "ssh_host_ed25519_key",
-                authorized_keys=keys / "authorized_keys",
+                authorized_keys=keys / "authorized_keys", set_env="",
             ))
             command = [sshd, "-D", "-e", "-f", str(config)]
         else:
