@@ -6,7 +6,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from accounts.models import Membership
-from clusters.broadcast import cluster_group, environment_group
+from clusters.broadcast import cluster_group, current_cluster_detail, environment_group
 from clusters.models import Cluster
 
 
@@ -33,6 +33,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             return
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.joined()
+
+    async def joined(self) -> None:
+        """Runs once the socket is accepted and subscribed."""
 
     async def disconnect(self, code):
         if self.group:
@@ -44,9 +48,16 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
 class ClusterConsumer(_LiveConsumer):
     async def allowed(self, user) -> bool:
-        cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
-        self.group = cluster_group(cluster_id)
-        return await _cluster_visible(user, cluster_id)
+        self.cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
+        self.group = cluster_group(self.cluster_id)
+        return await _cluster_visible(user, self.cluster_id)
+
+    async def joined(self) -> None:
+        # A change committed between rendering the page and joining the group (or while
+        # the socket was reconnecting) was pushed to nobody: send the state as it is now.
+        html = await database_sync_to_async(current_cluster_detail)(self.cluster_id)
+        if html:
+            await self.send(text_data=html)
 
 
 class EnvironmentConsumer(_LiveConsumer):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connection
 
@@ -17,6 +19,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_suffix):
+    """Test databases of one run, named so that parallel runs never meet.
+
+    PostgreSQL: suffixed with the process id, so runs sharing a server (several engineers,
+    CI jobs) never drop each other's database. SQLite: a file instead of memory when a
+    browser test is selected, because its web server and worker run in other processes.
+    """
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    test = db.setdefault("TEST", {})
+    if db["ENGINE"].endswith("postgresql"):
+        test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
+    elif any("browser" in item.keywords for item in request.session.items):
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        test["NAME"] = str(settings.VAR_DIR / f"test-{os.getpid()}.sqlite3")
 
 
 @pytest.fixture

@@ -1,0 +1,150 @@
+"""The live-status sockets through the real ASGI application: auth, scoping, origin, pushes."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from clusters import services
+from clusters.models import Cluster, Status
+from config.asgi import application
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("isolated_channel_layer")]
+
+ORIGIN = "http://127.0.0.1:8000"
+TIMEOUT = 5  # seconds a message may take to arrive; a bound, not a measurement
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def communicator(path: str, cookie: str | None = None, origin: str | None = ORIGIN) -> WebsocketCommunicator:
+    headers = []
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    if cookie:
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def receive_until(socket: WebsocketCommunicator, needle: str) -> str:
+    """Messages until one contains needle (a push may be preceded by others)."""
+    while True:
+        message = await socket.receive_from(timeout=TIMEOUT)
+        if needle in message:
+            return message
+
+
+@pytest.fixture
+def cluster(environment, machine_type, owner) -> Cluster:
+    # On a transactional database the create's on_commit runs the (eager) lifecycle: ready.
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=4, created_by=owner
+    )
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    return cluster
+
+
+@pytest.fixture
+def owner_cookie(owner):
+    return session_cookie(owner)
+
+
+@pytest.fixture(autouse=True)
+async def close_layer():
+    yield
+    layer = get_channel_layer()
+    if hasattr(layer, "close_pools"):
+        await layer.close_pools()
+
+
+async def terminate(cluster: Cluster, actor: str) -> None:
+    assert await database_sync_to_async(services.terminate_cluster)(cluster, actor=actor)
+
+
+@pytest.fixture(params=["owner", "developer"])
+def member(request):
+    return request.getfixturevalue(request.param)
+
+
+async def test_the_cluster_socket_sends_the_current_state_then_every_change(cluster, member):
+    user = member
+    socket = communicator(f"/ws/clusters/{cluster.pk}/", await database_sync_to_async(session_cookie)(user))
+    connected, _ = await socket.connect(timeout=TIMEOUT)
+    assert connected
+    first = await socket.receive_from(timeout=TIMEOUT)
+    assert 'id="status-card" hx-swap-oob="true"' in first
+    assert 'data-testid="cluster-status">Ready<' in first
+
+    await terminate(cluster, user.username)
+    pushed = await receive_until(socket, 'data-testid="cluster-status">Terminated<')
+    for part in ("status-card", "nodes-table", "events-list"):
+        assert f'id="{part}" hx-swap-oob="true"' in pushed
+    assert "Every machine stopped and was released." in pushed
+    assert "csrfmiddlewaretoken" not in pushed or 'value="NOTPROVIDED"' in pushed
+    await socket.disconnect()
+
+
+async def test_the_environment_socket_pushes_the_clusters_row(cluster, environment, owner_cookie):
+    socket = communicator(f"/ws/environments/{environment.pk}/", owner_cookie)
+    connected, _ = await socket.connect(timeout=TIMEOUT)
+    assert connected
+    await terminate(cluster, "alice")
+    row = await receive_until(socket, "Terminat")
+    assert row.lstrip().startswith(f'<tr id="cluster-row-{cluster.pk}" hx-swap-oob="true">')
+    await socket.disconnect()
+
+
+async def test_a_push_reaches_only_that_clusters_watchers(cluster, environment, machine_type, owner_cookie, owner):
+    other = await database_sync_to_async(services.create_cluster)(
+        environment=environment, name="other", machine_type=machine_type, machine_count=2, created_by=owner
+    )
+    socket = communicator(f"/ws/clusters/{other.pk}/", owner_cookie)
+    assert (await socket.connect(timeout=TIMEOUT))[0]
+    await socket.receive_from(timeout=TIMEOUT)  # the current state
+    await terminate(cluster, "alice")
+    assert await socket.receive_nothing(timeout=0.5)
+    await socket.disconnect()
+
+
+@pytest.mark.parametrize("path", ["cluster", "environment"])
+async def test_anonymous_is_refused(cluster, environment, path):
+    target = f"/ws/clusters/{cluster.pk}/" if path == "cluster" else f"/ws/environments/{environment.pk}/"
+    connected, code = await communicator(target).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4403)
+
+
+@pytest.mark.parametrize("path", ["cluster", "environment"])
+async def test_another_workspaces_cluster_or_environment_is_refused(cluster, environment, outsider, path):
+    target = f"/ws/clusters/{cluster.pk}/" if path == "cluster" else f"/ws/environments/{environment.pk}/"
+    cookie = await database_sync_to_async(session_cookie)(outsider)
+    connected, code = await communicator(target, cookie).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4403)
+
+
+async def test_a_cluster_that_does_not_exist_is_refused(owner_cookie):
+    connected, code = await communicator("/ws/clusters/999999/", owner_cookie).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4403)
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "https://127.0.0.1.evil.example:8000", None])
+async def test_a_foreign_or_missing_origin_is_refused(cluster, owner_cookie, origin):
+    connected, _ = await communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie, origin=origin).connect(timeout=TIMEOUT)
+    assert not connected
+
+
+async def test_a_removed_member_can_no_longer_subscribe(cluster, developer):
+    from accounts.models import Membership
+
+    cookie = await database_sync_to_async(session_cookie)(developer)
+    await database_sync_to_async(Membership.objects.filter(user=developer).delete)()
+    connected, code = await communicator(f"/ws/clusters/{cluster.pk}/", cookie).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4403)
