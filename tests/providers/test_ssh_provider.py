@@ -1,0 +1,51 @@
+"""The `ssh` provider: operators' own machines from the inventory."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters import services
+from clusters.nodeops.sandbox import Blackhole, find_sshd, start_endpoints
+from clusters.providers import BootState, get_provider
+from offers.models import Host
+from tests.factories import MachineTypeFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def pool_cluster(environment):
+    machine_type = MachineTypeFactory(provider="ssh", kind="bare_metal")
+    Host.objects.create(machine_type=machine_type, name="rack1-a", address="127.0.0.1", port=1, ssh_user="ops",
+                        ssh_key_ref="/etc/runcrate/keys/rack1")
+    Host.objects.create(machine_type=machine_type, name="rack1-b", address="127.0.0.1", port=1, ssh_user="ops",
+                        ssh_key_ref="/etc/runcrate/keys/rack1")
+    return services.create_cluster(environment=environment, name="byo", machine_type=machine_type, machine_count=2)
+
+
+def test_it_reaches_each_host_as_the_inventory_says_on_its_real_root(pool_cluster):
+    provider = get_provider("ssh")
+    nodes = list(pool_cluster.nodes.select_related("host"))
+    spec = provider.spec_for(pool_cluster, nodes)
+    assert not spec.sandbox
+    assert [(t.name, t.user, t.key_filename, t.root, t.private_ip) for t in spec.nodes] == [
+        ("node-0", "ops", "/etc/runcrate/keys/rack1", "", "10.77.0.1"),
+        ("node-1", "ops", "/etc/runcrate/keys/rack1", "", "10.77.0.2"),
+    ]
+
+
+def test_a_host_is_up_once_ssh_answers(pool_cluster, tmp_path):
+    provider = get_provider("ssh")
+    node = pool_cluster.nodes.select_related("host").first()
+    with Blackhole() as silent:
+        Host.objects.filter(pk=node.host_id).update(address=silent.host, port=silent.port)
+        node.host.refresh_from_db()
+        assert provider.boot_status(node).state is BootState.BOOTING, "a port without an SSH banner is not up"
+    if find_sshd() is None:
+        pytest.skip("OpenSSH sshd is not installed")
+    with start_endpoints(1, tmp_path, kind="openssh") as endpoints:
+        endpoint = endpoints.endpoints[0]
+        Host.objects.filter(pk=node.host_id).update(address=endpoint.host, port=endpoint.port)
+        node.host.refresh_from_db()
+        report = provider.boot_status(node)
+    assert report.state is BootState.UP and report.address == f"{endpoint.host}:{endpoint.port}"
