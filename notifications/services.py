@@ -14,7 +14,6 @@ import logging
 import smtplib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -68,7 +67,8 @@ def notify(
     if pending:
         # robust: a broker hiccup must not turn the committed change into an error for the
         # caller; the sweep (send_pending_notifications) re-queues anything left pending.
-        transaction.on_commit(partial(_queue, pending), robust=True)
+        # (A closure, not functools.partial: Django names the callback by __qualname__ when logging.)
+        transaction.on_commit(lambda: _queue(pending), robust=True)
     return notification
 
 
@@ -147,9 +147,8 @@ def send_delivery(delivery_id: int) -> Outcome:
         # The row stays locked for the whole SMTP exchange: a duplicate task (a broker
         # redelivery, the sweep, a retry racing a late first attempt) waits here and then
         # finds it sent, so one event is one email.
-        delivery = (
-            Delivery.objects.select_for_update().select_related("notification", "user").filter(pk=delivery_id).first()
-        )
+        # No select_related here: PostgreSQL cannot lock the nullable side of an outer join (user).
+        delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
         if delivery is None or delivery.status != Delivery.Status.PENDING:
             return Outcome("skipped")
         now = timezone.now()
