@@ -41,10 +41,10 @@ grep -c 'node-' "$RUNCRATE_ROOT/etc/hosts"
 """
 
 
-def runner_step(spec, runner: NodeRunner) -> None:
+def runner_step(spec, runner: NodeRunner, check: str) -> None:
     names = ops.set_names(spec, runner=runner)
     assert names.ok, names.summary()
-    checked = runner.run(spec.nodes, CHECK, step="check", env={})
+    checked = runner.run(spec.nodes, check, step="check", env={})
     assert all(result.ok for result in checked.values()), [r.stderr for r in checked.values() if not r.ok]
 
 
@@ -90,9 +90,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,8,32,64")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--kind", default="openssh", choices=["openssh", "asyncssh"])
+    parser.add_argument(
+        "--node-seconds",
+        type=float,
+        default=0.0,
+        help="add this much waiting (sleep) to each node's check, standing in for node work "
+        "that runs on the node's own hardware (apt, a network wait) rather than on this CPU",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     pssh = shutil.which("parallel-ssh") or shutil.which("pssh")
+    check = CHECK + (f"sleep {args.node_seconds}\n" if args.node_seconds else "")
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="nodeops-bench-") as workdir:
@@ -104,15 +112,15 @@ def main() -> None:
                 spec = pool.spec(cluster_id="bench", count=size)
                 policy = RetryPolicy(connect_timeout=10, attempts=2, backoff=0.2)
                 with NodeRunner(policy) as cold:
-                    runner_step(spec, cold)  # warm the page cache and sshd, not the connections
-                    cold_time = timed(lambda: runner_step(spec, cold), args.repeat)
+                    runner_step(spec, cold, check)  # warm the page cache and sshd, not the connections
+                    cold_time = timed(lambda: runner_step(spec, cold, check), args.repeat)
                 with NodeRunner(policy, keep_connections=True) as warm:
-                    runner_step(spec, warm)
-                    warm_time = timed(lambda: runner_step(spec, warm), args.repeat)
+                    runner_step(spec, warm, check)
+                    warm_time = timed(lambda: runner_step(spec, warm, check), args.repeat)
                 pssh_time = None
                 if pssh and args.kind == "openssh":
                     hosts_file.write_text("".join(f"{n.user}@{n.host}:{n.port}\n" for n in spec.nodes))
-                    payloads = [pssh_payload(spec, load_script("set_names.sh")), pssh_payload(spec, CHECK)]
+                    payloads = [pssh_payload(spec, load_script("set_names.sh")), pssh_payload(spec, check)]
                     pssh_step(spec, pssh, hosts_file, pool.client_key, payloads)
                     pssh_time = timed(lambda: pssh_step(spec, pssh, hosts_file, pool.client_key, payloads), args.repeat)
                 rows.append((size, cold_time, warm_time, pssh_time))
@@ -121,7 +129,8 @@ def main() -> None:
             pool.stop()
 
     base = rows[0]
-    print(f"\nnodeops bench: set_names + check, {args.kind} endpoints, {os.cpu_count()} CPUs, median of {args.repeat}")
+    extra = f" + {args.node_seconds:g}s node-side wait" if args.node_seconds else ""
+    print(f"\nnodeops bench: set_names + check{extra}, {args.kind} endpoints, {os.cpu_count()} CPUs, median of {args.repeat}")
     print(f"{'N':>4} | {'runner cold':>11} {'ratio':>6} | {'runner warm':>11} {'ratio':>6} | {'parallel-ssh':>12} {'ratio':>6}")
     print("-" * 72)
     for size, cold_time, warm_time, pssh_time in rows:

@@ -302,7 +302,8 @@ def _start_openssh(pool: EndpointPool, host_key: Path, authorized_keys: Path) ->
         pool._logs.append(log)
         pool._processes.append(
             subprocess.Popen(
-                [sshd, "-D", "-e", "-f", str(config)],
+                # -r: no re-exec per connection; saves ~15% CPU per connect in the sandbox.
+                [sshd, "-D", "-e", "-r", "-f", str(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
