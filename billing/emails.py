@@ -34,9 +34,28 @@ def owner_emails(workspace_id: int) -> list[str]:
 
 
 def queue_notice(notice_id: int) -> None:
-    from billing import tasks
+    """Hand the notice to notifications.notify(), inside the caller's transaction: it is
+    recorded with the notice, sent after commit, retried while SMTP fails, and skipped for
+    members who turned the kind off (see docs/notifications.md). A cluster stopped for its
+    balance or budget gets the lifecycle's critical "stopped" email, so those notices send
+    nothing here."""
+    from notifications.kinds import Kind
+    from notifications.services import billing_contact_ids, notify
 
-    tasks.send_billing_notice.delay_on_commit(notice_id)
+    notice = BillingNotice.objects.get(pk=notice_id)
+    kind = {
+        BillingNotice.Kind.BALANCE_LOW: Kind.BALANCE_LOW,
+        BillingNotice.Kind.TOP_UP_RECEIVED: Kind.TOPUP_RECEIVED,
+        BillingNotice.Kind.AUTO_RECHARGE_FAILED: Kind.AUTO_RECHARGE_FAILED,
+    }.get(notice.kind)
+    if kind is None:
+        return
+    notify(
+        kind, user_ids=billing_contact_ids(notice.workspace_id),
+        context={**notice.context, "workspace_id": notice.workspace_id},
+        # One email per notice: a re-armed balance warning is a new notice, hence a new email.
+        dedupe_key=f"billing-notice:{notice.pk}", workspace_id=notice.workspace_id,
+    )
 
 
 def create_notice(*, workspace_id: int, kind: str, key: str, context: dict) -> BillingNotice | None:

@@ -213,7 +213,8 @@ def _card_saved(session: dict) -> str:
         return "unknown_session"
     setup_intent = session["setup_intent"]
     if isinstance(setup_intent, str):
-        setup_intent = stripe_client().v1.setup_intents.retrieve(setup_intent, params={"expand": ["payment_method"]})
+        retrieved = stripe_client().v1.setup_intents.retrieve(setup_intent, params={"expand": ["payment_method"]})
+        setup_intent = retrieved.to_dict()
     payment_method = setup_intent["payment_method"]
     label = ""
     if not isinstance(payment_method, str):

@@ -302,19 +302,13 @@ def _terminable():
     return [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED]
 
 
-def _stop(cluster, reason: str, notice_kind: str, context: dict) -> bool:
-    from billing import emails
+def _stop(cluster, reason: str) -> bool:
+    # The owner's "stopped" email is sent by the cluster lifecycle hook that
+    # terminate_cluster calls (clusters.emails.notify_terminated, deduplicated per cluster),
+    # so billing sends no second one.
     from clusters import services as clusters
 
-    with transaction.atomic():
-        if not clusters.terminate_cluster(cluster, reason=reason):
-            return False
-        notice = BillingNotice.objects.create(
-            workspace_id=cluster.workspace_id, kind=notice_kind, key=f"{notice_kind}:{cluster.pk}",
-            context={"cluster_id": cluster.pk, "cluster_name": cluster.name, **context},
-        )
-        emails.queue_notice(notice.pk)
-    return True
+    return clusters.terminate_cluster(cluster, reason=reason)
 
 
 def stop_exhausted_workspaces() -> list[int]:
@@ -323,8 +317,7 @@ def stop_exhausted_workspaces() -> list[int]:
 
     stopped = []
     for cluster in Cluster.objects.filter(status__in=_terminable(), workspace__credit_balance__lte=0).select_related("workspace"):
-        if _stop(cluster, Reason.BALANCE_EXHAUSTED, BillingNotice.Kind.BALANCE_EXHAUSTED,
-                 {"balance": str(cluster.workspace.credit_balance)}):
+        if _stop(cluster, Reason.BALANCE_EXHAUSTED):
             stopped.append(cluster.pk)
     return stopped
 
@@ -340,10 +333,7 @@ def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
     stopped = []
     for cluster in live:
         env = cluster.environment
-        if spent[env.pk] >= env.monthly_budget and _stop(
-            cluster, Reason.BUDGET_REACHED, BillingNotice.Kind.BUDGET_REACHED,
-            {"environment": env.name, "spent": str(spent[env.pk]), "budget": str(env.monthly_budget)},
-        ):
+        if spent[env.pk] >= env.monthly_budget and _stop(cluster, Reason.BUDGET_REACHED):
             stopped.append(cluster.pk)
     return stopped
 

@@ -1,0 +1,163 @@
+"""Balance and budget enforcement, warnings, the create checks, concurrent metering."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from accounts.models import Workspace
+from billing import services as billing
+from billing.models import BillingNotice, LedgerEntry, MachineUsage
+from clusters import lifecycle, services
+from clusters.errors import ClusterError
+from clusters.models import Cluster, Reason, Status
+from tests.billing.conftest import at, running_cluster
+
+SWEEP = dt.timedelta(seconds=60)
+
+
+def live_from(environment, machine_type, *, ago: dt.timedelta, machines: int = 2, name: str = "train") -> Cluster:
+    return running_cluster(environment, machine_type, machines=machines, started=timezone.now() - ago, name=name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exhausting_the_balance_stops_every_cluster_within_two_sweeps(environment, machine_type, owner, mailoutbox):
+    Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("10.00"))
+    first = live_from(environment, machine_type, ago=dt.timedelta(minutes=30), name="one")  # $2.50 accrued
+    second = live_from(environment, machine_type, ago=dt.timedelta(minutes=30), name="two")
+    now = timezone.now()
+    billing.meter_and_enforce(now)  # $5.00 posted, $5.00 left: still running
+    assert set(Cluster.objects.values_list("status", flat=True)) == {Status.READY}
+    billing.meter_and_enforce(now + SWEEP * 60)  # an hour later: $10 more accrued, balance −$5
+    for cluster in (first, second):
+        cluster.refresh_from_db()
+        assert cluster.status == Status.TERMINATED  # the lifecycle ran after commit (eager tasks)
+        assert cluster.termination_reason == Reason.BALANCE_EXHAUSTED
+    # One email per stopped cluster, sent by the lifecycle's termination hook.
+    assert sorted(m.subject for m in mailoutbox if "stopped" in m.subject) == [
+        "Your cluster one was stopped: your balance ran out", "Your cluster two was stopped: your balance ran out",
+    ]
+    # Nothing is billed after the stop.
+    posted = LedgerEntry.objects.filter(kind="usage").count()
+    billing.meter_and_enforce(now + SWEEP * 120)
+    assert LedgerEntry.objects.filter(kind="usage").count() == posted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(environment, machine_type, owner, mailoutbox):
+    from accounts.models import Environment
+
+    environment.monthly_budget = Decimal("4.00")
+    environment.save()
+    other = Environment.objects.create(workspace=environment.workspace, name="prod", monthly_budget=Decimal("1000"))
+    capped = live_from(environment, machine_type, ago=dt.timedelta(hours=1), name="capped")  # $5.00 this month… 
+    free = live_from(other, machine_type, ago=dt.timedelta(hours=1), name="free")
+    now = timezone.now()
+    if now.day == 1 and now.hour < 1:
+        pytest.skip("the hour of usage would straddle the month boundary")
+    billing.meter_and_enforce(now)
+    capped.refresh_from_db(), free.refresh_from_db()
+    assert (capped.status, capped.termination_reason) == (Status.TERMINATED, Reason.BUDGET_REACHED)
+    assert free.status == Status.READY
+    assert [m.subject for m in mailoutbox] == ["Your cluster capped was stopped: the monthly budget was reached"]
+    assert mailoutbox[0].to == [owner.email]
+    with pytest.raises(ClusterError) as refused:
+        services.create_cluster(environment=environment, name="again", machine_type=machine_type, machine_count=2)
+    assert (refused.value.code, refused.value.status) == ("budget_reached", 402)
+
+
+@pytest.mark.django_db
+def test_budgets_start_again_at_the_month_boundary(environment, machine_type):
+    environment.monthly_budget = Decimal("10.00")
+    environment.save()
+    start = dt.datetime(2026, 1, 31, 20, 0, tzinfo=dt.timezone.utc)
+    running_cluster(environment, machine_type, started=start)  # $5/h
+    billing.meter_usage(dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.timezone.utc))  # 4 h in Jan ($20), 1 h in Feb ($5)
+    january = dt.datetime(2026, 1, 31, 23, 0, tzinfo=dt.timezone.utc)
+    february = dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.timezone.utc)
+    assert billing.month_to_date_spend([environment.pk], january) == {environment.pk: Decimal("20.00")}
+    assert billing.month_to_date_spend([environment.pk], february) == {environment.pk: Decimal("5.00")}
+    with pytest.raises(ClusterError):
+        billing.check_budget(environment, january)
+    billing.check_budget(environment, february)  # $5 of $10: allowed again
+    billing.meter_usage(dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.timezone.utc))
+    with pytest.raises(ClusterError):
+        billing.check_budget(environment, dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.timezone.utc))
+
+
+@pytest.mark.django_db
+def test_creating_needs_one_hour_of_the_whole_cluster_and_at_least_10_dollars(environment, machine_type):
+    assert billing.required_balance(Decimal("5.00")) == Decimal("10.00")
+    assert billing.required_balance(Decimal("20.005")) == Decimal("20.01")
+    Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("9.99"))
+    with pytest.raises(ClusterError) as refused:
+        services.create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
+    assert refused.value.code == "insufficient_credits"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_low_balance_warning_goes_once_per_crossing(environment, machine_type, owner, mailoutbox):
+    live_from(environment, machine_type, ago=dt.timedelta(seconds=0))  # $5/h
+    Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("4.00"))  # < 1 h left
+    assert sorted(billing.warn_low_balances()) == [f"balance_low:{environment.workspace_id}:1h",
+                                                   f"balance_low:{environment.workspace_id}:24h"]
+    assert billing.warn_low_balances() == []
+    assert len(mailoutbox) == 2
+    billing.post_entry(workspace_id=environment.workspace_id, kind="deposit", amount=Decimal("50"),
+                       idempotency_key="t1", description="top-up")  # 10.8 h left: the 1 h warning re-arms
+    assert billing.warn_low_balances() == []
+    Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("3.00"))
+    assert billing.warn_low_balances() == [f"balance_low:{environment.workspace_id}:1h"]
+    assert len(mailoutbox) == 3
+    assert BillingNotice.objects.filter(kind="balance_low").count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_ten_concurrent_metering_runs_post_once(environment, machine_type):
+    clusters = [running_cluster(environment, machine_type, machines=2, name=f"c{i}") for i in range(3)]
+    barrier = threading.Barrier(10)
+    errors = []
+
+    def run():
+        try:
+            barrier.wait()
+            billing.meter_usage(at(3600))
+        except Exception as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(LedgerEntry.objects.filter(kind="usage").values_list("amount", flat=True)) == Decimal("-15.00")
+    assert Workspace.objects.get(pk=environment.workspace_id).credit_balance == Decimal("985.00")
+    assert set(MachineUsage.objects.values_list("posted_amount", flat=True)) == {Decimal("2.50")}
+    assert len(clusters) == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_one_metering_run_takes_the_same_number_of_queries_for_4_or_40_machines(environment, machine_type):
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import HostFactory
+
+    HostFactory.create_batch(40, machine_type=machine_type)
+    running_cluster(environment, machine_type, machines=4, name="small")
+    with CaptureQueriesContext(connection) as small:
+        billing.meter_usage(at(600))
+    for i in range(9):
+        running_cluster(environment, machine_type, machines=4, name=f"big{i}")
+    with CaptureQueriesContext(connection) as large:
+        billing.meter_usage(at(1200))
+    assert len(small.captured_queries) == len(large.captured_queries)
