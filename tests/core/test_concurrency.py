@@ -1,0 +1,121 @@
+"""Many simultaneous creates against a few free hosts never double-book (real threads and connections)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from clusters import services
+from clusters.errors import ClusterError
+from clusters.models import Cluster, LIVE_STATUSES, Node
+from offers.models import Host
+from tests.factories import WorkspaceFactory, machine_type_with_hosts
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+THREADS = 12
+
+
+def create_at_once(jobs: list[dict]) -> list[object]:
+    """Run create_cluster for every job in its own thread and connection, all released together."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[object] = [None] * len(jobs)
+
+    def run(i: int, job: dict) -> None:
+        try:
+            barrier.wait()
+            results[i] = services.create_cluster(**job)
+        except ClusterError as error:
+            results[i] = error
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+            results[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def assert_no_double_booking(machine_type) -> None:
+    live_nodes = Node.objects.filter(released_at__isnull=True, cluster__status__in=LIVE_STATUSES)
+    held = Counter(live_nodes.values_list("host_id", flat=True))
+    assert all(count == 1 for count in held.values()), held
+    reserved = Host.objects.filter(machine_type=machine_type, state=Host.State.RESERVED).count()
+    sizes = sum(Cluster.objects.filter(status__in=LIVE_STATUSES).values_list("machine_count", flat=True))
+    assert reserved == sizes == len(held)
+
+
+@pytest.fixture
+def slow_hosts(db):
+    # Hosts that take a while to boot keep every winner live (holding its hosts) while we look.
+    machine_type = machine_type_with_hosts(6)
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    return machine_type
+
+
+def test_twelve_creates_of_two_machines_against_six_hosts(environment, slow_hosts):
+    jobs = [
+        dict(environment=environment, name=f"race-{i}", machine_type=slow_hosts, machine_count=2)
+        for i in range(THREADS)
+    ]
+    results = create_at_once(jobs)
+    winners = [r for r in results if isinstance(r, Cluster)]
+    losers = [r for r in results if not isinstance(r, Cluster)]
+    assert len(winners) == 3
+    assert all(isinstance(r, ClusterError) and r.code == "offer_unavailable" for r in losers), losers
+    assert_no_double_booking(slow_hosts)
+    assert not Host.objects.filter(machine_type=slow_hosts, state=Host.State.FREE).exists()
+
+
+def test_mixed_sizes_from_many_workspaces_never_overbook(slow_hosts):
+    workspaces = [WorkspaceFactory() for _ in range(THREADS)]
+    sizes = [2, 3, 4, 2, 5, 2, 3, 6, 2, 4, 2, 3]
+    jobs = [
+        dict(environment=ws.default_environment, name="race", machine_type=slow_hosts, machine_count=size)
+        for ws, size in zip(workspaces, sizes, strict=True)
+    ]
+    results = create_at_once(jobs)
+    winners = [r for r in results if isinstance(r, Cluster)]
+    assert winners, results
+    assert sum(c.machine_count for c in winners) <= 6
+    assert all(isinstance(r, Cluster) or (isinstance(r, ClusterError) and r.code == "offer_unavailable") for r in results), results
+    assert_no_double_booking(slow_hosts)
+    # No loser left anything behind.
+    assert Cluster.objects.count() == len(winners)
+
+
+def test_concurrent_creates_and_terminates_keep_the_inventory_consistent(environment, slow_hosts):
+    first = services.create_cluster(environment=environment, name="first", machine_type=slow_hosts, machine_count=6)
+    barrier = threading.Barrier(2)
+    outcome: dict[str, object] = {}
+
+    def terminate() -> None:
+        try:
+            barrier.wait()
+            outcome["terminated"] = services.terminate_cluster(Cluster.objects.get(pk=first.pk))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=terminate)
+    thread.start()
+    second = create_racing(barrier, environment, slow_hosts)
+    thread.join()
+    assert outcome["terminated"] is True
+    # Whichever came first, the second cluster got two of the six hosts or none at all.
+    assert isinstance(second, Cluster) or second.code == "offer_unavailable"
+    assert_no_double_booking(slow_hosts)
+
+
+def create_racing(barrier, environment, machine_type):
+    barrier.wait()
+    try:
+        return services.create_cluster(environment=environment, name="second", machine_type=machine_type, machine_count=2)
+    except ClusterError as error:
+        return error
