@@ -25,7 +25,21 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture
-def bearer(owner, workspace, environment, machine_type) -> dict[str, str]:
+def keep_test_connection():
+    """Django's own test client does this too: the WSGI handler's request signals would close the
+    database connection, and with it the test's transaction (PostgreSQL; SQLite in memory ignores it)."""
+    from django.core import signals
+    from django.db import close_old_connections
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def bearer(keep_test_connection, owner, workspace, environment, machine_type) -> dict[str, str]:
     # Something to find: an offer, a cluster (id 1 on a fresh database), a key to act with.
     make_cluster(environment, machine_type)
     return {"Authorization": f"Bearer {create_api_key(workspace=workspace, created_by=owner, name='fuzz')[1]}"}
