@@ -164,3 +164,19 @@ def test_the_balance_warning_takes_billings_values(smtp, workspace, owner):
 def test_an_unknown_kind_is_a_programming_error(db):
     with pytest.raises(ValueError):
         services.notify("nope", recipients=["a@example.com"], dedupe_key="x")
+
+
+def test_billing_notices_are_sent_through_notify_and_stop_notices_are_left_to_the_cluster_email(smtp, workspace, owner):
+    from billing import emails
+    from billing.models import BillingNotice
+
+    notice = emails.create_notice(
+        workspace_id=workspace.pk, kind=BillingNotice.Kind.TOP_UP_RECEIVED, key="top_up:cs_9", context={"amount": "1,025.00"}
+    )
+    [message] = smtp.messages
+    assert subject_of(message) == "We received your top-up of $1,025.00"
+    assert Notification.objects.get(dedupe_key=f"billing-notice:{notice.pk}").kind == Kind.TOPUP_RECEIVED
+    emails.create_notice(
+        workspace_id=workspace.pk, kind=BillingNotice.Kind.BALANCE_EXHAUSTED, key="balance_exhausted:1", context={}
+    )
+    assert len(smtp.messages) == 1
