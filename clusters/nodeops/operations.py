@@ -203,6 +203,10 @@ def _check_sandbox(spec: ClusterSpec) -> None:
             raise ValueError(f"sandbox node {node.name} has non-loopback host {node.host}")
         if not node.root:
             raise ValueError(f"sandbox node {node.name} needs a sandbox root directory")
+    if spec.gateway:
+        gateway_host = spec.gateway.rpartition("@")[2].rsplit(":", 1)[0]
+        if not ipaddress.ip_address(gateway_host).is_loopback:
+            raise ValueError(f"sandbox gateway {spec.gateway} is not a loopback address")
 
 
 def cluster_env(spec: ClusterSpec) -> dict[str, str]:
@@ -262,6 +266,7 @@ def _run(
         env=env,
         node_env=node_env,
         on_output=on_output,
+        gateway=spec.gateway,
     )
 
 

@@ -153,6 +153,7 @@ class NodeRunner:
         self.keep_connections = keep_connections
         self._sleep = sleep
         self._connections: dict[tuple[str, int, str], Connection] = {}
+        self._gateways: dict[str, Connection] = {}
         self._connections_lock = threading.Lock()
         self._output_lock = threading.Lock()
 
@@ -165,7 +166,8 @@ class NodeRunner:
     def close(self) -> None:
         with self._connections_lock:
             connections, self._connections = list(self._connections.values()), {}
-        for connection in connections:
+            gateways, self._gateways = list(self._gateways.values()), {}
+        for connection in connections + gateways:
             connection.close()
 
     def run(
@@ -177,15 +179,23 @@ class NodeRunner:
         env: Mapping[str, str] | None = None,
         node_env: NodeEnv | None = None,
         on_output: OutputCallback | None = None,
+        gateway: str | None = None,
     ) -> dict[str, NodeResult]:
         """Run `script` (full bash text, see `load_script`) on every node in parallel.
 
         Each node gets `env`, then `node_env(node)`, then RUNCRATE_ROOT / node name / index.
+        `gateway` ("user@host:port") is a jump host every node is reached through.
         Returns node name -> NodeResult, in node order.
         """
         nodes = list(nodes)
         if not nodes:
             return {}
+        jump = None
+        if gateway:
+            try:
+                jump = self._gateway(gateway, nodes[0].key_filename)
+            except NodeUnreachable as error:
+                return {node.name: self._unreachable(node, f"gateway {error}", 0.0) for node in nodes}
 
         def one(node: NodeTarget) -> NodeResult:
             full_env = dict(env or {})
@@ -198,7 +208,7 @@ class NodeRunner:
                 RUNCRATE_PRIVATE_IP=node.private_ip,
                 RUNCRATE_STEP=step,
             )
-            return self._run_on_node(node, build_payload(script, full_env), step, on_output)
+            return self._run_on_node(node, build_payload(script, full_env), step, on_output, jump)
 
         workers = max(1, min(self.max_workers, len(nodes)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nodeops") as pool:
@@ -207,7 +217,44 @@ class NodeRunner:
 
     # -- one node -------------------------------------------------------------------
 
-    def _connect(self, node: NodeTarget) -> tuple[Connection, int]:
+    def _connect_kwargs(self, key_filename: str | None) -> dict:
+        timeout = self.policy.connect_timeout
+        return {
+            "key_filename": key_filename,
+            "look_for_keys": key_filename is None,
+            "allow_agent": key_filename is None,
+            "timeout": timeout,
+            "banner_timeout": timeout,
+            "auth_timeout": timeout,
+        }
+
+    def _gateway(self, gateway: str, key_filename: str | None) -> Connection:
+        """One open connection to the jump host, shared by every node's thread."""
+        with self._connections_lock:
+            cached = self._gateways.get(gateway)
+            if cached is not None and cached.is_connected:
+                return cached
+            last_error: BaseException | None = None
+            for attempt in range(1, self.policy.attempts + 1):
+                connection = Connection(
+                    gateway, config=_fabric_config(), connect_kwargs=self._connect_kwargs(key_filename)
+                )
+                try:
+                    connection.open()
+                except CONNECT_ERRORS as error:
+                    connection.close()
+                    last_error = error
+                    if attempt < self.policy.attempts:
+                        self._sleep(self.policy.delay(attempt))
+                    continue
+                self._gateways[gateway] = connection
+                return connection
+        raise NodeUnreachable(
+            f"{gateway} unreachable after {self.policy.attempts} attempts: "
+            f"{type(last_error).__name__}: {last_error}"
+        )
+
+    def _connect(self, node: NodeTarget, gateway: Connection | None = None) -> tuple[Connection, int]:
         """An open Connection, retrying connection errors with exponential backoff."""
         key = (node.host, node.port, node.user)
         with self._connections_lock:
@@ -223,14 +270,8 @@ class NodeRunner:
                 port=node.port,
                 user=node.user,
                 config=_fabric_config(),
-                connect_kwargs={
-                    "key_filename": node.key_filename,
-                    "look_for_keys": node.key_filename is None,
-                    "allow_agent": node.key_filename is None,
-                    "timeout": policy.connect_timeout,
-                    "banner_timeout": policy.connect_timeout,
-                    "auth_timeout": policy.connect_timeout,
-                },
+                gateway=gateway,
+                connect_kwargs=self._connect_kwargs(node.key_filename),
             )
             try:
                 connection.open()
@@ -249,28 +290,32 @@ class NodeRunner:
             f"attempts: {type(last_error).__name__}: {last_error}"
         )
 
+    def _unreachable(self, node: NodeTarget, error: str, seconds: float) -> NodeResult:
+        return NodeResult(
+            node=node,
+            ok=False,
+            exit_code=None,
+            stdout="",
+            stderr=error,
+            unreachable=True,
+            attempts=self.policy.attempts,
+            error=error,
+            seconds=seconds,
+        )
+
     def _run_on_node(
         self,
         node: NodeTarget,
         payload: str,
         step: str,
         on_output: OutputCallback | None,
+        gateway: Connection | None = None,
     ) -> NodeResult:
         started = time.monotonic()
         try:
-            connection, attempts = self._connect(node)
+            connection, attempts = self._connect(node, gateway)
         except NodeUnreachable as error:
-            return NodeResult(
-                node=node,
-                ok=False,
-                exit_code=None,
-                stdout="",
-                stderr=str(error),
-                unreachable=True,
-                attempts=self.policy.attempts,
-                error=str(error),
-                seconds=time.monotonic() - started,
-            )
+            return self._unreachable(node, str(error), time.monotonic() - started)
 
         current_step = [step]
 

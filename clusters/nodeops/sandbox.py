@@ -195,7 +195,8 @@ UseDNS no
 PrintMotd no
 PrintLastLog no
 X11Forwarding no
-AllowTcpForwarding no
+# A sandbox node can be the jump host (ClusterSpec.gateway) for the others.
+AllowTcpForwarding local
 # The control plane opens every node at once; the default 10:30:100 would drop some.
 MaxStartups 200:30:400
 MaxSessions 64

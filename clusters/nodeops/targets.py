@@ -57,8 +57,8 @@ class ClusterSpec:
     gpus_per_machine: int
     nodes: tuple[NodeTarget, ...]
     sandbox: bool
-    volume_source: str | None = None
-    gateway: str | None = None
+    volume_source: str | None = None  # where the volume is mounted on the head
+    gateway: str | None = None  # "user@host:port" jump host every node is reached through
     # Extra environment for every script (e.g. an apt proxy); never secrets.
     extra_env: tuple[tuple[str, str], ...] = field(default=())
 

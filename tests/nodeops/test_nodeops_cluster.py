@@ -364,3 +364,29 @@ def test_wireguard_config_never_names_a_peer_twice(endpoints):
         "AllowedIPs = 10.77.0.3/32",
         "AllowedIPs = 10.77.0.4/32",
     ]
+
+
+def test_nodes_can_be_reached_through_a_gateway(endpoints, runner):
+    spec = endpoints.spec()
+    head = spec.nodes[0]
+    through_head = ClusterSpec(**{**spec.__dict__, "gateway": f"{head.user}@{head.host}:{head.port}"})
+
+    result = ops.set_names(through_head, runner=runner)
+
+    assert result.ok, result.summary()
+    assert (root(spec, 3) / "etc/hostname").read_text() == "node-3\n"
+
+
+def test_an_unreachable_gateway_makes_every_node_unreachable(endpoints):
+    spec = endpoints.spec(count=2)
+    spec = ClusterSpec(**{**spec.__dict__, "gateway": "root@127.0.0.1:1"})
+    with NodeRunner(RetryPolicy(connect_timeout=1, attempts=2, backoff=0.01)) as runner:
+        result = ops.set_names(spec, runner=runner)
+    assert result.unreachable == ["node-0", "node-1"]
+    assert result.results["node-0"].error.startswith("gateway root@127.0.0.1:1 unreachable")
+
+
+def test_sandbox_gateways_must_be_loopback_too(endpoints, runner):
+    spec = ClusterSpec(**{**endpoints.spec().__dict__, "gateway": "root@10.77.0.1:22"})
+    with pytest.raises(ValueError, match="gateway"):
+        ops.set_names(spec, runner=runner)
