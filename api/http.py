@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -383,7 +383,3 @@ def public_route(handler: Handler) -> Callable[..., JsonResponse]:
 @csrf_exempt
 def unknown_endpoint(request: HttpRequest, rest: str = "") -> JsonResponse:
     return error_response(ApiError(404, "not_found", f"There is no endpoint {request.path}; see /api/v1/docs."))
-
-
-def sum_money(values: Iterable[Decimal]) -> Decimal:
-    return sum(values, Decimal("0"))

@@ -12,7 +12,18 @@ from django.utils import timezone
 
 from accounts.models import SSHKey
 from api import serializers
-from api.http import ApiContext, ApiError, Fields, invalid, json_body, money, not_found, ok, page, parse_id
+from api.http import (
+    ApiContext,
+    ApiError,
+    Fields,
+    invalid,
+    json_body,
+    money,
+    not_found,
+    ok,
+    page,
+    parse_id,
+)
 from api.models import IdempotentRequest
 from clusters import services
 from clusters.access import get_cluster_for_user

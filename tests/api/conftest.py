@@ -81,3 +81,21 @@ def error_of(body: dict) -> dict:
     assert set(body) == {"error"}, body
     assert set(body["error"]) == {"code", "message", "details"}, body
     return body["error"]
+
+
+def make_cluster(environment, machine_type, name: str = "train", machines: int = 2, software: str = "none"):
+    from clusters import services
+
+    return services.create_cluster(
+        environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
+    )
+
+
+def drive(cluster) -> None:
+    """Run the reconciler until the cluster rests (the simulated hosts have no delays)."""
+    from clusters import lifecycle
+
+    for _ in range(5):
+        if not lifecycle.advance(cluster.pk):
+            break
+    cluster.refresh_from_db()

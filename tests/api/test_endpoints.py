@@ -237,9 +237,9 @@ def test_idempotency_keys_belong_to_one_api_key(api, dev_api, machine_type):
 
 
 def test_a_failed_create_is_not_remembered_so_a_retry_can_succeed(api, machine_type, workspace):
-    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("0"))
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal(0))
     assert api.post("/clusters", create_body(machine_type), headers={"Idempotency-Key": "r"})[0] == 402
-    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("100"))
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal(100))
     assert api.post("/clusters", create_body(machine_type), headers={"Idempotency-Key": "r"})[0] == 201
 
 
