@@ -175,7 +175,7 @@ def _save_watermarks(usages: list[MachineUsage]) -> None:
         MachineUsage.objects.bulk_update(usages, ["billed_until", "posted_amount"], batch_size=500)
 
 
-def _debit_workspaces(debits: dict[int, Decimal]) -> None:
+def _debit_workspaces(debits: dict[int, Decimal], balances: dict[int, Decimal]) -> None:
     ids = sorted(debits)
     if connection.vendor == "postgresql":
         table = Workspace._meta.db_table
@@ -186,8 +186,10 @@ def _debit_workspaces(debits: dict[int, Decimal]) -> None:
                 [ids, [debits[i] for i in ids]],
             )
     else:
+        # SQLite does decimal arithmetic in floating point (10.00 − 9.84 − 0.16 ≠ 0 there), so
+        # write the balances computed in Decimal under the lock instead of an expression.
         for workspace_id in ids:
-            Workspace.objects.filter(pk=workspace_id).update(credit_balance=F("credit_balance") - debits[workspace_id])
+            Workspace.objects.filter(pk=workspace_id).update(credit_balance=balances[workspace_id])
 
 
 def meter_usage(now: dt.datetime | None = None, *, cluster_id: int | None = None) -> MeteringRun:
@@ -249,7 +251,7 @@ def meter_usage(now: dt.datetime | None = None, *, cluster_id: int | None = None
             run.posted += amount
         if entries:
             LedgerEntry.objects.bulk_create(entries)
-            _debit_workspaces(debits)
+            _debit_workspaces(debits, balances)
         _save_watermarks(usages)
         run.entries = len(entries)
         run.workspaces = set(debits)

@@ -28,12 +28,15 @@ def live_from(environment, machine_type, *, ago: dt.timedelta, machines: int = 2
 @pytest.mark.django_db(transaction=True)
 def test_exhausting_the_balance_stops_every_cluster_within_two_sweeps(environment, machine_type, owner, mailoutbox):
     Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("10.00"))
-    first = live_from(environment, machine_type, ago=dt.timedelta(minutes=30), name="one")  # $2.50 accrued
-    second = live_from(environment, machine_type, ago=dt.timedelta(minutes=30), name="two")
+    # Two clusters of two machines at $2.50: $10/h, running for 59 minutes already.
+    first = live_from(environment, machine_type, ago=dt.timedelta(minutes=59), name="one")
+    second = live_from(environment, machine_type, ago=dt.timedelta(minutes=59), name="two")
     now = timezone.now()
-    billing.meter_and_enforce(now)  # $5.00 posted, $5.00 left: still running
+    billing.meter_and_enforce(now)  # 4 × $2.46 posted, $0.16 left: still running
+    assert Workspace.objects.get(pk=environment.workspace_id).credit_balance == Decimal("0.16")
     assert set(Cluster.objects.values_list("status", flat=True)) == {Status.READY}
-    billing.meter_and_enforce(now + SWEEP * 60)  # an hour later: $10 more accrued, balance −$5
+    billing.meter_and_enforce(now + SWEEP)  # the next sweep: the balance ran out in between
+    assert Workspace.objects.get(pk=environment.workspace_id).credit_balance == Decimal("0.00")
     for cluster in (first, second):
         cluster.refresh_from_db()
         assert cluster.status == Status.TERMINATED  # the lifecycle ran after commit (eager tasks)
@@ -44,7 +47,7 @@ def test_exhausting_the_balance_stops_every_cluster_within_two_sweeps(environmen
     ]
     # Nothing is billed after the stop.
     posted = LedgerEntry.objects.filter(kind="usage").count()
-    billing.meter_and_enforce(now + SWEEP * 120)
+    billing.meter_and_enforce(now + SWEEP * 5)
     assert LedgerEntry.objects.filter(kind="usage").count() == posted
 
 
