@@ -48,7 +48,7 @@ def cluster_create(request):
         except ClusterError as error:
             form.add_error(None if error.field in (None, "__all__") else _form_field(error.field), error.message)
         else:
-            messages.success(request, f"Cluster {cluster.name} is provisioning.")
+            messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
             return redirect(cluster)
     offer = form["offer"].value()
     machine_type = form.fields["offer"].queryset.filter(pk=offer).first() if str(offer or "").isdigit() else None

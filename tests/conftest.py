@@ -36,8 +36,11 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
     if db["ENGINE"].endswith("postgresql"):
         test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
     elif any("browser" in item.keywords for item in request.session.items):
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-        test["NAME"] = str(settings.VAR_DIR / f"test-{os.getpid()}.sqlite3")
+        # Named db.sqlite3 in a directory of its own: a server started with
+        # RUNCRATE_VAR_DIR=<that directory> opens it with the project's SQLite options.
+        directory = settings.VAR_DIR / f"test-{os.getpid()}"
+        directory.mkdir(parents=True, exist_ok=True)
+        test["NAME"] = str(directory / "db.sqlite3")
 
 
 @pytest.fixture

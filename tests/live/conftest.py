@@ -6,11 +6,6 @@ import uuid
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def isolated_channel_layer(settings):
     """A fresh channel layer per test: on Redis under a prefix no other test run shares."""

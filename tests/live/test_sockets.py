@@ -19,6 +19,11 @@ ORIGIN = "http://127.0.0.1:8000"
 TIMEOUT = 5  # seconds a message may take to arrive; a bound, not a measurement
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)
