@@ -328,9 +328,21 @@ class NodeRunner:
 
         out, err = _LineSink(emit), _LineSink(emit)
         try:
-            exit_code, stdout, stderr = _execute(
-                connection, payload, out, err, self.policy.command_timeout
-            )
+            try:
+                channel = connection.create_session()
+            except CONNECT_ERRORS:
+                if attempts:
+                    raise
+                # A kept connection that died since the last step: reconnect once.
+                connection.close()
+                with self._connections_lock:
+                    self._connections.pop((node.host, node.port, node.user), None)
+                try:
+                    connection, attempts = self._connect(node, gateway)
+                except NodeUnreachable as error:
+                    return self._unreachable(node, str(error), time.monotonic() - started)
+                channel = connection.create_session()
+            exit_code, stdout, stderr = _execute(channel, payload, out, err, self.policy.command_timeout)
         except Exception as error:  # noqa: BLE001 - any failure is reported per node
             connection.close()
             with self._connections_lock:
@@ -364,7 +376,7 @@ class NodeRunner:
 
 
 def _execute(
-    connection: Connection,
+    channel: paramiko.Channel,
     payload: str,
     out: _LineSink,
     err: _LineSink,
@@ -372,12 +384,12 @@ def _execute(
 ) -> tuple[int, str, str]:
     """Run `bash -s` with `payload` on stdin over one SSH session; stream the output.
 
-    Uses the Connection's session channel directly rather than `Connection.run`: invoke's
-    runner polls stdin and completion every 10 ms from two threads per command, which
-    with 64 nodes costs more control-plane CPU than the SSH work itself. Here each node's
+    Uses the Connection's session channel (`Connection.create_session`) directly rather
+    than `Connection.run`: invoke's runner polls stdin and completion every 10 ms from two
+    threads per command, which with 64 nodes costs more control-plane CPU than the SSH
+    work itself. Here each node's
     thread sleeps in the kernel until its channel has data.
     """
-    channel = connection.create_session()
     try:
         channel.exec_command("bash -s")
         channel.sendall(payload.encode())
