@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Role
-from notifications.kinds import CRITICAL_KINDS, OPTIONAL_KINDS, SPECS, Kind
+from notifications.kinds import CRITICAL_KINDS, OPTIONAL_KINDS, SPECS
 from notifications.models import Delivery, Notification, NotificationPreference
 
 log = logging.getLogger(__name__)
@@ -197,5 +197,3 @@ def pending_to_requeue(now: dt.datetime | None = None) -> list[int]:
         .values_list("pk", flat=True)[:500]
     )
 
-
-__all__ = ["Kind", "notify", "billing_contact_ids", "enabled_kinds", "set_preferences", "send_delivery"]

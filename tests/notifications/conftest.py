@@ -12,7 +12,6 @@ from unittest import mock
 
 import pytest
 from aiosmtpd.controller import Controller
-from celery.exceptions import Retry
 
 from notifications.tasks import send_notification
 
@@ -22,6 +21,12 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address.startswith("bounce@"):
+            return "550 5.1.1 No such user"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         message = email.message_from_bytes(envelope.content, policy=policy.default)
@@ -140,5 +145,3 @@ def smtp_down(server: SMTPServer):
     finally:
         server.start()
 
-
-__all__ = ["Retry", "broker", "html_of", "subject_of", "run_like_a_worker", "smtp", "smtp_down", "text_of"]

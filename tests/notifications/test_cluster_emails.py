@@ -91,7 +91,7 @@ def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environmen
     lifecycle.advance(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
-    ready, terminated = smtp.messages
+    _ready, terminated = smtp.messages
     assert subject_of(terminated) == "Your cluster train was terminated"
     text = text_of(terminated)
     assert "Total cost: $7.50" in text

@@ -82,7 +82,7 @@ def test_an_smtp_outage_schedules_a_retry_and_recovery_sends_exactly_once(smtp, 
             environment=environment, name="outage", machine_type=machine_type, machine_count=2, created_by=owner
         )
         assert Cluster.objects.get(pk=cluster.pk).status == Status.READY  # the outage never blocks the lifecycle
-        [job] = broker.queued
+        assert len(broker.queued) == 1
         with pytest.raises(Retry):
             broker.run_next()
         delivery = Delivery.objects.get()
@@ -180,3 +180,32 @@ def test_billing_notices_are_sent_through_notify_and_stop_notices_are_left_to_th
         workspace_id=workspace.pk, kind=BillingNotice.Kind.BALANCE_EXHAUSTED, key="balance_exhausted:1", context={}
     )
     assert len(smtp.messages) == 1
+
+
+def test_a_message_that_cannot_be_rendered_fails_at_once(smtp, broker):
+    with transaction.atomic():
+        services.notify(Kind.QUOTE_CONFIRMATION, recipients=["a@example.com"], context={"quote_id": 404}, dedupe_key="q")
+    assert broker.run_next() == "failed"
+    assert broker.queued == [] and smtp.messages == []
+    assert "DoesNotExist" in Delivery.objects.get().last_error
+
+
+def test_a_permanent_refusal_is_not_retried(smtp, broker):
+    with transaction.atomic():
+        services.notify(
+            Kind.BUDGET_WARNING, recipients=["bounce@example.com"], dedupe_key="budget:1",
+            context={"environment_name": "prod", "percent": 80, "spent": "800", "budget": "1000"},
+        )
+    assert broker.run_next() == "failed"
+    assert broker.queued == []
+    delivery = Delivery.objects.get(notification__dedupe_key="budget:1")
+    assert delivery.status == Delivery.Status.FAILED and delivery.attempts == 1 and "550" in delivery.last_error
+    assert smtp.messages == []
+
+
+def test_the_admin_lists_notifications_and_deliveries(admin_client, smtp, workspace, owner):
+    topup(workspace)
+    for url in ("/admin/notifications/notification/", "/admin/notifications/delivery/",
+                f"/admin/notifications/notification/{Notification.objects.get().pk}/change/"):
+        response = admin_client.get(url)
+        assert response.status_code == 200 and b"topup:cs_1" in response.content

@@ -12,7 +12,7 @@ from django.utils import timezone
 from notifications.models import Delivery
 from quotes import services
 from quotes.models import QuoteRequest, QuoteStatus
-from tests.notifications.conftest import smtp, subject_of, text_of  # noqa: F401  (the SMTP fixture)
+from tests.notifications.conftest import subject_of, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
