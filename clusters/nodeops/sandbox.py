@@ -14,6 +14,7 @@ Nothing here dials anything but 127.0.0.0/8.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import random
 import shutil
@@ -120,6 +121,8 @@ class EndpointPool:
     skip_user_rc: bool = True
     _processes: list[subprocess.Popen] = field(default_factory=list, repr=False)
     _logs: list = field(default_factory=list, repr=False)
+    # Server processes this object did not start (a pool re-attached with `load`).
+    _foreign_pids: list[int] = field(default_factory=list, repr=False)
 
     def targets(self) -> tuple[NodeTarget, ...]:
         return tuple(endpoint.target() for endpoint in self.endpoints)
@@ -152,7 +155,54 @@ class EndpointPool:
             shutil.rmtree(endpoint.root, ignore_errors=True)
             Path(endpoint.root).mkdir(parents=True)
 
+    def save(self) -> None:
+        """Write <workdir>/pool.json so another process can `load` (re-attach to) the pool."""
+        state = {
+            "kind": self.kind,
+            "client_key": self.client_key,
+            "known_hosts_line": self.known_hosts_line,
+            "skip_user_rc": self.skip_user_rc,
+            "endpoints": [endpoint.__dict__ for endpoint in self.endpoints],
+            "pids": [process.pid for process in self._processes] + self._foreign_pids,
+        }
+        tmp = self.workdir / "pool.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.workdir / "pool.json")
+
+    @classmethod
+    def load(cls, workdir: str | os.PathLike[str], timeout: float = 2.0) -> EndpointPool | None:
+        """The pool saved in `workdir` if every endpoint still answers, else None.
+
+        For the `local` provider: endpoints outlive the worker process that started them
+        (they run in their own session) and the next worker re-attaches here.
+        """
+        workdir = Path(workdir).resolve()
+        try:
+            state = json.loads((workdir / "pool.json").read_text())
+        except (OSError, ValueError):
+            return None
+        pool = cls(
+            kind=state["kind"],
+            workdir=workdir,
+            endpoints=[Endpoint(**endpoint) for endpoint in state["endpoints"]],
+            client_key=state["client_key"],
+            known_hosts_line=state["known_hosts_line"],
+            skip_user_rc=state["skip_user_rc"],
+            _foreign_pids=[pid for pid in state["pids"] if _is_our_server(pid, workdir)],
+        )
+        deadline = time.monotonic() + timeout
+        if not all(wait_for_banner(e.host, e.port, deadline) for e in pool.endpoints):
+            return None
+        return pool
+
     def stop(self) -> None:
+        for pid in self._foreign_pids:
+            if _is_our_server(pid, self.workdir):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        self._foreign_pids.clear()
         for process in self._processes:
             if process.poll() is None:
                 process.terminate()
@@ -274,6 +324,7 @@ def start_endpoints(
     except BaseException:
         pool.stop()
         raise
+    pool.save()
     return pool
 
 
@@ -336,6 +387,36 @@ def _start_asyncssh(pool: EndpointPool, host_key: Path, authorized_keys: Path) -
             start_new_session=True,
         )
     )
+
+
+def _is_our_server(pid: int, workdir: Path) -> bool:
+    """True if `pid` is still a server started for `workdir` (pids get reused)."""
+    try:
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return str(workdir) in command_line
+
+
+def ensure_endpoints(count: int, workdir: str | os.PathLike[str], kind: str = "openssh") -> EndpointPool:
+    """Re-attach to the pool saved in `workdir` if it is alive and big enough, else stop
+    whatever is left of it and start a fresh one. Sandbox roots are kept on re-attach."""
+    pool = EndpointPool.load(workdir)
+    if pool is not None and pool.kind == kind and len(pool.endpoints) >= count:
+        return pool
+    # Whatever is left of an older pool (some servers dead, or too few) goes first.
+    workdir = Path(workdir).resolve()
+    try:
+        pids = json.loads((workdir / "pool.json").read_text()).get("pids", [])
+    except (OSError, ValueError):
+        pids = []
+    for pid in pids:
+        if _is_our_server(pid, workdir):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    return start_endpoints(count, workdir, kind=kind)
 
 
 class Blackhole:

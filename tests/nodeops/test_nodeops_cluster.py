@@ -390,3 +390,22 @@ def test_sandbox_gateways_must_be_loopback_too(endpoints, runner):
     spec = ClusterSpec(**{**endpoints.spec().__dict__, "gateway": "root@10.77.0.1:22"})
     with pytest.raises(ValueError, match="gateway"):
         ops.set_names(spec, runner=runner)
+
+
+def test_a_saved_pool_can_be_reattached_by_another_process_and_stopped(tmp_path):
+    from clusters.nodeops.sandbox import EndpointPool, ensure_endpoints, find_sshd, start_endpoints
+
+    if find_sshd() is None:
+        pytest.skip("OpenSSH sshd is not installed")
+    first = start_endpoints(2, tmp_path, kind="openssh")
+    try:
+        again = ensure_endpoints(2, tmp_path)  # a restarted worker re-attaches, no new servers
+        assert again.endpoints == first.endpoints and again._processes == []
+        with NodeRunner(RetryPolicy(connect_timeout=2, attempts=1)) as runner:
+            assert ops.set_names(again.spec(), runner=runner).ok
+        again.stop()
+        for process in first._processes:
+            process.wait(timeout=5)
+        assert EndpointPool.load(tmp_path, timeout=0.2) is None
+    finally:
+        first.stop()
