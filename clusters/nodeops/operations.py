@@ -165,10 +165,14 @@ def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecret
             f"# {peer.name}",
             f"PublicKey = {secrets.wireguard[peer.name].public_key}",
             f"AllowedIPs = {peer.private_ip}/32",
-            f"Endpoint = {peer.host}:{WIREGUARD_PORT}",
+            f"Endpoint = {_endpoint_host(peer.host)}:{WIREGUARD_PORT}",
             "PersistentKeepalive = 25",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _endpoint_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 # -- fault injection -------------------------------------------------------------------

@@ -57,6 +57,13 @@ def test_a_four_node_cluster_comes_up_ready_with_each_software(endpoints, runner
         # The stand-in tools print real-format output from what the install wrote.
         assert len(steps["install_software"].results) == 4
         assert "::begin-status::" in ready.results["node-0"].stdout
+    if software == "slurm":
+        conf = (root(spec, 2) / "etc/slurm/slurm.conf").read_text()
+        assert "SlurmctldHost=node-0(10.77.0.1)" in conf
+        assert "NodeName=node-3 NodeAddr=10.77.0.4 Gres=gpu:8 State=UNKNOWN" in conf
+        assert (root(spec, 2) / "etc/slurm/gres.conf").read_text() == "Name=gpu File=/dev/nvidia[0-7]\n"
+    if software == "ray":
+        assert "RAY_ADDRESS=10.77.0.1:6379" in (root(spec, 3) / "etc/runcrate/ray.env").read_text()
 
 
 def test_every_node_gets_its_name_and_every_other_name(endpoints, runner):

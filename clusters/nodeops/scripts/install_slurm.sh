@@ -26,7 +26,8 @@ step "config"
     printf 'PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
 } | write_file "$ROOT/etc/slurm/slurm.conf" 0644
 if [ "$GPUS" -gt 0 ]; then
-    printf 'AutoDetect=nvml\n' | write_file "$ROOT/etc/slurm/gres.conf" 0644
+    # Explicit device files: Debian's slurmd is not built with NVML autodetection.
+    write_file "$ROOT/etc/slurm/gres.conf" 0644 <<<"Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
 fi
 
 if is_sandbox; then
