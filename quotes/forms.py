@@ -26,6 +26,8 @@ class QuoteRequestForm(forms.ModelForm):
         self.fields["machines"].min_value = 1
         self.fields["machines"].widget.attrs.update({"min": 1, "max": MAX_MACHINES})
         self.fields["term_months"].widget.attrs.update({"min": 1, "max": MAX_TERM_MONTHS})
+        self.fields["term_months"].help_text = f"Only for a reserved term: 1 to {MAX_TERM_MONTHS} months."
+        self.fields["start_date"].help_text = "Leave empty for as soon as possible."
         self.fields["gpu"].widget.attrs["list"] = "gpu-models"
 
     def clean_machines(self) -> int:

@@ -148,3 +148,8 @@ def test_sales_sees_requests_with_a_status_in_the_admin(admin_client, db):
     )
     quote.refresh_from_db()
     assert quote.status == QuoteStatus.CONTACTED
+
+
+def test_the_offers_page_links_to_a_prefilled_quote(owner_client, machine_type):
+    response = owner_client.get("/offers/?gpu=H100&machines=8")
+    assert b'href="/quote/?gpu=H100&amp;machines=8"' in response.content
