@@ -333,7 +333,11 @@ def join_network(
             "join_network",
             session,
             on_output,
-            extra_env={"RUNCRATE_JOIN_WAIT": str(wait)},
+            extra_env={
+                "RUNCRATE_JOIN_WAIT": str(wait),
+                # Sandbox peers come up within milliseconds of each other.
+                "RUNCRATE_PROBE_INTERVAL": "0.1" if spec.sandbox else "1",
+            },
             node_env=lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)},
         )
     reaches: dict[tuple[str, str], bool] = {}

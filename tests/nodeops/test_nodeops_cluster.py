@@ -125,7 +125,10 @@ def test_a_node_that_never_joins_fails_every_pair_it_is_in(endpoints, runner):
 
     assert not result.joined
     assert result.failed_pairs == [("node-0", "node-2"), ("node-1", "node-2"), ("node-2", "node-3")]
-    assert "failed_pairs" not in result.summary() and "node-1<->node-2" in result.summary()
+    assert "node-1<->node-2" in result.summary()
+    assert "REACH node-2 fail" in result.results["node-0"].stdout  # its peers cannot reach it
+    assert "REACH node-1 ok" in result.results["node-0"].stdout
+    assert "REACH node-0 fail" in result.results["node-2"].stdout  # and it reaches nobody
 
 
 def test_vm_clusters_share_the_heads_folder_with_the_hostfile_and_env(endpoints, runner):

@@ -35,9 +35,9 @@ fi
 
 # probe NAME: succeed when the peer answers by name.
 probe() {
-    local name="$1" peer host="" port="" _root
+    local name="$1" peer host="" port="" peer_root="" tunnel=""
     if is_sandbox; then
-        while read -r peer host port _root; do
+        while read -r peer host port peer_root; do
             [ "$peer" = "$name" ] && break
             host=""
         done <"$STATE_DIR/sandbox-peers"
@@ -45,8 +45,12 @@ probe() {
             127.*) ;;
             *) return 1 ;; # sandbox mode dials loopback only
         esac
-        # A loopback connect succeeds or is refused at once: no timeout process needed.
-        true 2>/dev/null 3<>"/dev/tcp/$host/$port"
+        # The peer's machine answers (a loopback connect succeeds or is refused at once,
+        # so no timeout process is needed) ...
+        true 2>/dev/null 3<>"/dev/tcp/$host/$port" || return 1
+        # ... and its tunnel came up: the sandbox stand-in for a packet crossing wg0.
+        read -r tunnel 2>/dev/null <"$peer_root/etc/runcrate/network" || return 1
+        [ "$tunnel" = up ]
     else
         ping -c 1 -W 2 "$name" >/dev/null 2>&1
     fi
@@ -57,7 +61,7 @@ reach() {
     local deadline=$((SECONDS + WAIT))
     until probe "$1"; do
         [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 1
+        sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
     done
 }
 
