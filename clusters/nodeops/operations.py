@@ -23,7 +23,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
-from .runner import NodeResult, NodeRunner, OutputCallback, load_script
+from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, load_script
 from .targets import PRIVATE_NETWORK, WIREGUARD_PORT, ClusterSpec, NodeTarget
 
 FAULTS = ("install_fails", "never_joins")
@@ -258,7 +258,7 @@ def _run(
     runner: NodeRunner,
     on_output: OutputCallback | None,
     extra_env: Mapping[str, str] | None = None,
-    node_env=None,
+    node_env: NodeEnv | None = None,
 ) -> dict[str, NodeResult]:
     _check_sandbox(spec)
     env = cluster_env(spec)
@@ -371,7 +371,9 @@ def setup_shared(
     return StepResult("setup_shared", results, detail="shared" if spec.has_shared_folder else "no shared folder")
 
 
-def _sync_volume(spec, direction, runner, on_output) -> StepResult:
+def _sync_volume(
+    spec: ClusterSpec, direction: str, runner: NodeRunner | None, on_output: OutputCallback | None
+) -> StepResult:
     step = f"sync_volume_{direction}"
     if not spec.volume_source:
         return StepResult(step, detail="no volume attached")

@@ -1,0 +1,73 @@
+"""The node-side helpers run locally with bash (no SSH): properties of lib.sh."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clusters.nodeops import operations as ops
+from clusters.nodeops.parsers import parse_sinfo
+
+LIB = (Path(__file__).resolve().parents[2] / "clusters/nodeops/scripts/lib.sh").read_text()
+ENV = {"RUNCRATE_NODE_NAME": "node-0", "RUNCRATE_NODE_INDEX": "0", "RUNCRATE_NODES": "node-0 10.77.0.1", "PATH": "/usr/bin:/bin"}
+
+line = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30).filter(
+    lambda text: not text.startswith("# BEGIN runcrate") and not text.startswith("# END runcrate")
+)
+
+
+def managed_block(path: Path, block: str) -> None:
+    subprocess.run(
+        ["bash", "-c", LIB + '\nmanaged_block "$1" cluster <<<"$2"', "_", str(path), block],
+        env=ENV,
+        check=True,
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.lists(line, max_size=5), block=st.lists(line, min_size=1, max_size=4))
+def test_a_managed_block_keeps_other_lines_and_applying_it_twice_changes_nothing(tmp_path, before, block):
+    path = tmp_path / "hosts"
+    path.write_text("".join(f"{text}\n" for text in before))
+    block_text = "\n".join(block)
+
+    managed_block(path, block_text)
+    once = path.read_text()
+    managed_block(path, block_text)
+
+    assert path.read_text() == once
+    assert once == "".join(f"{text}\n" for text in before) + (
+        f"# BEGIN runcrate cluster\n{block_text}\n# END runcrate cluster\n"
+    )
+
+
+def test_write_file_is_atomic_and_sets_the_mode(tmp_path):
+    target = tmp_path / "etc/wireguard/wg0.conf"
+    subprocess.run(
+        ["bash", "-c", LIB + '\nwrite_file "$1" 0600 <<<secret; write_file "$1" 0600 <<<again', "_", str(target)],
+        env=ENV,
+        check=True,
+    )
+    assert target.read_text() == "again\n"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in target.parent.iterdir()] == ["wg0.conf"]  # no temp files left
+
+
+def test_the_stand_in_sinfo_tables_read_back_the_same(endpoints, runner):
+    spec = endpoints.spec(software="slurm")
+    ops.write_fault(spec.nodes[1].root, "install_fails")
+    assert ops.set_names(spec, runner=runner).ok
+    ops.install_software(spec, runner=runner)
+
+    outputs = runner.run(
+        spec.nodes[:1],
+        'export PATH="$RUNCRATE_ROOT/usr/local/bin:$PATH"\n'
+        "sinfo -N -h -o '%N %T'; echo ===; sinfo -N; echo ===; sinfo; echo ===; sinfo -o '%20N %10T'\n",
+        step="sinfo",
+    )["node-0"].stdout.split("===\n")
+
+    expected = {"node-0": "idle", "node-1": "down*", "node-2": "idle", "node-3": "idle"}
+    assert [parse_sinfo(text) for text in outputs] == [expected] * 4
