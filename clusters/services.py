@@ -195,6 +195,11 @@ def append_node_log(node_id: int, step: str, text: str, *, keep: int = 4000) -> 
     _after_commit_changed(node.cluster_id)
 
 
+def save_node_secrets(cluster: Cluster, secrets: dict) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(node_secrets=secrets)
+    cluster.node_secrets = secrets
+
+
 def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
     """Every machine is up and reaches every other: billing starts now, at one instant for all."""
     with transaction.atomic():
@@ -344,7 +349,8 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
                 f"({inventory.free_host_count(cluster.machine_type)} free).",
                 field="count",
             )
-        next_index = max(cluster.nodes.values_list("index", flat=True), default=-1) + 1
+        live = cluster.nodes.filter(released_at__isnull=True)
+        next_index = max(live.values_list("index", flat=True), default=-1) + 1
         nodes = Node.objects.bulk_create(
             [Node(cluster=cluster, index=next_index + i, host=host) for i, host in enumerate(hosts)]
         )
