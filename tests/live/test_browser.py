@@ -173,6 +173,11 @@ def create_and_watch(browser, stack: Stack) -> None:
         page.wait_for_url("**/clusters/")
         phone_screenshot(browser, context, stack, "/offers/?machines=4&include_community=on", "offers-phone.png")
 
+        # A second tab on the (empty) clusters list: the new cluster must show up there too.
+        listing = context.new_page()
+        listing.goto("/clusters/")
+        listing.evaluate("window.__sameDocument = 'list'")
+
         page.goto("/offers/")
         page.fill("#machines", "4")
         page.press("#machines", "Enter")
@@ -203,6 +208,9 @@ def create_and_watch(browser, stack: Stack) -> None:
         assert page.locator("#nodes-table tbody tr").count() == 4
         assert page.locator("#nodes-table .status-ready").count() == 4
         assert "ready" in page.locator("#events-list").inner_text()
+        row = listing.locator("#cluster-list tr", has_text="browser-run")
+        row.locator(".status-ready").wait_for(timeout=WAIT_MS)
+        assert listing.evaluate("window.__sameDocument") == "list"
         page.screenshot(path=str(SCREENSHOTS / "detail-ready-desktop.png"), full_page=True)
     except Exception:
         print("web log:\n" + stack.log("web") + "\nworker log:\n" + stack.log("worker"))
