@@ -21,6 +21,14 @@ def _next_url(request, default: str = "clusters:list"):
     return redirect(default)
 
 
+def _posted_id(request, name: str) -> int:
+    """A switcher's posted id; anything but a whole number is an object that does not exist."""
+    value = request.POST.get(name, "")
+    if not value.isdigit():
+        raise Http404(f"No such {name}.")
+    return int(value)
+
+
 def _apply_errors(form, error: ValidationError) -> None:
     if hasattr(error, "error_dict"):
         for field, errors in error.message_dict.items():
@@ -32,7 +40,7 @@ def _apply_errors(form, error: ValidationError) -> None:
 @login_required
 @require_POST
 def switch_workspace(request):
-    membership = get_object_or_404(Membership, user=request.user, workspace_id=request.POST.get("workspace"))
+    membership = get_object_or_404(Membership, user=request.user, workspace_id=_posted_id(request, "workspace"))
     request.session[WORKSPACE_SESSION_KEY] = membership.workspace_id
     request.session.pop(ENVIRONMENT_SESSION_KEY, None)
     return redirect("clusters:list")
@@ -42,7 +50,7 @@ def switch_workspace(request):
 @require_POST
 def switch_environment(request):
     tenancy = require_tenancy(request)
-    environment = get_object_or_404(Environment, workspace=tenancy.workspace, pk=request.POST.get("environment"))
+    environment = get_object_or_404(Environment, workspace=tenancy.workspace, pk=_posted_id(request, "environment"))
     request.session[ENVIRONMENT_SESSION_KEY] = environment.pk
     return _next_url(request)
 

@@ -266,3 +266,9 @@ def test_a_cluster_created_by_one_member_is_managed_by_another(developer, owner,
     assert response.status_code == 302
     cluster.refresh_from_db()
     assert cluster.status == "terminating"
+
+
+@pytest.mark.parametrize(("url", "field"), [("accounts:switch_workspace", "workspace"), ("accounts:switch_environment", "environment")])
+@pytest.mark.parametrize("value", ["abc", "", "1.5"])
+def test_a_switcher_given_garbage_answers_404(owner, url, field, value):
+    assert client_for(owner).post(reverse(url), {field: value}).status_code == 404

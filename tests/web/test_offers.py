@@ -99,3 +99,10 @@ def test_an_outsider_sees_the_same_catalogue(outsider_client, machine_type):
 
 def test_anonymous_is_sent_to_sign_in(client):
     assert client.get(URL).status_code == 302
+
+
+@pytest.mark.parametrize("machines", [1, 65])
+def test_over_htmx_a_count_outside_2_to_64_shows_its_error_in_the_results(member_client, machine_type, machines):
+    text = member_client.get(URL, {"gpu": "H100", "machines": machines}, **HTMX).text
+    assert 'class="field-error"' in text or 'role="alert"' in text
+    assert "No offer can start" not in text
