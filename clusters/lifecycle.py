@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+import threading
+import time
 
 from django.db.models import Q
 
@@ -30,14 +32,34 @@ class Next(enum.Enum):
     DONE = "done"  # nothing more to do until a customer acts
 
 
-def provider_for(cluster: Cluster, nodes: list[Node]) -> Provider:
-    ids = {node.name: node.pk for node in nodes}
+class NodeOutput:
+    """Buffers what the nodes print and writes it at most once a second: a provider calls
+    back once per line, for every node at once, and must not wait on the database."""
 
-    def on_output(node_name: str, step: str, text: str) -> None:
-        if node_name in ids:
-            services.append_node_log(ids[node_name], step, text)
+    def __init__(self, cluster_id: int, nodes: list[Node], interval: float = 1.0) -> None:
+        self.cluster_id = cluster_id
+        self.ids = {node.name: node.pk for node in nodes}
+        self.interval = interval
+        self.pending: dict[int, list[tuple[str, str]]] = {}
+        self.lock = threading.Lock()
+        self.flushed_at = time.monotonic()
 
-    return get_provider(cluster.provider, on_output=on_output)
+    def __call__(self, node_name: str, step: str, text: str) -> None:
+        node_id = self.ids.get(node_name)
+        if node_id is None:
+            return
+        with self.lock:
+            for line in text.splitlines() or [""]:
+                self.pending.setdefault(node_id, []).append((step, line))
+            due = time.monotonic() - self.flushed_at >= self.interval
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, {}
+            self.flushed_at = time.monotonic()
+        services.append_node_logs(self.cluster_id, pending)
 
 
 def advance(cluster_id: int) -> bool:
@@ -51,7 +73,11 @@ def advance(cluster_id: int) -> bool:
             if step is None:
                 return False
             nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
-            outcome = step(cluster, nodes, provider_for(cluster, nodes))
+            output = NodeOutput(cluster.pk, nodes)
+            try:
+                outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
+            finally:
+                output.flush()
             if outcome is not Next.AGAIN:
                 return outcome is Next.WAIT
         return True

@@ -187,12 +187,17 @@ def update_node(node: Node, **fields) -> None:
     _after_commit_changed(node.cluster_id)
 
 
-def append_node_log(node_id: int, step: str, text: str, *, keep: int = 4000) -> None:
-    node = Node.objects.only("log_tail", "cluster_id").get(pk=node_id)
+def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = 4000) -> None:
+    """Add (step, line) output to each node's log tail and note the step it is on; one push."""
+    if not lines_by_node:
+        return
     stamp = timezone.now().strftime("%H:%M:%S")
-    lines = "".join(f"[{stamp}] {step}: {line}\n" for line in text.rstrip().splitlines() if line.strip())
-    Node.objects.filter(pk=node_id).update(log_tail=(node.log_tail + lines)[-keep:], step=step)
-    _after_commit_changed(node.cluster_id)
+    with transaction.atomic():
+        for node in Node.objects.select_for_update().filter(pk__in=list(lines_by_node)).only("log_tail"):
+            entries = lines_by_node[node.pk]
+            text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
+            Node.objects.filter(pk=node.pk).update(log_tail=(node.log_tail + text)[-keep:], step=entries[-1][0][:40])
+        _after_commit_changed(cluster_id)
 
 
 def save_node_secrets(cluster: Cluster, secrets: dict) -> None:

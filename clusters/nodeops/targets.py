@@ -71,9 +71,16 @@ class ClusterSpec:
             raise ValueError("Kubernetes runs only on vm and bare_metal machines")
         if not self.nodes:
             raise ValueError("a cluster has at least one node")
-        for position, node in enumerate(self.nodes):
-            if node.index != position or node.name != node_name(position):
-                raise ValueError(f"nodes must be node-0..node-{len(self.nodes) - 1} in order")
+        # node-0 is the head; the rest follow in index order. An index can be missing: a
+        # worker that never came up is released and the others keep their names.
+        if self.nodes[0].index != 0:
+            raise ValueError("node-0 (the head) must come first")
+        for previous, node in zip(self.nodes, self.nodes[1:]):
+            if node.index <= previous.index:
+                raise ValueError("nodes must be in increasing index order")
+        for node in self.nodes:
+            if node.name != node_name(node.index):
+                raise ValueError(f"{node.name} must be named {node_name(node.index)}")
 
     @property
     def head(self) -> NodeTarget:

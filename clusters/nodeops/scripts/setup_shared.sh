@@ -16,9 +16,17 @@ GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
 COUNT="$NODE_COUNT"
 
+# The rank is the node's place in the cluster's node list, so ranks stay 0..N-1 even when a
+# worker that never came up left its index unused.
+NODE_RANK=0
+for entry in "${CLUSTER_NODES[@]}"; do
+    [ "${entry%% *}" = "$NODE_NAME" ] && break
+    NODE_RANK=$((NODE_RANK + 1))
+done
+
 step "node-env"
 write_file "$STATE_DIR/node.env" 0644 <<ENV
-NODE_RANK=$NODE_INDEX
+NODE_RANK=$NODE_RANK
 NODE_NAME=$NODE_NAME
 NODE_ADDR=$RUNCRATE_PRIVATE_IP
 ENV
