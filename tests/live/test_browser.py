@@ -197,6 +197,9 @@ def create_and_watch(browser, stack: Stack) -> None:
         page.evaluate("window.__sameDocument = 'still here'")
         status = page.locator("[data-testid=cluster-status]")
         assert status.inner_text() == "Provisioning"
+        # Half-way through typing the confirmation when pushes arrive: they must not wipe it.
+        page.click("summary:has-text('Terminate cluster')")
+        page.fill("input[name=confirm_name]", "browser")
         for url, name in [(page.url, "detail-phone.png"), ("/clusters/", "list-phone.png"),
                           ("/clusters/new/?machines=4", "create-phone.png")]:
             phone_screenshot(browser, context, stack, url, name)
@@ -205,6 +208,8 @@ def create_and_watch(browser, stack: Stack) -> None:
             "document.querySelector('[data-testid=cluster-status]').textContent.trim() === 'Ready'", timeout=WAIT_MS
         )
         assert page.evaluate("window.__sameDocument") == "still here"
+        assert page.input_value("input[name=confirm_name]") == "browser"
+        assert page.locator("details.danger-zone[open]").count() == 1
         assert page.locator("#nodes-table tbody tr").count() == 4
         assert page.locator("#nodes-table .status-ready").count() == 4
         assert "ready" in page.locator("#events-list").inner_text()
