@@ -282,9 +282,10 @@ def test_cluster_detail_has_status_price_billing_environment_and_nodes(api, envi
     assert data["price_per_hour"] == "5.00"
     assert data["billing_started_at"] is not None
     assert data["environment"] == "default"
-    assert data["nodes"] == [
-        {"name": "node-0", "role": "head", "status": "ready", "private_ip": "10.77.0.1", "step": "joined", "detail": None},
-        {"name": "node-1", "role": "worker", "status": "ready", "private_ip": "10.77.0.2", "step": "joined", "detail": None},
+    keys = ("name", "role", "status", "private_ip")
+    assert [{k: n[k] for k in keys} for n in data["nodes"]] == [
+        {"name": "node-0", "role": "head", "status": "ready", "private_ip": "10.77.0.1"},
+        {"name": "node-1", "role": "worker", "status": "ready", "private_ip": "10.77.0.2"},
     ]
 
 
