@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from django.db import connection
@@ -41,6 +42,8 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
         directory = settings.VAR_DIR / f"test-{os.getpid()}"
         directory.mkdir(parents=True, exist_ok=True)
         test["NAME"] = str(directory / "db.sqlite3")
+        # Runs after django_db_setup's teardown has dropped the database itself.
+        request.addfinalizer(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
 @pytest.fixture
