@@ -187,16 +187,25 @@ def update_node(node: Node, **fields) -> None:
     _after_commit_changed(node.cluster_id)
 
 
+SETTLED_NODE_STATES = (
+    Node.State.READY, Node.State.INSTALL_FAILED, Node.State.FAILED, Node.State.STOPPED, Node.State.RELEASED,
+)
+
+
 def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = 4000) -> None:
     """Add (step, line) output to each node's log tail and note the step it is on; one push."""
     if not lines_by_node:
         return
     stamp = timezone.now().strftime("%H:%M:%S")
     with transaction.atomic():
-        for node in Node.objects.select_for_update().filter(pk__in=list(lines_by_node)).only("log_tail"):
+        for node in Node.objects.select_for_update().filter(pk__in=list(lines_by_node)).only("log_tail", "state"):
             entries = lines_by_node[node.pk]
             text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
-            Node.objects.filter(pk=node.pk).update(log_tail=(node.log_tail + text)[-keep:], step=entries[-1][0][:40])
+            fields = {"log_tail": (node.log_tail + text)[-keep:]}
+            # Output arrives after the fact; it must not relabel a node that has settled.
+            if node.state not in SETTLED_NODE_STATES:
+                fields["step"] = entries[-1][0][:40]
+            Node.objects.filter(pk=node.pk).update(**fields)
         _after_commit_changed(cluster_id)
 
 
