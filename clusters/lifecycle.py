@@ -76,6 +76,12 @@ def advance(cluster_id: int) -> bool:
             output = NodeOutput(cluster.pk, nodes)
             try:
                 outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
+            except Exception as exc:  # noqa: BLE001 - one bad pass must not wedge the cluster
+                # Say so on the cluster and look again; the deadlines (provisioning, install)
+                # still fail or degrade it if the error never goes away.
+                log.exception("advancing cluster %s failed", cluster_id)
+                _record_step_error(cluster, exc)
+                return True
             finally:
                 output.flush()
             if outcome is not Next.AGAIN:
@@ -83,6 +89,13 @@ def advance(cluster_id: int) -> bool:
         return True
     finally:
         services.release_lease(cluster_id)
+
+
+def _record_step_error(cluster: Cluster, exc: Exception) -> None:
+    message = f"The control plane hit an error and will retry: {type(exc).__name__}: {exc}"[:500]
+    last = cluster.events.order_by("-created_at", "-id").first()
+    if last is None or last.message != message:
+        services.record_event(cluster, "step_error", message, reason=Reason.PROVIDER_ERROR)
 
 
 def _fail(cluster: Cluster, nodes: list[Node], provider: Provider, reason: str, message: str, details: dict[str, str]) -> Next:

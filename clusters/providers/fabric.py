@@ -32,6 +32,8 @@ def ssh_banner(host: str, port: int, timeout: float = 2.0) -> bool:
 
 class FabricProvider(Provider):
     sandbox = False
+    # Whether the control plane reaches machines through the location's SSH gateway.
+    through_gateway = True
     retry_policy = RetryPolicy()
 
     @abc.abstractmethod
@@ -52,7 +54,7 @@ class FabricProvider(Provider):
             nodes=tuple(self.target_for(node) for node in ordered),
             sandbox=self.sandbox,
             volume_source=self.volume_source(cluster),
-            gateway=cluster.machine_type.location.gateway_host or None,
+            gateway=(cluster.machine_type.location.gateway_host or None) if self.through_gateway else None,
         )
 
     def _emit(self, name: str, step: str, text: str) -> None:

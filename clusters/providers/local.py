@@ -56,6 +56,8 @@ def _keys() -> Path:
 class LocalProvider(FabricProvider):
     name = "local"
     sandbox = True
+    # Local machines are on this computer's loopback; a site's gateway is for customers.
+    through_gateway = False
     retry_policy = RetryPolicy(connect_timeout=5.0, attempts=3, backoff=0.5)
 
     def _dir(self, host) -> Path:

@@ -249,3 +249,22 @@ def test_hosts_become_free_again_after_termination(environment, machine_type):
     again = create(environment, machine_type, count=6, name="again")
     assert Cluster.objects.get(pk=again.pk).status == Status.READY
     assert HostFactory._meta.model.objects.filter(state="reserved").count() == 6
+
+
+def test_a_provider_error_is_shown_once_and_retried(environment, machine_type, monkeypatch):
+    from clusters.providers.simulated import SimulatedProvider
+
+    calls = []
+
+    def broken(self, node):
+        calls.append(node.pk)
+        raise RuntimeError("power controller unreachable")
+
+    monkeypatch.setattr(SimulatedProvider, "boot", broken)
+    cluster = create(environment, machine_type)
+    assert lifecycle.advance(cluster.pk) is True
+    errors = cluster.events.filter(event="step_error")
+    assert errors.count() == 1 and "power controller unreachable" in errors.get().message
+    assert errors.get().reason == Reason.PROVIDER_ERROR
+    monkeypatch.undo()
+    assert drive(cluster).status == Status.READY

@@ -120,3 +120,14 @@ def test_terminate_stops_and_releases_every_machine(environment, local_machines)
     assert cluster.status == Status.TERMINATED
     assert not any((local_machines / h.name).exists() for h in Host.objects.all())
     assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+
+
+def test_local_machines_are_reached_directly_even_where_the_site_has_a_gateway(environment, local_machines):
+    machine_type = local_machine_type(2, block=70)
+    machine_type.location.gateway_host = "gw.us-east-1.runcrate.example"
+    machine_type.location.save()
+    cluster = drive(create(environment, machine_type, count=2), SETTLED)
+    assert cluster.status == Status.READY
+    from clusters import connect
+
+    assert all(ep.proxy_jump == "gw.us-east-1.runcrate.example" for ep in connect.endpoints(cluster))
