@@ -55,6 +55,7 @@ class FabricProvider(Provider):
             sandbox=self.sandbox,
             volume_source=self.volume_source(cluster),
             gateway=(cluster.machine_type.location.gateway_host or None) if self.through_gateway else None,
+            extra_env=(("RUNCRATE_SSH_KEYS", ";".join(k.public_key for k in cluster.ssh_keys.all())),),
         )
 
     def _emit(self, name: str, step: str, text: str) -> None:

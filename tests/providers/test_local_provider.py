@@ -31,6 +31,27 @@ def node_root(local_machines: Path, node: Node) -> Path:
     return local_machines / node.host.name / "root"
 
 
+def test_the_customers_ssh_keys_are_authorized_on_every_node(environment, owner, local_machines):
+    from accounts.services import add_ssh_key
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    public = Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
+    key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=f"{public} alice@laptop")
+    machine_type = local_machine_type(2, block=80)
+    cluster = services.create_cluster(
+        environment=environment, name="keys", machine_type=machine_type, machine_count=2, ssh_keys=[key]
+    )
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.READY
+    for node in cluster.nodes.select_related("host"):
+        authorized = (node_root(local_machines, node) / "root" / ".ssh" / "authorized_keys").read_text()
+        assert "alice@laptop" in authorized and "# BEGIN runcrate customer" in authorized
+
+
 @pytest.mark.parametrize("software", ["none", "slurm", "kubernetes", "ray"])
 def test_a_four_node_cluster_reaches_ready(environment, local_machines, software):
     machine_type = local_machine_type(4, block=10 + ["none", "slurm", "kubernetes", "ray"].index(software))

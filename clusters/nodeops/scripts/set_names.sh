@@ -21,9 +21,19 @@ for entry in "${CLUSTER_NODES[@]}"; do
 done
 managed_block "$ROOT/etc/hosts" cluster <<<"${hosts%$'\n'}"
 
+step "ssh-keys"
+# The customer's public keys, in a block of their own so the operator's keys stay.
+login_home="${RUNCRATE_LOGIN_HOME:-/root}"
+keys="${RUNCRATE_SSH_KEYS:-}"
+[ -d "$ROOT$login_home/.ssh" ] || { mkdir -p "$ROOT$login_home/.ssh"; chmod 0700 "$ROOT$login_home/.ssh"; }
+managed_block "$ROOT$login_home/.ssh/authorized_keys" customer <<<"${keys//;/$'\n'}"
+chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
+
 if is_sandbox; then
     # "name host port root" per node; never a 10.77.x address.
     peers="${RUNCRATE_SANDBOX_PEERS:?}"
     write_file "$STATE_DIR/sandbox-peers" 0644 <<<"${peers//;/$'\n'}"
 fi
-log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts"
+key_count=0
+[ -z "$keys" ] || { IFS=';' read -r -a key_list <<<"$keys"; key_count="${#key_list[@]}"; }
+log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts, $key_count customer SSH key(s)"
