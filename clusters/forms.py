@@ -38,3 +38,8 @@ class OffersFilterForm(forms.Form):
         error_messages={"min_value": "At least 2 machines.", "max_value": "At most 64 machines; request a quote for more."},
     )
     include_community = forms.BooleanField(required=False)
+
+
+class VolumeForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="e.g. datasets")
+    size_gb = forms.IntegerField(min_value=1, max_value=100_000, initial=500, label="Size (GB)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from pathlib import Path
 from collections.abc import Iterable
 from decimal import Decimal
 
@@ -421,3 +422,34 @@ def refuse_node_termination(cluster: Cluster, node_name: str) -> None:
         f"{node_name} cannot be terminated on its own: a cluster's machines start, bill and stop together. "
         f"Terminate the whole cluster {cluster.name!r} instead.",
     )
+
+
+# --- volumes ----------------------------------------------------------------------------
+
+
+VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+
+
+def create_volume(*, environment: Environment, name: str, size_gb: int) -> Volume:
+    """A volume in an environment. Its data lives under VOLUMES_DIR; attached clusters sync
+    it into /shared/volume on the head and back when they terminate."""
+    from django.conf import settings
+
+    if not VOLUME_NAME_RE.match(name or ""):
+        raise ClusterError("invalid_name", "Use lowercase letters, digits, dots, dashes and underscores.", field="name")
+    if not 1 <= size_gb <= 100_000:
+        raise ClusterError("invalid_size", "A volume holds 1 GB to 100,000 GB.", field="size_gb")
+    if Volume.objects.filter(environment=environment, name=name).exists():
+        raise ClusterError("name_taken", f"This environment already has a volume named {name!r}.", field="name")
+    path = Path(settings.VOLUMES_DIR) / str(environment.pk) / name
+    volume = Volume.objects.create(
+        workspace_id=environment.workspace_id, environment=environment, name=name, size_gb=size_gb, source_path=str(path)
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    return volume
+
+
+def delete_volume(volume: Volume) -> None:
+    if Cluster.objects.live().filter(volume=volume).exists():
+        raise Conflict("volume_in_use", f"{volume.name} is attached to a live cluster; terminate it first.")
+    volume.delete()

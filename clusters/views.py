@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
-from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.db.models import Count, Q
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -12,8 +12,8 @@ from accounts.tenancy import require_tenancy
 from clusters import connect, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
-from clusters.forms import CreateClusterForm
-from clusters.models import Cluster
+from clusters.forms import CreateClusterForm, VolumeForm
+from clusters.models import LIVE_STATUSES, Cluster, Volume
 from clusters.queries import cluster_for_list
 from offers.services import free_host_count
 
@@ -140,3 +140,34 @@ def _back_to(request, cluster):
     if request.htmx:
         return HttpResponseClientRedirect(cluster.get_absolute_url())
     return redirect(cluster)
+
+
+@login_required
+def volumes(request):
+    tenancy = require_tenancy(request)
+    form = VolumeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            volume = services.create_volume(environment=tenancy.environment, **form.cleaned_data)
+        except ClusterError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+        else:
+            messages.success(request, f"Created volume {volume.name} ({volume.size_gb} GB).")
+            return redirect("clusters:volumes")
+    listed = Volume.objects.filter(environment=tenancy.environment).annotate(
+        live_clusters=Count("clusters", filter=Q(clusters__status__in=LIVE_STATUSES))
+    )
+    return render(request, "clusters/volumes.html", {"form": form, "volumes": listed})
+
+
+@login_required
+@require_POST
+def volume_delete(request, volume_id: int):
+    tenancy = require_tenancy(request)
+    volume = get_object_or_404(Volume, pk=volume_id, environment__workspace=tenancy.workspace)
+    try:
+        services.delete_volume(volume)
+        messages.success(request, f"Deleted volume {volume.name}.")
+    except ClusterError as error:
+        messages.error(request, error.message)
+    return redirect("clusters:volumes")

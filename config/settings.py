@@ -193,6 +193,8 @@ MINIMUM_CREATE_BALANCE = env_decimal("MINIMUM_CREATE_BALANCE", "10.00")
 # which SSH server they run ("openssh" when sshd is installed, else "asyncssh").
 LOCAL_MACHINES_DIR = env_str("LOCAL_MACHINES_DIR", str(VAR_DIR / "local-machines"))
 LOCAL_SSH_SERVER = env_str("LOCAL_SSH_SERVER", "openssh")
+# Where volumes keep their data (a mounted filesystem in production).
+VOLUMES_DIR = env_str("VOLUMES_DIR", str(VAR_DIR / "volumes"))
 
 EMAIL_HOST = env_str("EMAIL_HOST", "")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)

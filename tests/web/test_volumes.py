@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusters import services
+from clusters.models import Volume
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def volumes_dir(settings, tmp_path):
+    settings.VOLUMES_DIR = str(tmp_path / "volumes")
+
+
+def test_a_member_creates_a_volume_and_can_attach_it(client, developer, environment):
+    client.force_login(developer)
+    response = client.post("/clusters/volumes/", {"name": "datasets", "size_gb": 500})
+    assert response.status_code == 302
+    volume = Volume.objects.get(environment=environment, name="datasets")
+    assert Path(volume.source_path).is_dir()
+    assert b"datasets" in client.get("/clusters/new/").content
+
+
+def test_bad_input_shows_field_errors_and_creates_nothing(client, owner, environment):
+    client.force_login(owner)
+    response = client.post("/clusters/volumes/", {"name": "Bad Name!", "size_gb": 0})
+    assert response.status_code == 200
+    assert b"field-error" in response.content
+    assert not Volume.objects.exists()
+
+
+def test_a_volume_attached_to_a_live_cluster_cannot_be_deleted(client, owner, environment, machine_type):
+    client.force_login(owner)
+    volume = services.create_volume(environment=environment, name="data", size_gb=10)
+    services.create_cluster(environment=environment, name="c", machine_type=machine_type, machine_count=2, volume=volume)
+    client.post(f"/clusters/volumes/{volume.pk}/delete/")
+    assert Volume.objects.filter(pk=volume.pk).exists()
+
+
+def test_another_workspaces_volume_is_404(client, outsider, environment):
+    volume = services.create_volume(environment=environment, name="secret-corpus", size_gb=10)
+    client.force_login(outsider)
+    assert client.post(f"/clusters/volumes/{volume.pk}/delete/").status_code == 404
+    assert Volume.objects.filter(pk=volume.pk).exists()
+    assert b"secret-corpus" not in client.get("/clusters/volumes/").content
