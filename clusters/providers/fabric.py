@@ -40,9 +40,11 @@ class FabricProvider(Provider):
     def target_for(self, node) -> NodeTarget:
         """How the control plane reaches this node over SSH, and the root its scripts act under."""
 
+    # Where the provider attaches a cluster's volume on the head machine.
+    VOLUME_MOUNT = "/mnt/runcrate-volume"
+
     def volume_source(self, cluster) -> str | None:
-        volume = cluster.volume
-        return volume.source_path or None if volume else None
+        return self.VOLUME_MOUNT if cluster.volume_id else None
 
     def spec_for(self, cluster, nodes) -> ClusterSpec:
         ordered = sorted(nodes, key=lambda n: n.index)

@@ -109,6 +109,23 @@ class LocalProvider(FabricProvider):
         (machine / "pid").write_text(str(process.pid))
         self._emit(node.name, "boot", f"{host.name}: {'sshd' if sshd else 'asyncssh'} on {host.address}:{host.port}")
 
+    def join_network(self, cluster, nodes):
+        self._attach_volume(cluster, nodes)
+        return super().join_network(cluster, nodes)
+
+    def _attach_volume(self, cluster, nodes) -> None:
+        """Attach the volume to the head the way a block device would be: its data appears
+        at VOLUME_MOUNT on node-0 (here a link into the volume's directory)."""
+        volume = cluster.volume
+        head = next((n for n in nodes if n.index == 0), None)
+        if volume is None or head is None or not volume.source_path:
+            return
+        mount = self._dir(head.host) / "root" / self.VOLUME_MOUNT.lstrip("/")
+        if not mount.is_symlink():
+            Path(volume.source_path).mkdir(parents=True, exist_ok=True)
+            mount.parent.mkdir(parents=True, exist_ok=True)
+            mount.symlink_to(volume.source_path)
+
     def boot_status(self, node) -> BootReport:
         host = node.host
         booted_for = timezone.now() - (node.boot_requested_at or timezone.now())

@@ -152,3 +152,21 @@ def test_local_machines_are_reached_directly_even_where_the_site_has_a_gateway(e
     from clusters import connect
 
     assert all(ep.proxy_jump == "gw.us-east-1.runcrate.example" for ep in connect.endpoints(cluster))
+
+
+def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(environment, local_machines, settings, tmp_path):
+    settings.VOLUMES_DIR = str(tmp_path / "volumes")
+    volume = services.create_volume(environment=environment, name="corpus", size_gb=10)
+    (Path(volume.source_path) / "train.txt").write_text("tokens\n")
+    machine_type = local_machine_type(2, block=90)
+    cluster = services.create_cluster(
+        environment=environment, name="vol", machine_type=machine_type, machine_count=2, volume=volume
+    )
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.READY
+    head = node_root(local_machines, cluster.nodes.select_related("host").get(index=0))
+    assert (head / "shared" / "volume" / "train.txt").read_text() == "tokens\n"
+    (head / "shared" / "volume" / "checkpoint.pt").write_text("weights\n")
+    services.terminate_cluster(cluster, actor="alice")
+    assert drive(cluster, SETTLED).status == Status.TERMINATED
+    assert (Path(volume.source_path) / "checkpoint.pt").read_text() == "weights\n"
