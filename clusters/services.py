@@ -315,10 +315,12 @@ def finish_termination(cluster: Cluster) -> bool:
         now = timezone.now()
         if not transition(cluster, [Status.TERMINATING], Status.TERMINATED, terminated_at=now):
             return False
-        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
-            state=Node.State.STOPPED, released_at=now, step="stopped"
-        )
-        inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
+        live_nodes = Node.objects.filter(cluster=cluster, released_at__isnull=True)
+        # Only the hosts this cluster still holds: a worker released earlier gave its host
+        # back then, and another cluster may hold that host now.
+        host_ids = list(live_nodes.values_list("host_id", flat=True))
+        live_nodes.update(state=Node.State.STOPPED, released_at=now, step="stopped")
+        inventory.release_hosts(host_ids)
         record_event(cluster, "terminated", "Every machine stopped and was released.", reason=cluster.termination_reason)
         transaction.on_commit(lambda: billing.meter_cluster(cluster.pk))
         cluster_emails.notify_terminated(cluster)

@@ -90,3 +90,21 @@ def test_adding_is_refused_unless_ready_and_within_64(ready_cluster):
     services.terminate_cluster(ready_cluster)
     with pytest.raises(Conflict):
         services.add_workers(Cluster.objects.get(pk=ready_cluster.pk), 1)
+
+
+def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_holds(
+    ready_cluster, environment, machine_type
+):
+    free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
+    Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
+    services.add_workers(ready_cluster, 1)
+    assert Host.objects.get(pk=free.pk).state == Host.State.FREE
+    Host.objects.filter(pk=free.pk).update(fault="")
+    other = services.create_cluster(environment=environment, name="other", machine_type=machine_type, machine_count=4)
+    assert other.nodes.filter(host=free).exists()
+
+    services.terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
+    lifecycle.advance(ready_cluster.pk)
+
+    assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.TERMINATED
+    assert Host.objects.get(pk=free.pk).state == Host.State.RESERVED
