@@ -378,9 +378,14 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
         return nodes
 
 
-def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> None:
+def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> bool:
     """New workers are up and every node reaches them: bill each from now."""
     with transaction.atomic():
+        # The grow step runs under the lease, but a terminate does not take it. Lock the
+        # cluster row and start billing only while it is still ready: after terminate_cluster
+        # has ended the usage, a new interval would stay open and be billed forever.
+        if not Cluster.objects.select_for_update().filter(pk=cluster.pk, status=Status.READY).exists():
+            return False
         now = timezone.now()
         state = Node.State.READY if cluster.software == Software.NONE else Node.State.JOINED
         Node.objects.filter(pk__in=[w.pk for w in workers], billing_started_at__isnull=True).update(
@@ -390,6 +395,7 @@ def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> None:
         names = ", ".join(w.name for w in workers)
         record_event(cluster, "workers_joined", f"{names} joined the private network; billing started for them.")
         _after_commit_changed(cluster.pk, advance=True)
+        return True
 
 
 def mark_workers_ready(cluster: Cluster, workers: list[Node]) -> None:

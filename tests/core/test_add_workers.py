@@ -108,3 +108,18 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
 
     assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.TERMINATED
     assert Host.objects.get(pk=free.pk).state == Host.State.RESERVED
+
+
+def test_a_worker_that_joins_after_terminate_was_requested_is_never_billed(ready_cluster, machine_type):
+    free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
+    Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
+    services.add_workers(ready_cluster, 1)
+    worker = Node.objects.get(cluster=ready_cluster, index=2)
+    assert worker.state == Node.State.UP
+    # The grow step saw the worker join, then a terminate committed before it recorded that.
+    stale = Cluster.objects.get(pk=ready_cluster.pk)
+    services.terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
+
+    assert services.mark_workers_joined(stale, [worker]) is False
+    assert not MachineUsage.objects.filter(node=worker).exists()
+    assert not MachineUsage.objects.filter(cluster=ready_cluster, ended_at__isnull=True).exists()
