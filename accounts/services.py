@@ -33,14 +33,19 @@ def add_member(*, by: Membership, username: str, role: str) -> Membership:
     return Membership.objects.create(workspace=by.workspace, user=user, role=role)
 
 
+def _owner_count_locked(workspace: Workspace) -> int:
+    """The workspace's Owners, counted with their rows locked until the caller commits, so two
+    Owners demoting or removing each other at once cannot leave the workspace with none.
+    (A locking queryset's .count() drops FOR UPDATE, hence the list.)"""
+    return len(list(Membership.objects.select_for_update().filter(workspace=workspace, role=Role.OWNER)))
+
+
 @transaction.atomic
 def change_role(*, by: Membership, membership: Membership, role: str) -> None:
     if not by.can_change_roles:
         raise PermissionDenied("Only the Owner changes roles.")
-    if membership.role == Role.OWNER and role != Role.OWNER:
-        owners = Membership.objects.select_for_update().filter(workspace=by.workspace, role=Role.OWNER)
-        if owners.count() <= 1:
-            raise ValidationError({"role": "A workspace keeps at least one Owner."})
+    if membership.role == Role.OWNER and role != Role.OWNER and _owner_count_locked(by.workspace) <= 1:
+        raise ValidationError({"role": "A workspace keeps at least one Owner."})
     Membership.objects.filter(pk=membership.pk).update(role=role)
 
 
@@ -48,7 +53,7 @@ def change_role(*, by: Membership, membership: Membership, role: str) -> None:
 def remove_member(*, by: Membership, membership: Membership) -> None:
     if not by.can_manage_members or (membership.role == Role.OWNER and by.role != Role.OWNER):
         raise PermissionDenied("You cannot remove this member.")
-    if membership.role == Role.OWNER and by.workspace.memberships.filter(role=Role.OWNER).count() <= 1:
+    if membership.role == Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError("A workspace keeps at least one Owner.")
     membership.delete()
 

@@ -119,3 +119,34 @@ def create_racing(barrier, environment, machine_type):
         return services.create_cluster(environment=environment, name="second", machine_type=machine_type, machine_count=2)
     except ClusterError as error:
         return error
+
+
+def test_two_owners_stepping_down_at_once_leave_one_owner(db):
+    from accounts import services as accounts
+    from accounts.models import Membership, Role
+    from tests.factories import MembershipFactory
+
+    first = MembershipFactory(role=Role.OWNER)
+    second = MembershipFactory(workspace=first.workspace, role=Role.OWNER)
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = [None, None]
+
+    def step_down(i: int, membership: Membership) -> None:
+        try:
+            barrier.wait()
+            accounts.change_role(by=membership, membership=membership, role=Role.MANAGER)
+            outcomes[i] = "demoted"
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+            outcomes[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=step_down, args=(i, m)) for i, m in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count("demoted") == 1, outcomes
+    assert any(isinstance(outcome, accounts.ValidationError) for outcome in outcomes), outcomes
+    assert Membership.objects.filter(workspace=first.workspace, role=Role.OWNER).count() == 1
