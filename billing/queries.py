@@ -57,7 +57,9 @@ def _gpu_label(machine_type) -> str:
     return f"{machine_type.gpus_per_machine}x {machine_type.gpu.slug}"
 
 
-def usage_for_month(workspace: Workspace, year: int, month: int, environment: Environment | None = None) -> list[dict]:
+def usage_for_month(
+    workspace: Workspace, year: int, month: int, environment: Environment | None = None, cluster_id: int | None = None,
+) -> list[dict]:
     """One item per cluster billed in the month — GET /api/v1/billing/usage?month=YYYY-MM:
     {cluster_id, name, environment, description "Cluster usage <name>", amount, rows: [{node, gpu,
     start, end, hours, rate, amount}]}.
@@ -76,6 +78,8 @@ def usage_for_month(workspace: Workspace, year: int, month: int, environment: En
     )
     if environment is not None:
         usages = usages.filter(environment_id=environment.pk)
+    if cluster_id is not None:
+        usages = usages.filter(cluster_id=cluster_id)
     items: dict[int, dict] = {}
     for usage in usages:
         row_start = max(usage.started_at, start)
@@ -115,7 +119,7 @@ def usage_for_month(workspace: Workspace, year: int, month: int, environment: En
 
 
 def cluster_usage_for_month(workspace: Workspace, cluster_id: int, year: int, month: int) -> dict | None:
-    return next((item for item in usage_for_month(workspace, year, month) if item["cluster_id"] == cluster_id), None)
+    return next(iter(usage_for_month(workspace, year, month, cluster_id=cluster_id)), None)
 
 
 def spend_by_environment(workspace: Workspace, year: int, month: int) -> list[dict]:
