@@ -19,9 +19,3 @@ def charge_auto_recharge(workspace_id: int) -> None:
 
     payments.charge_auto_recharge(workspace_id)
 
-
-@shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5, soft_time_limit=60)
-def send_billing_notice(notice_id: int) -> None:
-    from billing import emails
-
-    emails.send_notice(notice_id)
