@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 CENT = Decimal("0.01")
 HOURS = Decimal(3600)
-SECONDS_PER_HOUR = HOURS
 # A warning email goes once each time the hours left at the current spend fall under one of these.
 BALANCE_WARNING_HOURS = (24, 1)
 

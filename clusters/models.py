@@ -25,8 +25,6 @@ class Status(models.TextChoices):
 
 LIVE_STATUSES = (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED, Status.TERMINATING)
 FINAL_STATUSES = (Status.FAILED, Status.TERMINATED)
-# Machines are up (and billed) in these.
-RUNNING_STATUSES = (Status.INSTALLING, Status.READY, Status.DEGRADED)
 
 
 class Software(models.TextChoices):
@@ -68,9 +66,6 @@ class Volume(models.Model):
 class ClusterQuerySet(models.QuerySet):
     def live(self):
         return self.filter(status__in=LIVE_STATUSES)
-
-    def for_workspace(self, workspace_id: int):
-        return self.filter(workspace_id=workspace_id)
 
 
 class Cluster(models.Model):
