@@ -297,9 +297,14 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
         now = timezone.now()
         if not transition(
             cluster, [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED], Status.TERMINATING,
-            termination_reason=reason, billing_ended_at=now if cluster.billing_started_at else None,
+            termination_reason=reason,
         ):
             return False
+        # Decided on the row, not on `cluster`: it may have been read while provisioning,
+        # before the join started billing. The transition's UPDATE holds the row lock, and
+        # the join can no longer win (it needs provisioning), so this read is final.
+        if Cluster.objects.filter(pk=cluster.pk, billing_started_at__isnull=False).update(billing_ended_at=now):
+            cluster.billing_ended_at = now
         live_nodes = Node.objects.filter(cluster=cluster, released_at__isnull=True)
         live_nodes.update(state=Node.State.STOPPING, step="stopping")
         live_nodes.filter(billing_started_at__isnull=False).update(billing_ended_at=now)

@@ -268,3 +268,19 @@ def test_a_provider_error_is_shown_once_and_retried(environment, machine_type, m
     assert errors.get().reason == Reason.PROVIDER_ERROR
     monkeypatch.undo()
     assert drive(cluster).status == Status.READY
+
+
+def test_terminating_a_cluster_read_before_it_joined_still_ends_its_billing(environment, machine_type):
+    Host.objects.update(boot_seconds=300)
+    cluster = create(environment, machine_type)
+    read_while_provisioning = Cluster.objects.get(pk=cluster.pk)
+    assert read_while_provisioning.billing_started_at is None
+    Host.objects.update(boot_seconds=0)
+    Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(minutes=10))
+    drive(cluster)
+    assert cluster.status == Status.READY and cluster.billing_started_at is not None
+
+    assert services.terminate_cluster(read_while_provisioning)
+    cluster.refresh_from_db()
+    assert cluster.billing_ended_at is not None
+    assert set(MachineUsage.objects.filter(cluster=cluster).values_list("ended_at", flat=True)) == {cluster.billing_ended_at}
