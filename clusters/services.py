@@ -335,8 +335,11 @@ def finish_termination(cluster: Cluster) -> bool:
 
 def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
     with transaction.atomic():
-        if not transition(cluster, [Status.DEGRADED], Status.INSTALLING, install_attempts=cluster.install_attempts + 1):
+        # Counted on the row: `cluster` may be a stale read, and the attempt number keys the
+        # next degraded email, which a repeated number would swallow.
+        if not transition(cluster, [Status.DEGRADED], Status.INSTALLING, install_attempts=F("install_attempts") + 1):
             raise Conflict("not_degraded", f"Only a degraded cluster can retry its install; this one is {cluster.status}.")
+        cluster.refresh_from_db(fields=["install_attempts"])
         Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
             state=Node.State.JOINED, detail="", step="install queued"
         )

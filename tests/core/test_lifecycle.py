@@ -284,3 +284,15 @@ def test_terminating_a_cluster_read_before_it_joined_still_ends_its_billing(envi
     cluster.refresh_from_db()
     assert cluster.billing_ended_at is not None
     assert set(MachineUsage.objects.filter(cluster=cluster).values_list("ended_at", flat=True)) == {cluster.billing_ended_at}
+
+
+def test_a_retry_from_a_stale_page_still_counts_a_new_attempt(environment, machine_type):
+    Host.objects.update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type, software="slurm")
+    stale = Cluster.objects.get(pk=cluster.pk)
+    services.retry_install(Cluster.objects.get(pk=cluster.pk))  # another tab: attempt 1 degrades again
+    assert Cluster.objects.get(pk=cluster.pk).status == Status.DEGRADED
+
+    services.retry_install(stale)
+    assert stale.install_attempts == 2
+    assert Cluster.objects.get(pk=cluster.pk).install_attempts == 2
