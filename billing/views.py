@@ -67,6 +67,9 @@ def billing_overview(request):
         .exclude(kind=LedgerEntry.Kind.USAGE)
         .order_by("-created_at", "-id")
     )
+    for item in usage:
+        # A line whose machines still run keeps growing: say so rather than "Completed".
+        item["accruing"] = any(row["end"] is None for row in item["rows"])
     context = {
         "workspace": workspace,
         "month": month,

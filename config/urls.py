@@ -4,6 +4,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 admin.site.site_header = "Runcrate Clusters operations"
+admin.site.site_title = "Runcrate operations"
+admin.site.index_title = "Operations"
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="clusters:list", permanent=False)),

@@ -19,6 +19,8 @@ def offers(request):
         gpu = form.cleaned_data["gpu"] or gpu
         machines = form.cleaned_data["machines"] or machines
         include_community = form.cleaned_data["include_community"]
+    # Offers match the GPU case-insensitively (?gpu=h100); echo the canonical slug so the picker shows it.
+    gpu = next((g.slug for g in gpus if g.slug.lower() == gpu.lower()), gpu)
     found = list_offers(gpu, machines, include_community) if not form.errors else []
     context = {
         "form": form, "gpus": gpus, "gpu": gpu, "machines": machines, "include_community": include_community,
