@@ -469,9 +469,12 @@ def _between(text: str, begin: str, end: str) -> str:
 
 
 def stop(
-    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
+    only: Iterable[str] | None = None,
 ) -> StepResult:
     """Stop the software and leave the private network on every node (best effort),
-    before the provider releases the machines. Run sync_volume_out first."""
+    before the provider releases the machines. Run sync_volume_out first. `only` names the
+    nodes to stop when the spec holds more (a worker released on its own)."""
+    nodes = spec.nodes if only is None else tuple(n for n in spec.nodes if n.name in set(only))
     with _Session(runner) as session:
-        return StepResult("stop", _run(spec, spec.nodes, "stop.sh", "stop", session, on_output))
+        return StepResult("stop", _run(spec, nodes, "stop.sh", "stop", session, on_output))

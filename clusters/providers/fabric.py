@@ -127,11 +127,14 @@ class FabricProvider(Provider):
     def stop(self, cluster, nodes) -> None:
         if not nodes:
             return
-        spec = self.spec_for(cluster, nodes)
+        # A spec starts at the head, so build it from every live node even when only a
+        # worker is being given back, and stop just the nodes asked for.
+        spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
+        stopping = {node.name for node in nodes}
         with self._runner() as runner:
-            if spec.volume_source:
+            if spec.volume_source and spec.head.name in stopping:
                 operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
-            operations.stop(spec, runner=runner, on_output=self._emit)
+            operations.stop(spec, runner=runner, on_output=self._emit, only=stopping)
 
     @staticmethod
     def _live_nodes(cluster, nodes):

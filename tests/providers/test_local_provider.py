@@ -170,3 +170,23 @@ def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(enviro
     services.terminate_cluster(cluster, actor="alice")
     assert drive(cluster, SETTLED).status == Status.TERMINATED
     assert (Path(volume.source_path) / "checkpoint.pt").read_text() == "weights\n"
+
+
+def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, local_machines):
+    machine_type = local_machine_type(3, block=70)
+    Host.objects.filter(name="local-70-2").update(fault=HostFault.NEVER_JOINS)
+    cluster = drive(create(environment, machine_type, count=2), SETTLED)
+    assert cluster.status == Status.READY
+    services.add_workers(cluster, 1, actor="alice")
+    for _ in range(3):
+        cluster = drive(cluster, SETTLED, timeout=2)
+    worker = cluster.nodes.get(index=2)
+    assert worker.state == Node.State.UP, "it keeps trying until the worker's deadline"
+    Node.objects.filter(pk=worker.pk).update(boot_requested_at=timezone.now() - dt.timedelta(minutes=26))
+    cluster = drive(cluster, SETTLED)
+
+    worker.refresh_from_db()
+    assert worker.state == Node.State.FAILED and worker.released_at is not None
+    assert not (local_machines / "local-70-2").exists()
+    assert not cluster.events.filter(event="stop_error").exists(), list(cluster.events.values_list("message", flat=True))
+    assert cluster.status == Status.READY and (local_machines / "local-70-0").exists()
