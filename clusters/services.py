@@ -466,6 +466,10 @@ def create_volume(*, environment: Environment, name: str, size_gb: int) -> Volum
 
 
 def delete_volume(volume: Volume) -> None:
-    if Cluster.objects.live().filter(volume=volume).exists():
-        raise Conflict("volume_in_use", f"{volume.name} is attached to a live cluster; terminate it first.")
-    volume.delete()
+    with transaction.atomic():
+        if Cluster.objects.live().filter(volume=volume).exists():
+            raise Conflict("volume_in_use", f"{volume.name} is attached to a live cluster; terminate it first.")
+        # Ended clusters keep a reference (on_delete=PROTECT) that would refuse the delete;
+        # they hold no machines, so they simply forget the volume.
+        Cluster.objects.filter(volume=volume).update(volume=None)
+        volume.delete()

@@ -46,3 +46,16 @@ def test_another_workspaces_volume_is_404(client, outsider, environment):
     assert client.post(f"/clusters/volumes/{volume.pk}/delete/").status_code == 404
     assert Volume.objects.filter(pk=volume.pk).exists()
     assert b"secret-corpus" not in client.get("/clusters/volumes/").content
+
+
+def test_a_volume_whose_clusters_have_ended_can_be_deleted(client, owner, environment, machine_type):
+    client.force_login(owner)
+    volume = services.create_volume(environment=environment, name="data", size_gb=10)
+    cluster = services.create_cluster(
+        environment=environment, name="c", machine_type=machine_type, machine_count=2, volume=volume
+    )
+    services.terminate_cluster(cluster)
+    services.finish_termination(cluster)
+    response = client.post(f"/clusters/volumes/{volume.pk}/delete/")
+    assert response.status_code == 302
+    assert not Volume.objects.filter(pk=volume.pk).exists()
