@@ -190,7 +190,9 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
             provider.boot(node)
             services.update_node(node, state=Node.State.BOOTING, boot_requested_at=now, step="booting")
         if node.state in (Node.State.BOOTING, Node.State.UP) and now - node.boot_requested_at > deadline:
-            _release_worker(cluster, node, provider, f"not up and joined within {deadline.seconds // 60} minutes")
+            _release_worker(
+                cluster, node, provider, f"not up and joined within {cluster.machine_type.boot_deadline_minutes} minutes"
+            )
             return Next.AGAIN
         if node.state == Node.State.BOOTING:
             report = provider.boot_status(node)
@@ -215,8 +217,7 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     if outcome.ok:
         outcome = provider.check_ready(cluster, nodes)
     if outcome.failed:
-        services.transition(cluster, [Status.READY], Status.INSTALLING)
-        services.mark_degraded(cluster, outcome.failed)
+        services.mark_degraded(cluster, outcome.failed, from_status=Status.READY)
         return Next.DONE
     if outcome.pending:
         return Next.WAIT

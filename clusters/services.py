@@ -250,9 +250,11 @@ def mark_ready(cluster: Cluster) -> bool:
         return True
 
 
-def mark_degraded(cluster: Cluster, failed: dict[str, str]) -> bool:
+def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str = Status.INSTALLING) -> bool:
+    """The software failed after every machine was up: machines stay up and billed. From
+    `installing`, or from `ready` when a worker added to a running cluster fails its install."""
     with transaction.atomic():
-        if not transition(cluster, [Status.INSTALLING], Status.DEGRADED):
+        if not transition(cluster, [from_status], Status.DEGRADED):
             return False
         for node in cluster.nodes.filter(released_at__isnull=True):
             if node.name in failed:
