@@ -173,8 +173,8 @@ def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(enviro
 
 
 def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, local_machines):
-    machine_type = local_machine_type(3, block=70)
-    Host.objects.filter(name="local-70-2").update(fault=HostFault.NEVER_JOINS)
+    machine_type = local_machine_type(3, block=72)
+    Host.objects.filter(name="local-72-2").update(fault=HostFault.NEVER_JOINS)
     cluster = drive(create(environment, machine_type, count=2), SETTLED)
     assert cluster.status == Status.READY
     services.add_workers(cluster, 1, actor="alice")
@@ -187,6 +187,6 @@ def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, lo
 
     worker.refresh_from_db()
     assert worker.state == Node.State.FAILED and worker.released_at is not None
-    assert not (local_machines / "local-70-2").exists()
+    assert not (local_machines / "local-72-2").exists()
     assert not cluster.events.filter(event="stop_error").exists(), list(cluster.events.values_list("message", flat=True))
-    assert cluster.status == Status.READY and (local_machines / "local-70-0").exists()
+    assert cluster.status == Status.READY and (local_machines / "local-72-0").exists()
