@@ -129,10 +129,13 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
             f"({', '.join(sorted(late)) or 'all nodes'} late).",
             late,
         )
+    booted = []
     for node in nodes:
         if node.state == Node.State.PENDING:
             provider.boot(node)
-            services.update_node(node, state=Node.State.BOOTING, boot_requested_at=now, step="booting")
+            booted.append((node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}))
+    services.update_nodes(cluster.pk, booted)
+    came_up = []
     for node in nodes:
         if node.state != Node.State.BOOTING:
             continue
@@ -143,23 +146,26 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
                 {node.name: report.detail or "failed to start"},
             )
         if report.state is BootState.UP:
-            services.update_node(node, state=Node.State.UP, up_at=timezone.now(), address=report.address, step="joining network")
+            came_up.append(
+                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": "joining network"})
+            )
+    services.update_nodes(cluster.pk, came_up)
     if any(node.state != Node.State.UP for node in nodes):
         return Next.WAIT
     outcome = provider.join_network(cluster, nodes)
     if not outcome.ok:
+        steps = []
         for node in nodes:
             waiting = outcome.failed.get(node.name) or ("waiting for peers" if node.name in outcome.pending else "joined")
             if node.step != waiting:
-                services.update_node(node, step=waiting)
+                steps.append((node, {"step": waiting}))
+        services.update_nodes(cluster.pk, steps)
         return Next.WAIT
     return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
 
 
 def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
-    for node in nodes:
-        if node.state == Node.State.JOINED:
-            services.update_node(node, state=Node.State.INSTALLING, step=f"installing {cluster.software}")
+    _mark_installing(cluster, nodes)
     outcome = provider.install_software(cluster, nodes)
     if outcome.ok:
         outcome = provider.check_ready(cluster, nodes)
@@ -173,6 +179,14 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         return Next.WAIT
     services.mark_ready(cluster)
     return Next.DONE
+
+
+def _mark_installing(cluster: Cluster, nodes: list[Node]) -> None:
+    services.update_nodes(
+        cluster.pk,
+        [(n, {"state": Node.State.INSTALLING, "step": f"installing {cluster.software}"})
+         for n in nodes if n.state == Node.State.JOINED],
+    )
 
 
 GROWING = (Node.State.PENDING, Node.State.BOOTING, Node.State.UP, Node.State.JOINED, Node.State.INSTALLING)
@@ -210,9 +224,7 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         services.mark_workers_joined(cluster, arriving)
         return Next.AGAIN
     installing = [n for n in workers if n.state in (Node.State.JOINED, Node.State.INSTALLING)]
-    for node in installing:
-        if node.state == Node.State.JOINED:
-            services.update_node(node, state=Node.State.INSTALLING, step=f"installing {cluster.software}")
+    _mark_installing(cluster, installing)
     outcome = provider.install_software(cluster, installing)
     if outcome.ok:
         outcome = provider.check_ready(cluster, nodes)

@@ -182,10 +182,22 @@ def release_lease(cluster_id: int) -> None:
 
 
 def update_node(node: Node, **fields) -> None:
-    Node.objects.filter(pk=node.pk).update(**fields)
-    for key, value in fields.items():
-        setattr(node, key, value)
-    _after_commit_changed(node.cluster_id)
+    update_nodes(node.cluster_id, [(node, fields)])
+
+
+def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
+    """Record the progress of several nodes of one cluster with a single live push: a push
+    renders every partial of the page, so one per node would make a 64-node pass render
+    them 64 times."""
+    changes = list(changes)
+    if not changes:
+        return
+    with transaction.atomic():
+        for node, fields in changes:
+            Node.objects.filter(pk=node.pk).update(**fields)
+            for key, value in fields.items():
+                setattr(node, key, value)
+        _after_commit_changed(cluster_id)
 
 
 SETTLED_NODE_STATES = (

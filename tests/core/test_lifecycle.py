@@ -296,3 +296,16 @@ def test_a_retry_from_a_stale_page_still_counts_a_new_attempt(environment, machi
     services.retry_install(stale)
     assert stale.install_attempts == 2
     assert Cluster.objects.get(pk=cluster.pk).install_attempts == 2
+
+
+def test_a_provisioning_pass_pushes_once_for_all_its_nodes_not_once_per_node(environment, machine_type, monkeypatch):
+    from clusters import broadcast
+
+    machine_type = machine_type_with_hosts(16)
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    pushes: list[int] = []
+    monkeypatch.setattr(broadcast, "broadcast_cluster", pushes.append)
+    cluster = create(environment, machine_type, count=16)
+    assert set(cluster.nodes.values_list("state", flat=True)) == {Node.State.BOOTING}
+    # The create, the sixteen boots, and their output lines: a few pushes, not one per node.
+    assert len(pushes) <= 3, pushes
