@@ -64,7 +64,8 @@ class NodeOutput:
 
 def advance(cluster_id: int) -> bool:
     """Take every step that is possible now; True when the cluster needs another look soon."""
-    if not services.claim_lease(cluster_id):
+    lease = services.claim_lease(cluster_id)
+    if lease is None:
         return False
     try:
         for _ in range(8):
@@ -88,7 +89,7 @@ def advance(cluster_id: int) -> bool:
                 return outcome is Next.WAIT
         return True
     finally:
-        services.release_lease(cluster_id)
+        services.release_lease(cluster_id, lease)
 
 
 def _record_step_error(cluster: Cluster, exc: Exception) -> None:

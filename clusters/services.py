@@ -23,7 +23,9 @@ from offers.models import MachineType
 
 SYSTEM = "system"
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-LEASE = dt.timedelta(minutes=10)
+# Longer than advance_cluster's hard time limit (16 minutes): a pass that is still running
+# always holds its lease, and one whose worker died frees the cluster within the hour's third.
+LEASE = dt.timedelta(minutes=20)
 
 
 def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
@@ -164,18 +166,23 @@ def create_cluster(
 # --- lease: one worker moves a cluster at a time ----------------------------------------
 
 
-def claim_lease(cluster_id: int) -> bool:
+def claim_lease(cluster_id: int) -> dt.datetime | None:
+    """Compare-and-set the lease; returns its expiry, which is also the holder's token."""
     now = timezone.now()
-    return bool(
+    expires = now + LEASE
+    claimed = (
         Cluster.objects.filter(pk=cluster_id)
         .exclude(status__in=FINAL_STATUSES)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-        .update(lease_expires_at=now + LEASE)
+        .update(lease_expires_at=expires)
     )
+    return expires if claimed else None
 
 
-def release_lease(cluster_id: int) -> None:
-    Cluster.objects.filter(pk=cluster_id).update(lease_expires_at=None)
+def release_lease(cluster_id: int, lease: dt.datetime) -> None:
+    # Only the holder's own lease: if it ran past its expiry and another worker has
+    # claimed the cluster since, clearing that lease would let a third one in.
+    Cluster.objects.filter(pk=cluster_id, lease_expires_at=lease).update(lease_expires_at=None)
 
 
 # --- node progress (called by the lifecycle) --------------------------------------------

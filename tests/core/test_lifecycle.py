@@ -167,10 +167,29 @@ def test_advancing_a_ready_cluster_again_changes_nothing(environment, machine_ty
 def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
     Host.objects.update(boot_seconds=300)
     cluster = create(environment, machine_type)
-    assert services.claim_lease(cluster.pk)
+    lease = services.claim_lease(cluster.pk)
+    assert lease is not None
     assert lifecycle.advance(cluster.pk) is False
-    services.release_lease(cluster.pk)
+    services.release_lease(cluster.pk, lease)
     assert lifecycle.advance(cluster.pk) is True
+
+
+def test_the_lease_outlasts_the_longest_pass_a_worker_may_run():
+    from clusters.tasks import advance_cluster
+
+    assert services.LEASE.total_seconds() > advance_cluster.time_limit
+
+
+def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environment, machine_type):
+    Host.objects.update(boot_seconds=300)
+    cluster = create(environment, machine_type)
+    stale = services.claim_lease(cluster.pk)
+    Cluster.objects.filter(pk=cluster.pk).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
+    current = services.claim_lease(cluster.pk)
+    assert current is not None
+    services.release_lease(cluster.pk, stale)
+    assert Cluster.objects.get(pk=cluster.pk).lease_expires_at == current
+    assert lifecycle.advance(cluster.pk) is False
 
 
 def test_the_sweep_redrives_stuck_clusters(environment, machine_type):
