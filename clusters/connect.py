@@ -29,7 +29,8 @@ class NodeEndpoint:
 
 
 def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
-    gateway = cluster.machine_type.location.gateway_host
+    # Local machines live on this computer's loopback: there is no site gateway to go through.
+    gateway = "" if cluster.provider == "local" else cluster.machine_type.location.gateway_host
     live = [n for n in cluster.nodes.all() if n.released_at is None]
     return [_endpoint(node, gateway) for node in live]
 
