@@ -188,6 +188,14 @@ SCHEMAS: dict[str, Any] = {
         "term_months": {"type": ["integer", "null"], "description": "Required for a reserved term."},
         "start_date": {"type": "string", "format": "date"}, "notes": {"type": "string"},
     }, required=["contact_name", "email", "gpu", "machines"]),
+    "Volume": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "size_gb": {"type": "integer"},
+        "environment": {"type": "string"}, "created_at": TIMESTAMP,
+    }),
+    "CreateVolume": obj({
+        "name": {"type": "string", "maxLength": 100, "description": "Lowercase letters, digits, . _ -"},
+        "size_gb": {"type": "integer", "minimum": 1, "maximum": 100000},
+    }, required=["name", "size_gb"]),
     "Quote": obj({
         "id": {"type": "integer"}, "status": {"type": "string"}, "contact_name": {"type": "string"},
         "email": {"type": "string"}, "company": {"type": "string"}, "gpu": {"type": "string"},
@@ -280,6 +288,19 @@ def schema() -> dict:
                 **errors(400, 403, *COMMON)},
             parameters=[{"name": "month", "in": "query", "required": False, "description": "YYYY-MM; default this month.",
                          "schema": {"type": "string", "pattern": r"^\d{4}-\d{2}$"}}, *PAGINATION])},
+        "/api/v1/volumes": {
+            "get": op("listVolumes", "Volumes of the environment", "Volumes", {
+                "200": json_response("Volumes, by name.", list_envelope(ref("Volume"))), **errors(400, *COMMON)},
+                parameters=PAGINATION),
+            "post": op("createVolume", "Create a volume (attach it with volume_id when creating a cluster)", "Volumes", {
+                "201": json_response("The volume.", envelope(ref("Volume"))), **errors(400, *COMMON)},
+                body=ref("CreateVolume")),
+        },
+        "/api/v1/volumes/{volume_id}": {
+            "parameters": [{"name": "volume_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "delete": op("deleteVolume", "Delete a volume no live cluster uses", "Volumes", {
+                "200": json_response("The deleted volume.", envelope(ref("Volume"))), **errors(409, *COMMON)}),
+        },
         "/api/v1/quotes": {"post": op(
             "createQuote", "Request a quote", "Quotes", {
                 "201": json_response("Sales will answer by email.", envelope(ref("Quote"))), **errors(400, *COMMON)},

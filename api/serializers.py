@@ -129,3 +129,13 @@ def quote(item) -> dict[str, Any]:
         "notes": item.notes,
         "created_at": timestamp(item.created_at),
     }
+
+
+def volume(item) -> dict[str, Any]:
+    return {
+        "id": item.pk,
+        "name": item.name,
+        "size_gb": item.size_gb,
+        "environment": item.environment.name,
+        "created_at": item.created_at.isoformat(),
+    }

@@ -18,6 +18,8 @@ v1 = [
     path("clusters/<str:cluster_id>/nodes/<str:node_name>", api_route(DELETE=views.terminate_node), name="node"),
     path("billing/balance", api_route(GET=views.billing_balance), name="billing_balance"),
     path("billing/usage", api_route(GET=views.billing_usage), name="billing_usage"),
+    path("volumes", api_route(GET=views.list_volumes, POST=views.create_volume), name="volumes"),
+    path("volumes/<str:volume_id>", api_route(DELETE=views.delete_volume), name="volume"),
     path("quotes", api_route(POST=views.create_quote), name="quotes"),
     re_path(r"^(?P<rest>.*)$", unknown_endpoint),
 ]

@@ -244,6 +244,35 @@ def billing_usage(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
     })
 
 
+# -- volumes -------------------------------------------------------------------------------------
+
+
+def _volumes(ctx: ApiContext):
+    return Volume.objects.filter(environment=ctx.environment).select_related("environment").order_by("name")
+
+
+def list_volumes(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
+    return page(request, _volumes(ctx), serializers.volume)
+
+
+def create_volume(request: HttpRequest, ctx: ApiContext) -> JsonResponse:
+    fields = Fields(json_body(request))
+    name = fields.string("name", required=True, max_length=100)
+    size_gb = fields.integer("size_gb", required=True, minimum=1, maximum=100_000)
+    fields.check()
+    created = services.create_volume(environment=ctx.environment, name=name, size_gb=size_gb)
+    return ok(serializers.volume(_volumes(ctx).get(pk=created.pk)), status=201)
+
+
+def delete_volume(request: HttpRequest, ctx: ApiContext, volume_id: str) -> JsonResponse:
+    volume = _volumes(ctx).filter(pk=parse_id(volume_id, "That volume")).first()
+    if volume is None:
+        raise not_found("That volume")
+    data = serializers.volume(volume)
+    services.delete_volume(volume)
+    return ok(data)
+
+
 QUOTE_TEXT_FIELDS = ("contact_name", "email", "company", "gpu", "network", "term", "start_date", "notes")
 
 

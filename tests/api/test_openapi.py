@@ -66,6 +66,7 @@ def test_the_schema_is_openapi_3_1_and_covers_every_endpoint(client):
         "/api/v1/clusters/{cluster_id}/events", "/api/v1/clusters/{cluster_id}/retry-install",
         "/api/v1/clusters/{cluster_id}/workers", "/api/v1/clusters/{cluster_id}/nodes/{node_name}",
         "/api/v1/billing/balance", "/api/v1/billing/usage", "/api/v1/quotes",
+        "/api/v1/volumes", "/api/v1/volumes/{volume_id}",
     }
 
 
