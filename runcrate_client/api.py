@@ -370,6 +370,15 @@ class RuncrateClient:
     def add_workers(self, cluster_id: str, count: int = 1) -> Record | None:
         return self._data("POST", f"/clusters/{_seg(cluster_id)}/workers", json={"count": count})
 
+    def list_volumes(self) -> list[Record]:
+        return list(self.iterate("/volumes"))
+
+    def create_volume(self, name: str, size_gb: int) -> Record:
+        return self._data("POST", "/volumes", json={"name": name, "size_gb": size_gb})
+
+    def delete_volume(self, volume_id: str) -> Record | None:
+        return self._data("DELETE", f"/volumes/{_seg(volume_id)}")
+
     def terminate_node(self, cluster_id: str, node_name: str) -> Record | None:
         """The API always refuses (409 node_terminate_refused): a node ends with its cluster."""
         return self._data("DELETE", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}")

@@ -82,3 +82,21 @@ def test_the_cli_exits_non_zero_with_a_clear_message_for_api_errors(live_server,
     ApiKey.objects.update(is_active=False)
     deactivated = runcrate("clusters", "ls")
     assert deactivated.returncode == 3 and "deactivated" in deactivated.stderr
+
+
+def test_the_cli_manages_volumes(live_server, dashboard_key, settings, tmp_path):
+    settings.VOLUMES_DIR = str(tmp_path / "volumes")
+
+    def runcrate(*args: str):
+        return run_runcrate(list(args), base_url=live_server.url, api_key=dashboard_key)
+
+    created = runcrate("volumes", "create", "corpus", "--size-gb", "50")
+    assert created.returncode == 0, created.stderr
+    assert "Created volume corpus" in created.stdout
+    [volume] = json.loads(runcrate("volumes", "list", "--json").stdout)
+    assert volume["name"] == "corpus" and volume["size_gb"] == 50
+    assert "corpus" in runcrate("volumes", "list").stdout
+    bad = runcrate("volumes", "create", "Bad Name", "--size-gb", "5")
+    assert bad.returncode == 2 and "name" in (bad.stdout + bad.stderr).lower()
+    assert runcrate("volumes", "delete", str(volume["id"]), "--yes").returncode == 0
+    assert runcrate("volumes", "list", "-q").stdout.strip() == ""
