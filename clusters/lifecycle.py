@@ -122,8 +122,13 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
 def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     if now >= cluster.deadline_at:
-        late = {n.name: f"not joined after {cluster.machine_type.boot_deadline_minutes} min ({n.get_state_display().lower()})"
-                for n in nodes if n.state != Node.State.JOINED}
+        minutes = cluster.machine_type.boot_deadline_minutes
+        # Blame the machines that held the cluster up: still booting, or not reached by
+        # every peer at the last join attempt (its outcome is kept in `detail`).
+        late = {
+            n.name: f"not up and joined after {minutes} min ({n.detail or n.get_state_display().lower()})"
+            for n in nodes if n.state != Node.State.UP or n.detail
+        } or {n.name: f"not joined after {minutes} min" for n in nodes}
         return _fail(
             cluster, nodes, provider, Reason.JOIN_TIMEOUT,
             f"Not every machine was up and reachable within {cluster.machine_type.boot_deadline_minutes} minutes "
@@ -155,12 +160,13 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         return Next.WAIT
     outcome = provider.join_network(cluster, nodes)
     if not outcome.ok:
-        steps = []
+        changes = []
         for node in nodes:
-            waiting = outcome.failed.get(node.name) or ("waiting for peers" if node.name in outcome.pending else "joined")
-            if node.step != waiting:
-                steps.append((node, {"step": waiting}))
-        services.update_nodes(cluster.pk, steps)
+            stuck = outcome.failed.get(node.name) or ("not reached by every peer" if node.name in outcome.pending else "")
+            fields = {"detail": stuck[:255], "step": "waiting for peers" if stuck else "reaches every peer"}
+            if any(getattr(node, key) != value for key, value in fields.items()):
+                changes.append((node, fields))
+        services.update_nodes(cluster.pk, changes)
         return Next.WAIT
     return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
 

@@ -244,7 +244,7 @@ def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
             return False
         node_state = Node.State.READY if next_status == Status.READY else Node.State.JOINED
         Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
-            state=node_state, joined_at=now, billing_started_at=now, step="joined"
+            state=node_state, joined_at=now, billing_started_at=now, step="joined", detail=""
         )
         billing.start_usage(cluster, nodes, now)
         record_event(cluster, "joined", f"All {len(nodes)} machines joined the private network 10.77.0.0/24; billing started.")

@@ -87,6 +87,9 @@ def test_a_machine_that_never_joins_fails_the_cluster_at_the_deadline(environmen
     assert cluster.failure_reason == Reason.JOIN_TIMEOUT
     assert Host.objects.filter(state=Host.State.RESERVED).count() == 0
     assert cluster.billing_started_at is None
+    # Only the machine that never joined is blamed.
+    assert list(cluster.nodes.filter(state=Node.State.FAILED).values_list("index", flat=True)) == [0]
+    assert "node-0 late" in cluster.events.get(event="failed").message
 
 
 def test_slow_machine_types_get_their_own_deadline(environment):
