@@ -239,6 +239,20 @@ def gpu_types(state: State, as_json: bool, quiet: bool) -> None:
     click.echo(generic_table(items, preferred=("name", "id", "vendor", "memory_gb", "memory", "description")))
 
 
+def listed_for_scripts(items: list[Record], *, as_json: bool, quiet: bool, empty: str) -> bool:
+    """Print a list as JSON, as ids, or the message for no items; False when a table is wanted."""
+    if as_json:
+        print_json(items)
+    elif quiet:
+        for item in items:
+            click.echo(item.get("id"))
+    elif not items:
+        click.echo(empty)
+    else:
+        return False
+    return True
+
+
 def generic_table(items: list[Record], preferred: Iterable[str] = ()) -> str:
     """A table of the scalar fields of records whose exact shape the contract does not pin down."""
     keys: list[str] = [k for k in preferred if any(k in item for item in items)]
@@ -357,14 +371,9 @@ def clusters_create(
 def clusters_list(state: State, as_json: bool, quiet: bool) -> None:
     """Clusters in the environment, newest first."""
     items = state.client().all_clusters()
-    if as_json:
-        return print_json(items)
-    if quiet:
-        for item in items:
-            click.echo(item.get("id"))
+    if listed_for_scripts(items, as_json=as_json, quiet=quiet,
+                          empty="No clusters. Find an offer with `runcrate clusters offers --gpu H100 --machines 2`."):
         return
-    if not items:
-        return click.echo("No clusters. Find an offer with `runcrate clusters offers --gpu H100 --machines 2`.")
     rows = [
         [c.get("id"), c.get("name"), c.get("status"), machine_count(c), offer_gpu(c),
          format_money(c.get("price_per_hour")) + "/h", format_time(c.get("created_at"))]
@@ -607,14 +616,9 @@ def volumes() -> None:
 def volumes_list(state: State, as_json: bool, quiet: bool) -> None:
     """The environment's volumes."""
     items = state.client().list_volumes()
-    if as_json:
-        return print_json(items)
-    if quiet:
-        for item in items:
-            click.echo(item.get("id"))
+    if listed_for_scripts(items, as_json=as_json, quiet=quiet,
+                          empty="No volumes. Create one with: runcrate volumes create NAME --size-gb 500"):
         return
-    if not items:
-        return click.echo("No volumes. Create one with: runcrate volumes create NAME --size-gb 500")
     click.echo(generic_table(items, preferred=("id", "name", "size_gb", "environment", "created_at")))
 
 
