@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from django.db import connections as db_connections
 from django.db.models import Q
 
 from django.utils import timezone
@@ -43,6 +44,7 @@ class NodeOutput:
         self.pending: dict[int, list[tuple[str, str]]] = {}
         self.lock = threading.Lock()
         self.flushed_at = time.monotonic()
+        self.owner = threading.current_thread()
 
     def __call__(self, node_name: str, step: str, text: str) -> None:
         node_id = self.ids.get(node_name)
@@ -59,7 +61,13 @@ class NodeOutput:
         with self.lock:
             pending, self.pending = self.pending, {}
             self.flushed_at = time.monotonic()
-        services.append_node_logs(self.cluster_id, pending)
+        try:
+            services.append_node_logs(self.cluster_id, pending)
+        finally:
+            # A runner thread writes through a connection of its own; close it here rather
+            # than leave one open per short-lived thread until garbage collection.
+            if threading.current_thread() is not self.owner:
+                db_connections.close_all()
 
 
 def advance(cluster_id: int) -> bool:
