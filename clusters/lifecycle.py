@@ -127,6 +127,33 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
             log.exception("releasing node %s failed", node.pk)
 
 
+def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> tuple[Node, str] | None:
+    """Ask pending machines to boot and record those now up, in one push; returns the first
+    machine that failed to start (and why), leaving what to do about it to the caller."""
+    now = timezone.now()
+    booted = []
+    for node in nodes:
+        if node.state == Node.State.PENDING:
+            provider.boot(node)
+            booted.append((node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}))
+    services.update_nodes(cluster.pk, booted)
+    came_up = []
+    failed = None
+    for node in nodes:
+        if node.state != Node.State.BOOTING:
+            continue
+        report = provider.boot_status(node)
+        if report.state is BootState.FAILED:
+            failed = (node, report.detail or "failed to start")
+            break
+        if report.state is BootState.UP:
+            came_up.append(
+                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": "joining network"})
+            )
+    services.update_nodes(cluster.pk, came_up)
+    return failed
+
+
 def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     if now >= cluster.deadline_at:
@@ -143,27 +170,12 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
             f"({', '.join(sorted(late)) or 'all nodes'} late).",
             late,
         )
-    booted = []
-    for node in nodes:
-        if node.state == Node.State.PENDING:
-            provider.boot(node)
-            booted.append((node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}))
-    services.update_nodes(cluster.pk, booted)
-    came_up = []
-    for node in nodes:
-        if node.state != Node.State.BOOTING:
-            continue
-        report = provider.boot_status(node)
-        if report.state is BootState.FAILED:
-            return _fail(
-                cluster, nodes, provider, Reason.BOOT_FAILED, f"{node.name} failed to start: {report.detail}",
-                {node.name: report.detail or "failed to start"},
-            )
-        if report.state is BootState.UP:
-            came_up.append(
-                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": "joining network"})
-            )
-    services.update_nodes(cluster.pk, came_up)
+    failed = _boot_and_poll(cluster, nodes, provider)
+    if failed:
+        node, detail = failed
+        return _fail(
+            cluster, nodes, provider, Reason.BOOT_FAILED, f"{node.name} failed to start: {detail}", {node.name: detail}
+        )
     if any(node.state != Node.State.UP for node in nodes):
         return Next.WAIT
     outcome = provider.join_network(cluster, nodes)
@@ -215,21 +227,16 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
     for node in workers:
-        if node.state == Node.State.PENDING:
-            provider.boot(node)
-            services.update_node(node, state=Node.State.BOOTING, boot_requested_at=now, step="booting")
         if node.state in (Node.State.BOOTING, Node.State.UP) and now - node.boot_requested_at > deadline:
             _release_worker(
                 cluster, node, provider, f"not up and joined within {cluster.machine_type.boot_deadline_minutes} minutes"
             )
             return Next.AGAIN
-        if node.state == Node.State.BOOTING:
-            report = provider.boot_status(node)
-            if report.state is BootState.FAILED:
-                _release_worker(cluster, node, provider, report.detail or "failed to start")
-                return Next.AGAIN
-            if report.state is BootState.UP:
-                services.update_node(node, state=Node.State.UP, up_at=timezone.now(), address=report.address, step="joining network")
+    failed = _boot_and_poll(cluster, workers, provider)
+    if failed:
+        node, detail = failed
+        _release_worker(cluster, node, provider, detail)
+        return Next.AGAIN
     if any(n.state == Node.State.BOOTING for n in workers):
         return Next.WAIT
     arriving = [n for n in workers if n.state == Node.State.UP]

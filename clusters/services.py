@@ -188,10 +188,6 @@ def release_lease(cluster_id: int, lease: dt.datetime) -> None:
 # --- node progress (called by the lifecycle) --------------------------------------------
 
 
-def update_node(node: Node, **fields) -> None:
-    update_nodes(node.cluster_id, [(node, fields)])
-
-
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
     """Record the progress of several nodes of one cluster with a single live push: a push
     renders every partial of the page, so one per node would make a 64-node pass render
