@@ -67,6 +67,11 @@ def add_ssh_key(*, workspace: Workspace, name: str, public_key: str, created_by)
     return key
 
 
+def delete_ssh_key(*, workspace: Workspace, key: SSHKey) -> None:
+    """Running clusters keep the keys they were created with; new ones no longer get it."""
+    SSHKey.objects.filter(pk=key.pk, workspace=workspace).delete()
+
+
 @transaction.atomic
 def create_environment(*, by: Membership, name: str, monthly_budget: Decimal) -> Environment:
     if not by.can_manage_members:

@@ -125,7 +125,7 @@ def ssh_keys(request):
 def ssh_key_delete(request, key_id: int):
     tenancy = require_tenancy(request)
     key = get_object_or_404(SSHKey, pk=key_id, workspace=tenancy.workspace)
-    key.delete()
+    services.delete_ssh_key(workspace=tenancy.workspace, key=key)
     messages.success(request, f"Deleted key {key.name}. Running clusters keep the keys they were created with.")
     return redirect("accounts:ssh_keys")
 

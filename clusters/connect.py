@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, Node, Status
 
 NODE_DOMAIN = "nodes.runcrate.example"
 PRIVATE_INTERFACE = "wg0"
@@ -90,7 +90,7 @@ def launch_lines(cluster: Cluster) -> dict[str, str]:
 
 def page_context(cluster: Cluster) -> dict | None:
     """What the Connect card shows; None until every machine is up and joined."""
-    if cluster.status not in ("ready", "degraded"):
+    if cluster.status not in (Status.READY, Status.DEGRADED):
         return None
     return {
         "endpoints": endpoints(cluster), "hostfile": hostfile(cluster),

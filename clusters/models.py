@@ -96,7 +96,6 @@ class Cluster(models.Model):
     # One worker at a time moves a cluster: a lease claimed compare-and-set, which simply
     # expires if that worker dies, so the sweep can re-drive the cluster.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    ready_email_sent_at = models.DateTimeField(null=True, blank=True)
     # WireGuard keys and software join tokens made by the control plane; kept so a re-run,
     # a retried install or an added worker reuses them. Never shown or logged.
     node_secrets = models.JSONField(default=dict, blank=True, editable=False)

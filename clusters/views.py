@@ -46,7 +46,7 @@ def cluster_create(request):
                 ssh_keys=data["ssh_keys"], created_by=request.user, actor=actor_label(request),
             )
         except ClusterError as error:
-            form.add_error(None if error.field in (None, "__all__") else _form_field(error.field), error.message)
+            form.add_error(error.field if error.field in form.fields else None, error.message)
         else:
             messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
             return redirect(cluster)
@@ -58,10 +58,6 @@ def cluster_create(request):
         "balance": tenancy.workspace.credit_balance,
     }
     return render(request, "clusters/create.html", context)
-
-
-def _form_field(field: str) -> str:
-    return {"machines": "machines", "offer": "offer", "software": "software", "volume": "volume", "name": "name"}.get(field, None)
 
 
 @login_required
