@@ -20,3 +20,18 @@ def cluster_for_detail(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
         Prefetch("nodes", queryset=Node.objects.select_related("host").order_by("index")),
         Prefetch("events", queryset=ClusterEvent.objects.order_by("-created_at", "-id")),
     )
+
+
+def workspace_instances(workspace_id: int) -> QuerySet[Node]:
+    """Every machine the workspace runs now (the GPU cloud's "instances"), each one a node of
+    a cluster: the Instances page, GET /api/v1/instances, the CLI and the MCP tool read this."""
+    return (
+        Node.objects.filter(cluster__workspace_id=workspace_id, released_at__isnull=True)
+        .select_related("cluster__environment", "cluster__machine_type__gpu", "cluster__machine_type__location", "host")
+        .order_by("-cluster__created_at", "cluster_id", "index")
+    )
+
+
+def workspace_instance(workspace_id: int, instance_id: int) -> Node | None:
+    """One instance of the workspace, or None (callers answer 404, never 403)."""
+    return workspace_instances(workspace_id).filter(pk=instance_id).first()

@@ -457,6 +457,19 @@ def refuse_node_termination(cluster: Cluster, node_name: str) -> None:
     )
 
 
+def terminate_instance(instance: Node) -> None:
+    """An instance of the Instances page or the API is a cluster's machine: it is never
+    terminated on its own. The refusal names the cluster and how to end it."""
+    cluster = instance.cluster
+    raise Conflict(
+        "node_terminate_refused",
+        f"Instance {instance.pk} is {instance.name} of cluster {cluster.name!r}: a cluster's machines start, bill "
+        f"and stop together, so one cannot be terminated on its own. Terminate the cluster instead: on its page "
+        f"(Terminate cluster), with `runcrate clusters delete {cluster.pk}`, or DELETE /api/v1/clusters/{cluster.pk}.",
+        details={"cluster_id": cluster.pk, "cluster_name": cluster.name, "node": instance.name},
+    )
+
+
 # --- volumes ----------------------------------------------------------------------------
 
 
