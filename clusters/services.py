@@ -191,15 +191,19 @@ def release_lease(cluster_id: int, lease: dt.datetime) -> None:
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
     """Record the progress of several nodes of one cluster with a single live push: a push
     renders every partial of the page, so one per node would make a 64-node pass render
-    them 64 times."""
+    them 64 times. Nodes changing the same fields go in one UPDATE (bulk_update)."""
     changes = list(changes)
     if not changes:
         return
+    by_fields: dict[tuple[str, ...], list[Node]] = {}
+    for node, fields in changes:
+        for key, value in fields.items():
+            setattr(node, key, value)
+        by_fields.setdefault(tuple(sorted(fields)), []).append(node)
     with transaction.atomic():
-        for node, fields in changes:
-            Node.objects.filter(pk=node.pk).update(**fields)
-            for key, value in fields.items():
-                setattr(node, key, value)
+        # Node rows in id order (the lock order in docs/architecture.md).
+        for fields, nodes in by_fields.items():
+            Node.objects.bulk_update(sorted(nodes, key=lambda n: n.pk), list(fields))
         _after_commit_changed(cluster_id)
 
 
@@ -214,14 +218,21 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
         return
     stamp = timezone.now().strftime("%H:%M:%S")
     with transaction.atomic():
-        for node in Node.objects.select_for_update().filter(pk__in=list(lines_by_node)).only("log_tail", "state"):
+        # Only the node rows, in id order: Node's default ordering joins the cluster, and a
+        # FOR UPDATE over that join would lock the cluster row too, against the lock order
+        # (cluster before nodes) that terminate and mark_degraded take.
+        nodes = list(
+            Node.objects.select_for_update(of=("self",)).filter(pk__in=list(lines_by_node))
+            .only("log_tail", "state", "step").order_by("pk")
+        )
+        for node in nodes:
             entries = lines_by_node[node.pk]
             text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
-            fields = {"log_tail": (node.log_tail + text)[-keep:]}
+            node.log_tail = (node.log_tail + text)[-keep:]
             # Output arrives after the fact; it must not relabel a node that has settled.
             if node.state not in SETTLED_NODE_STATES:
-                fields["step"] = entries[-1][0][:40]
-            Node.objects.filter(pk=node.pk).update(**fields)
+                node.step = entries[-1][0][:40]
+        Node.objects.bulk_update(nodes, ["log_tail", "step"])
         _after_commit_changed(cluster_id)
 
 
@@ -271,9 +282,13 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
     with transaction.atomic():
         if not transition(cluster, [from_status], Status.DEGRADED):
             return False
-        for node in cluster.nodes.filter(released_at__isnull=True):
-            if node.name in failed:
-                Node.objects.filter(pk=node.pk).update(state=Node.State.INSTALL_FAILED, detail=failed[node.name][:255])
+        broken = [
+            node for node in cluster.nodes.filter(released_at__isnull=True).only("index").order_by("pk")
+            if node.name in failed
+        ]
+        for node in broken:
+            node.state, node.detail = Node.State.INSTALL_FAILED, failed[node.name][:255]
+        Node.objects.bulk_update(broken, ["state", "detail"])
         summary = "; ".join(f"{name}: {msg}" for name, msg in sorted(failed.items()))
         record_event(
             cluster, "degraded",
@@ -293,12 +308,13 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             return False
         now = timezone.now()
         node_details = node_details or {}
-        for node in cluster.nodes.select_related("host"):
-            Node.objects.filter(pk=node.pk).update(
-                state=Node.State.FAILED if node.name in node_details else Node.State.RELEASED,
-                detail=node_details.get(node.name, node.detail)[:255], released_at=now, step="released",
-            )
-        inventory.release_hosts(list(cluster.nodes.values_list("host_id", flat=True)))
+        nodes = list(cluster.nodes.only("index", "detail", "host_id").order_by("pk"))
+        for node in nodes:
+            node.state = Node.State.FAILED if node.name in node_details else Node.State.RELEASED
+            node.detail = node_details.get(node.name, node.detail)[:255]
+            node.released_at, node.step = now, "released"
+        Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step"])
+        inventory.release_hosts([node.host_id for node in nodes])
         record_event(cluster, "failed", f"{message} Every machine was released; nothing was charged.", reason=reason)
         cluster_emails.notify_failed(cluster)
         _after_commit_changed(cluster.pk)
@@ -370,9 +386,11 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
     if not isinstance(count, int) or count < 1:
         raise ClusterError("invalid_count", "Add at least one worker.", field="count")
     with transaction.atomic():
+        # Cluster before workspace (the lock order in docs/architecture.md): a terminate holds
+        # the cluster while it ends usage, and metering holds usage while it locks workspaces.
+        cluster = Cluster.objects.select_for_update(of=("self",)).select_related("machine_type").get(pk=cluster.pk)
         # The workspace lock serialises this balance check with creates and other adds.
         workspace = Workspace.objects.select_for_update().get(pk=cluster.workspace_id)
-        cluster = Cluster.objects.select_for_update().select_related("machine_type").get(pk=cluster.pk)
         if cluster.status != Status.READY:
             raise Conflict("not_ready", f"Workers can be added to a ready cluster; {cluster.name} is {cluster.status}.")
         total = cluster.machine_count + count

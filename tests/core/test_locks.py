@@ -1,0 +1,78 @@
+"""Row locks follow one order (docs/architecture.md): cluster, nodes, usage, workspace, hosts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from clusters import services
+from clusters.models import Cluster, Node
+from offers.models import Host
+from tests.factories import machine_type_with_hosts
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def booting_cluster(environment):
+    machine_type = machine_type_with_hosts(4)
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    return services.create_cluster(environment=environment, name="locks", machine_type=machine_type, machine_count=4)
+
+
+class HeldLock:
+    """Another connection holds a row lock until told to let go."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            with transaction.atomic():
+                self.lock()
+                self.held.set()
+                self.release.wait(15)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> HeldLock:
+        self.thread.start()
+        assert self.held.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.thread.join()
+
+
+def test_node_output_is_written_while_another_transaction_holds_the_cluster_row(booting_cluster):
+    nodes = list(Node.objects.filter(cluster=booting_cluster).order_by("index"))
+    with connection.cursor() as cursor:
+        # Waiting on the cluster row at all would be the deadlock's first half: fail fast.
+        cursor.execute("SET lock_timeout = '2s'")
+    try:
+        with HeldLock(lambda: Cluster.objects.select_for_update().get(pk=booting_cluster.pk)):
+            started = time.monotonic()
+            services.append_node_logs(booting_cluster.pk, {n.pk: [("join", f"hello from {n.name}")] for n in nodes})
+            assert time.monotonic() - started < 2
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    tails = list(Node.objects.filter(cluster=booting_cluster).order_by("index").values_list("log_tail", "step"))
+    assert all("hello from node-" in tail and step == "join" for tail, step in tails), tails
+
+
+def test_node_progress_of_a_whole_cluster_is_one_update(booting_cluster):
+    nodes = list(Node.objects.filter(cluster=booting_cluster))
+    with CaptureQueriesContext(connection) as queries:
+        services.update_nodes(booting_cluster.pk, [(n, {"step": "joining network", "detail": ""}) for n in nodes])
+    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "clusters_node"')]
+    assert len(updates) == 1, updates
+    assert set(Node.objects.filter(cluster=booting_cluster).values_list("step", flat=True)) == {"joining network"}
