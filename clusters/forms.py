@@ -1,16 +1,55 @@
 from __future__ import annotations
 
 from django import forms
+from django.db.models import Q
 
 from accounts.models import SSHKey
 from clusters.models import Software, Volume
-from offers.models import MachineType
-from offers.services import MAX_MACHINES, MIN_MACHINES
+from offers.models import MachineKind, MachineType
+from offers.services import MAX_MACHINES, MIN_MACHINES, SORTS, machine_types_with_availability
+
+
+SOFTWARE_HELP = {
+    Software.NONE: "Plain machines on the private network, names in /etc/hosts and the hostfile. "
+                   "Ready as soon as every machine has joined.",
+    Software.SLURM: "munge and slurmd on every machine, slurmctld on node-0; one partition \"gpu\" with every GPU. "
+                    "Ready when every node is idle in sinfo.",
+    Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
+                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only.",
+    Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
+}
+
+
+class OfferSelect(forms.Select):
+    """Each offer option carries what the page needs to price it and to say what it allows."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        machine_type = getattr(value, "instance", None)
+        if machine_type is not None:
+            option["attrs"].update({
+                "data-price": str(machine_type.price_per_machine_hour),
+                "data-free": str(getattr(machine_type, "free_hosts", "")),
+                "data-kubernetes": "1" if machine_type.supports_kubernetes else "0",
+                "data-community": "1" if machine_type.community else "0",
+                "data-shares-folder": "1" if machine_type.shares_folder else "0",
+            })
+        return option
+
+
+def offer_label(machine_type: MachineType) -> str:
+    community = " · Community host" if machine_type.community else ""
+    free = getattr(machine_type, "free_hosts", None)
+    free_text = f" · {free} free" if free is not None else ""
+    return (
+        f"{machine_type.gpus_per_machine}× {machine_type.gpu.slug} {machine_type.get_kind_display()} · "
+        f"{machine_type.location.name} — ${machine_type.price_per_machine_hour:,.2f}/h per machine{free_text}{community}"
+    )
 
 
 class CreateClusterForm(forms.Form):
     name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and hyphens, e.g. llm-train-1.")
-    offer = forms.ModelChoiceField(queryset=MachineType.objects.none(), empty_label=None)
+    offer = forms.ModelChoiceField(queryset=MachineType.objects.none(), empty_label=None, widget=OfferSelect)
     machines = forms.IntegerField(
         min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4,
         error_messages={
@@ -24,20 +63,48 @@ class CreateClusterForm(forms.Form):
         queryset=SSHKey.objects.none(), required=False, widget=forms.CheckboxSelectMultiple, label="SSH keys"
     )
 
-    def __init__(self, *args, environment, **kwargs):
+    def __init__(self, *args, environment, machines: int | None = None, keep_offer: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["offer"].queryset = MachineType.objects.filter(active=True).select_related("gpu", "location")
+        # Only offers that can start this size now (the picked one always, so a form sent
+        # back with an error still shows it); the page greys out the rest as the count changes.
+        offers = machine_types_with_availability().filter(free_hosts__gte=machines or MIN_MACHINES)
+        if keep_offer and str(keep_offer).isdigit():
+            offers = machine_types_with_availability().filter(
+                Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
+            )
+        self.fields["offer"].queryset = offers.order_by("gpu", "price_per_machine_hour", "id")
+        self.fields["offer"].label_from_instance = offer_label
         self.fields["volume"].queryset = Volume.objects.filter(environment=environment)
-        self.fields["ssh_keys"].queryset = SSHKey.objects.filter(workspace_id=environment.workspace_id)
+        keys = SSHKey.objects.filter(workspace_id=environment.workspace_id)
+        self.fields["ssh_keys"].queryset = keys
+        # The workspace's only key is the one a customer means: start with it ticked.
+        if not self.is_bound and "ssh_keys" not in self.initial:
+            only = list(keys.values_list("pk", flat=True)[:2])
+            if len(only) == 1:
+                self.initial["ssh_keys"] = only
 
 
 class OffersFilterForm(forms.Form):
     gpu = forms.CharField(required=False)
     machines = forms.IntegerField(
         min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4, required=False,
-        error_messages={"min_value": "At least 2 machines.", "max_value": "At most 64 machines; request a quote for more."},
+        error_messages={
+            "min_value": "A cluster has at least 2 machines.",
+            "max_value": "A cluster has at most 64 machines; request a quote for more.",
+            "invalid": "Enter a whole number of machines, 2 to 64.",
+        },
     )
     include_community = forms.BooleanField(required=False)
+    location = forms.CharField(required=False)
+    kind = forms.ChoiceField(choices=[("", "Any kind"), *MachineKind.choices], required=False)
+    sort = forms.ChoiceField(choices=list(SORTS.items()), required=False)
+
+    def clean_machines(self):
+        machines = self.cleaned_data["machines"]
+        # Absent means the default size; present but cleared is a mistake to point out.
+        if machines is None and "machines" in self.data:
+            raise forms.ValidationError("Enter how many machines, 2 to 64.")
+        return machines
 
 
 class VolumeForm(forms.Form):

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from decimal import Decimal
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
@@ -12,9 +15,10 @@ from accounts.tenancy import require_tenancy
 from clusters import connect, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
-from clusters.forms import CreateClusterForm, VolumeForm
+from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm
 from clusters.models import LIVE_STATUSES, Cluster, Volume
 from clusters.queries import cluster_for_list
+from offers.models import NETWORK_CAVEAT
 from offers.services import free_host_count
 
 
@@ -32,11 +36,41 @@ def cluster_list(request):
     return render(request, "clusters/list.html", {"clusters": clusters, "show": show})
 
 
+def _count(value, default: int = 4) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def spend_limits(environment) -> dict:
+    """What the create form needs to warn before a cluster would outlast the money: the
+    balance, the workspace's spend per hour now, and what is left of the environment's budget."""
+    from billing.queries import burn_rate
+    from billing.services import month_to_date_spend
+
+    workspace = environment.workspace
+    spent = month_to_date_spend([environment.pk])[environment.pk]
+    return {
+        "balance": workspace.credit_balance,
+        "burn": burn_rate(workspace),
+        "budget_left": max(environment.monthly_budget - spent, Decimal("0")),
+        "budget": environment.monthly_budget,
+    }
+
+
 @login_required
 def cluster_create(request):
     tenancy = require_tenancy(request)
-    initial = {key: request.GET[key] for key in ("offer", "machines", "software") if key in request.GET}
-    form = CreateClusterForm(request.POST or None, initial=initial, environment=tenancy.environment)
+    initial = {key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume") if key in request.GET}
+    if "ssh_keys" in request.GET:
+        initial["ssh_keys"] = request.GET.getlist("ssh_keys")
+    data = request.POST or None
+    machines = _count((data or initial).get("machines"))
+    form = CreateClusterForm(
+        data, initial=initial, environment=tenancy.environment, machines=machines,
+        keep_offer=(data or initial).get("offer"),
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -55,7 +89,8 @@ def cluster_create(request):
     context = {
         "form": form, "machine_type": machine_type,
         "free_hosts": free_host_count(machine_type) if machine_type else None,
-        "balance": tenancy.workspace.credit_balance,
+        "limits": spend_limits(tenancy.environment), "software_help": SOFTWARE_HELP,
+        "network_caveat": NETWORK_CAVEAT, "minimum_balance": settings.MINIMUM_CREATE_BALANCE,
     }
     return render(request, "clusters/create.html", context)
 

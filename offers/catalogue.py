@@ -21,16 +21,18 @@ LOCATIONS = [
     ("community-global", "Community hosts (various)", "ZZ", ""),
 ]
 
-# (gpu, location, kind, gpus/machine, interconnect, $/machine-hour, deadline min, community, hosts)
+# Self-serve offers are Ethernet only (the machine's own link; between machines the cluster
+# gets the encrypted private network). InfiniBand and RoCE are sold through a quote.
+# (gpu, location, kind, gpus/machine, link, $/machine-hour, deadline min, community, hosts)
 MACHINE_TYPES = [
-    ("H100", "us-east-1", "bare_metal", 8, "infiniband", "23.92", 40, False, 16),
+    ("H100", "us-east-1", "bare_metal", 8, "eth_100g", "23.92", 40, False, 16),
     ("H100", "us-east-1", "vm", 8, "eth_100g", "21.52", 25, False, 24),
     ("H100", "eu-north-1", "vm", 4, "eth_100g", "10.36", 25, False, 12),
     ("H100", "us-west-2", "container", 1, "eth_25g", "2.49", 25, False, 32),
     ("H100", "community-global", "container", 1, "eth_10g", "1.89", 25, True, 8),
-    ("H200", "us-east-1", "bare_metal", 8, "roce", "31.60", 40, False, 8),
+    ("H200", "us-east-1", "bare_metal", 8, "eth_100g", "31.60", 40, False, 8),
     ("H200", "eu-central-1", "vm", 8, "eth_100g", "28.72", 25, False, 8),
-    ("B200", "us-east-1", "bare_metal", 8, "infiniband", "47.92", 45, False, 4),
+    ("B200", "us-east-1", "bare_metal", 8, "eth_100g", "47.92", 45, False, 4),
     ("A100", "eu-north-1", "vm", 8, "eth_100g", "11.92", 25, False, 16),
     ("A100", "us-west-2", "container", 2, "eth_25g", "2.78", 25, False, 20),
     ("A100", "community-global", "container", 4, "eth_10g", "4.40", 25, True, 10),

@@ -48,11 +48,22 @@ class MachineKind(models.TextChoices):
 
 
 class Interconnect(models.TextChoices):
+    """The machine's own network link. Self-serve clusters are always Ethernet: what the
+    cluster gets between its machines is the encrypted private network on top of it (about
+    1–2 Gbit/s), whatever the link. InfiniBand and RoCE are sold only through a quote."""
+
     ETHERNET_10G = "eth_10g", "10 Gb Ethernet"
     ETHERNET_25G = "eth_25g", "25 Gb Ethernet"
     ETHERNET_100G = "eth_100g", "100 Gb Ethernet"
-    ROCE = "roce", "RoCE 400 Gb"
-    INFINIBAND = "infiniband", "InfiniBand 3200 Gb"
+
+
+# What a self-serve cluster gets between its machines, and what it suits (the product's words).
+PRIVATE_NETWORK_SPEED = "about 1–2 Gbit/s"
+NETWORK_CAVEAT = (
+    "Self-serve clusters run on Ethernet with an encrypted private network between the machines, "
+    f"{PRIVATE_NETWORK_SPEED}. That suits independent jobs, Slurm arrays, Ray, Kubernetes and LoRA "
+    "fine-tuning, not training a full model across machines: for InfiniBand or RoCE, request a quote."
+)
 
 
 class ProviderName(models.TextChoices):
@@ -87,6 +98,10 @@ class MachineType(models.Model):
                 condition=models.Q(gpus_per_machine__in=[1, 2, 4, 8]), name="gpus_per_machine_1_2_4_8"
             ),
             models.CheckConstraint(condition=models.Q(price_per_machine_hour__gt=0), name="price_positive"),
+            # InfiniBand and RoCE are quote-only: a self-serve offer can never claim them.
+            models.CheckConstraint(
+                condition=models.Q(interconnect__in=["eth_10g", "eth_25g", "eth_100g"]), name="self_serve_is_ethernet"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -102,6 +117,34 @@ class MachineType(models.Model):
     @property
     def shares_folder(self) -> bool:
         return self.kind in (MachineKind.VM, MachineKind.BARE_METAL)
+
+    @property
+    def takes_volume(self) -> bool:
+        return not self.community
+
+    @property
+    def network_label(self) -> str:
+        return f"Encrypted private network, {PRIVATE_NETWORK_SPEED} between machines"
+
+    @property
+    def link_label(self) -> str:
+        return f"{self.get_interconnect_display()} link per machine"
+
+    @property
+    def kind_notes(self) -> list[str]:
+        """What follows from the machine kind (and community hosting), in the customer's words."""
+        notes = []
+        if self.supports_kubernetes:
+            notes.append("Kubernetes available")
+        else:
+            notes.append("No Kubernetes on containers")
+        if self.shares_folder:
+            notes.append("/shared folder on every machine")
+        else:
+            notes.append("No shared folder: each machine keeps its own disk")
+        if not self.takes_volume:
+            notes.append("No volume on community hosts")
+        return notes
 
 
 class HostFault(models.TextChoices):

@@ -48,15 +48,55 @@ def machine_types_with_availability() -> QuerySet[MachineType]:
     )
 
 
-def list_offers(gpu: GPUModel | str | None, machines: int, include_community: bool = False) -> list[Offer]:
-    """Offers that can start a cluster of `machines` now, cheapest whole cluster first."""
+SORTS = {
+    "price": "Price: lowest first",
+    "-price": "Price: highest first",
+    "location": "Location",
+    "free": "Most machines free",
+}
+
+
+def list_offers(
+    gpu: GPUModel | str | None, machines: int, include_community: bool = False, *,
+    location: str = "", kind: str = "", sort: str = "price",
+) -> list[Offer]:
+    """Offers that can start a cluster of `machines` now, cheapest whole cluster first unless
+    another sort is asked for; optionally only one location (code) or machine kind."""
     types = machine_types_with_availability().filter(free_hosts__gte=machines)
     if gpu:
         types = types.filter(gpu__slug__iexact=gpu) if isinstance(gpu, str) else types.filter(gpu=gpu)
     if not include_community:
         types = types.filter(community=False)
-    offers = [Offer(mt, machines, mt.free_hosts) for mt in types]
-    return sorted(offers, key=lambda o: (o.price_per_cluster_hour, o.machine_type.community, o.id))
+    if location:
+        types = types.filter(location__code=location)
+    if kind:
+        types = types.filter(kind=kind)
+    offers = sorted(
+        (Offer(mt, machines, mt.free_hosts) for mt in types),
+        key=lambda o: (o.price_per_cluster_hour, o.machine_type.community, o.id),
+    )
+    if sort == "-price":
+        offers.sort(key=lambda o: o.price_per_cluster_hour, reverse=True)
+    elif sort == "location":
+        offers.sort(key=lambda o: o.machine_type.location.name)
+    elif sort == "free":
+        offers.sort(key=lambda o: o.available_machines, reverse=True)
+    return offers
+
+
+def offers_like(machine_type: MachineType, machines: int, *, software: str = "none", volume: bool = False) -> list[Offer]:
+    """Offers that can start now for the same GPU and size as `machine_type`, the same
+    location first, then the cheapest: what a failed cluster's page offers instead. Only
+    those that can run the same cluster (Kubernetes needs VM or bare metal, a volume needs a
+    non-community host); community ones only when the cluster was already on one."""
+    found = list_offers(machine_type.gpu, machines, include_community=machine_type.community)
+    found = [
+        o for o in found
+        if o.machine_type.gpus_per_machine == machine_type.gpus_per_machine
+        and (software != "kubernetes" or o.machine_type.supports_kubernetes)
+        and (not volume or o.machine_type.takes_volume)
+    ]
+    return sorted(found, key=lambda o: o.machine_type.location_id != machine_type.location_id)
 
 
 def free_host_count(machine_type: MachineType) -> int:

@@ -44,8 +44,9 @@ def community_type(db):
 def test_the_form_shows_the_picked_offer(member_client, machine_type):
     response = member_client.get(URL, {"offer": machine_type.pk, "machines": 4})
     assert response.status_code == 200
-    assert "6 machines free now" in response.text
-    assert f'<option value="{machine_type.pk}" selected>' in response.text
+    assert "6 machines of this offer are free now" in response.text
+    assert f'<option value="{machine_type.pk}" selected data-price="2.5000" data-free="6"' in response.text
+    assert "8× H100 VM · Ashburn, Virginia — $2.50/h per machine · 6 free" in response.text
     assert 'value="4"' in response.text
 
 
@@ -163,3 +164,32 @@ def test_anonymous_is_sent_to_sign_in(client, machine_type):
     assert client.get(URL).status_code == 302
     assert post(client, machine_type).status_code == 302
     assert_nothing_created()
+
+
+def test_the_workspaces_only_ssh_key_is_ticked_and_no_key_is_warned_about(member_client, machine_type, workspace):
+    text = member_client.get(URL, {"offer": machine_type.pk}).text
+    assert "This workspace has no SSH key: nobody could log in" in text
+    key = SSHKey.objects.create(workspace=workspace, name="laptop", public_key="ssh-ed25519 AAAA", fingerprint="x")
+    text = member_client.get(URL, {"offer": machine_type.pk}).text
+    assert f'value="{key.pk}" id="id_ssh_keys_0" checked' in text or f'value="{key.pk}" checked' in text
+
+
+def test_offers_without_enough_free_machines_are_not_choices(member_client, machine_type):
+    small = machine_type_with_hosts(3, price_per_machine_hour=Decimal("1.00"))
+    text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
+    assert f'<option value="{small.pk}"' not in text
+    assert f'<option value="{small.pk}"' in member_client.get(URL, {"offer": machine_type.pk, "machines": 3}).text
+
+
+def test_each_software_says_what_it_installs_and_when_it_is_ready(member_client, machine_type):
+    text = member_client.get(URL, {"offer": machine_type.pk}).text
+    assert "Ready when every node is idle in sinfo" in text
+    assert "Ready when every node is Ready with its GPUs allocatable" in text
+    assert "Ready when every node is alive in ray status" in text
+    assert "Ready as soon as every machine has joined" in text
+
+
+def test_the_form_carries_the_numbers_for_the_money_warning(member_client, machine_type, workspace, environment):
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("12.34"))
+    text = member_client.get(URL, {"offer": machine_type.pk}).text
+    assert 'data-balance="12.34"' in text and 'data-budget-left="5000' in text and 'id="runway-warning"' in text

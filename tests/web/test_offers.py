@@ -82,7 +82,7 @@ def test_it_refuses_a_count_outside_2_to_64(member_client, machine_type, machine
 def test_the_results_swap_in_over_htmx(member_client, machine_type):
     response = member_client.get(URL, {"gpu": "H100", "machines": 2}, **HTMX)
     assert response.status_code == 200
-    assert response.text.lstrip().startswith('<section id="offer-results">')
+    assert response.text.lstrip().startswith('<section id="offer-results"')
     assert "<html" not in response.text
     assert configure_link(machine_type, 2) in response.text
 
@@ -106,3 +106,51 @@ def test_over_htmx_a_count_outside_2_to_64_shows_its_error_in_the_results(member
     text = member_client.get(URL, {"gpu": "H100", "machines": machines}, **HTMX).text
     assert 'class="field-error"' in text or 'role="alert"' in text
     assert "No offer can start" not in text
+
+
+@pytest.mark.parametrize("machines, message", [
+    ("65", "at most 64 machines"), ("1", "at least 2 machines"), ("", "Enter how many machines"),
+    ("lots", "whole number of machines"),
+])
+def test_an_invalid_count_shows_its_message_and_no_prices(member_client, machine_type, machines, message):
+    response = member_client.get(URL, {"gpu": "H100", "machines": machines}, **HTMX)
+    assert response.status_code == 200
+    assert message in response.text and 'role="alert"' in response.text
+    assert "cluster-price" not in response.text and "Configure" not in response.text
+
+
+def test_it_filters_by_location_and_kind_and_sorts_by_price(member_client, machine_type):
+    frankfurt = LocationFactory(code="eu-central-1", name="Frankfurt, Germany", country="DE")
+    container = machine_type_with_hosts(6, kind="container", price_per_machine_hour=Decimal("1.00"), location=frankfurt)
+    dear = machine_type_with_hosts(6, price_per_machine_hour=Decimal("9.00"))
+    text = member_client.get(URL, {"gpu": "H100", "machines": 2, "kind": "container"}).text
+    assert configure_link(container, 2) in text and configure_link(machine_type, 2) not in text
+    text = member_client.get(URL, {"gpu": "H100", "machines": 2, "location": "us-east-1"}).text
+    assert configure_link(machine_type, 2) in text and configure_link(container, 2) not in text
+    text = member_client.get(URL, {"gpu": "H100", "machines": 2, "sort": "-price"}).text
+    assert text.index(configure_link(dear, 2)) < text.index(configure_link(machine_type, 2)) < text.index(
+        configure_link(container, 2)
+    )
+
+
+def test_each_offer_shows_its_machine_and_the_network_a_cluster_gets(member_client, db):
+    machine_type_with_hosts(4, kind="container", vcpus=48, memory_gb=512, disk_gb=3800, interconnect="eth_25g")
+    text = member_client.get(URL, {"gpu": "H100", "machines": 2}).text
+    assert "48 vCPU · 512 GB RAM · 3,800 GB disk · 25 Gb Ethernet link per machine" in text
+    assert "Encrypted private network, about 1–2 Gbit/s between machines" in text
+    assert "No Kubernetes on containers" in text and "No shared folder" in text
+    assert "not training a full model across machines" in text
+    assert "InfiniBand 3200" not in text and "RoCE 400" not in text
+
+
+def test_the_demo_catalogue_sells_no_infiniband_or_roce_self_serve():
+    from offers.catalogue import MACHINE_TYPES
+
+    assert {row[4] for row in MACHINE_TYPES} <= {"eth_10g", "eth_25g", "eth_100g"}
+
+
+def test_the_database_refuses_an_infiniband_self_serve_offer(db):
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        machine_type_with_hosts(1, interconnect="infiniband")

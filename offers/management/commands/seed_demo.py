@@ -47,6 +47,7 @@ class Command(BaseCommand):
                     "price_per_machine_hour": catalogue.price(price), "boot_deadline_minutes": deadline,
                     "community": community, "provider": provider,
                     "vcpus": 26 * per if per > 1 else 16, "memory_gb": 225 * per if per > 1 else 128,
+                    "disk_gb": {1: 500, 2: 1000, 4: 3800, 8: 7600}[per],
                 },
             )
             for i in range(count):
