@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+
+from accounts.sshkeys import parse_public_key
 
 
 class Role(models.TextChoices):
@@ -85,23 +85,6 @@ class Environment(models.Model):
         return f"{self.workspace} / {self.name}"
 
 
-def ssh_key_fingerprint(public_key: str) -> str:
-    """The SHA256 fingerprint OpenSSH prints for a public key line."""
-    parts = public_key.split()
-    if len(parts) < 2:
-        raise ValidationError("Paste a whole public key line, e.g. 'ssh-ed25519 AAAA… you@laptop'.")
-    try:
-        blob = base64.b64decode(parts[1], validate=True)
-    except (ValueError, base64.binascii.Error):
-        raise ValidationError("The key's base64 part is not valid.") from None
-    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-    return f"SHA256:{digest}"
-
-
-SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
-                 "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
-
-
 class SSHKey(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="ssh_keys")
     name = models.CharField(max_length=100)
@@ -121,10 +104,10 @@ class SSHKey(models.Model):
         return f"{self.name} ({self.fingerprint})"
 
     def clean(self) -> None:
-        self.public_key = " ".join(self.public_key.split())
-        if not self.public_key.startswith(SSH_KEY_TYPES):
-            raise ValidationError({"public_key": "Unsupported key type; use ssh-ed25519, ssh-rsa or ecdsa."})
+        # Stored in canonical form, rebuilt from the parsed key (accounts.sshkeys).
         try:
-            self.fingerprint = ssh_key_fingerprint(self.public_key)
+            key = parse_public_key(self.public_key)
         except ValidationError as exc:
             raise ValidationError({"public_key": exc.messages}) from None
+        self.public_key = key.line
+        self.fingerprint = key.fingerprint

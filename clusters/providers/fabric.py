@@ -12,6 +12,7 @@ import abc
 import socket
 import time
 
+from accounts.sshkeys import node_payload
 from clusters.nodeops import operations
 from clusters.nodeops.operations import ClusterSecrets, StepResult
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
@@ -57,7 +58,7 @@ class FabricProvider(Provider):
             sandbox=self.sandbox,
             volume_source=self.volume_source(cluster),
             gateway=(cluster.machine_type.location.gateway_host or None) if self.through_gateway else None,
-            extra_env=(("RUNCRATE_SSH_KEYS", ";".join(k.public_key for k in cluster.ssh_keys.all())),),
+            extra_env=(("RUNCRATE_SSH_KEYS", node_payload(k.public_key for k in cluster.ssh_keys.all())),),
         )
 
     def _emit(self, name: str, step: str, text: str) -> None:

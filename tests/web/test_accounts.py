@@ -121,6 +121,34 @@ class TestSSHKeys:
         assert "Unsupported key type" in response.text
         assert not SSHKey.objects.exists()
 
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            "{key} a@b;# END runcrate customer;{other} x",
+            'command="curl 127.0.0.1|sh",no-pty {key}',
+            "{key} a@b\n{other} second",
+            "{key} a@b\r# END runcrate customer",
+            "{key} $(reboot)",
+            "{key} a\x00b",
+            "ssh-rsa {blob_of_key}",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA",
+        ],
+        ids=["semicolons", "options", "newline", "carriage return", "shell in comment", "nul", "type mismatch", "truncated"],
+    )
+    def test_a_key_that_is_not_one_plain_key_line_is_refused(self, member_client, payload):
+        key, other = public_key("").strip(), public_key("").strip()
+        text = payload.format(key=key, other=other, blob_of_key=key.split()[1])
+
+        response = member_client.post(self.URL, {"name": "laptop", "public_key": text})
+
+        assert response.status_code == 200 and "field-error" in response.text
+        assert not SSHKey.objects.exists()
+
+    def test_a_key_is_stored_in_canonical_form(self, member_client, workspace):
+        key = public_key("").strip()
+        member_client.post(self.URL, {"name": "laptop", "public_key": f"  {key}\t  me  at  laptop \n"})
+        assert SSHKey.objects.get(workspace=workspace).public_key == f"{key} me at laptop"
+
     def test_the_same_key_twice_is_refused(self, member_client):
         key = public_key()
         member_client.post(self.URL, {"name": "one", "public_key": key})
@@ -272,3 +300,21 @@ def test_a_cluster_created_by_one_member_is_managed_by_another(developer, owner,
 @pytest.mark.parametrize("value", ["abc", "", "1.5"])
 def test_a_switcher_given_garbage_answers_404(owner, url, field, value):
     assert client_for(owner).post(reverse(url), {field: value}).status_code == 404
+
+
+def test_the_key_migration_keeps_plain_keys_canonical_and_deletes_injected_rows(workspace):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("accounts.migrations.0002_canonical_ssh_keys")
+    plain = public_key("").strip()
+    injected = f"{public_key('').strip()} a@b;# END runcrate customer;{public_key('').strip()} x"
+    kept = SSHKey.objects.create(workspace=workspace, name="kept", public_key=f"  {plain}   me ", fingerprint="old")
+    SSHKey.objects.create(workspace=workspace, name="injected", public_key=injected, fingerprint="f2")
+
+    migration.canonicalize_keys(apps, None)
+
+    kept.refresh_from_db()
+    assert [k.name for k in SSHKey.objects.all()] == ["kept"]
+    assert kept.public_key == f"{plain} me" and kept.fingerprint.startswith("SHA256:")

@@ -61,26 +61,53 @@ write_file() {
     mv -f "$tmp" "$path"
 }
 
+# without_block FILE NAME: set KEPT to FILE's lines outside every "# BEGIN runcrate NAME" ..
+# "# END runcrate NAME" block. A BEGIN without its END drops the rest of the file: what a
+# half-written (or forged) block holds is never kept as if it were someone else's line.
+without_block() {
+    local file="$1" name="$2" line skipping=0
+    KEPT=""
+    [ -f "$file" ] || return 0
+    while IFS= read -r line || [ -n "$line" ]; do
+        if [ "$line" = "# BEGIN runcrate $name" ]; then
+            skipping=1
+        elif [ "$line" = "# END runcrate $name" ]; then
+            skipping=0
+        elif [ "$skipping" = 0 ]; then
+            KEPT+="$line"$'\n'
+        fi
+    done <"$file"
+}
+
 # managed_block FILE NAME: replace the block between "# BEGIN runcrate NAME" and
 # "# END runcrate NAME" in FILE with stdin, keeping every other line. Idempotent.
 managed_block() {
-    local file="$1" name="$2" block="" line kept="" skipping=0
+    local file="$1" name="$2" block="" line
     IFS= read -r -d '' block || true
     block="${block%$'\n'}"
-    if [ -f "$file" ]; then
-        while IFS= read -r line || [ -n "$line" ]; do
-            if [ "$line" = "# BEGIN runcrate $name" ]; then
-                skipping=1
-            elif [ "$line" = "# END runcrate $name" ]; then
-                skipping=0
-            elif [ "$skipping" = 0 ]; then
-                kept+="$line"$'\n'
-            fi
-        done <"$file"
-    fi
-    write_file "$file" 0644 <<<"$kept# BEGIN runcrate $name
+    # A marker inside the block would end it early on the next rewrite and leave the lines
+    # after it outside, kept forever: refuse it rather than write it.
+    while IFS= read -r line; do
+        case "$line" in
+            "# BEGIN runcrate "* | "# END runcrate "*) die "refusing a '$name' block for $file that holds a marker line" ;;
+        esac
+    done <<<"$block"
+    without_block "$file" "$name"
+    write_file "$file" 0644 <<<"$KEPT# BEGIN runcrate $name
 $block
 # END runcrate $name"
+}
+
+# remove_block FILE NAME [MODE]: drop the block managed_block wrote, keeping every other line.
+remove_block() {
+    local file="$1" name="$2" mode="${3:-0644}"
+    [ -f "$file" ] || return 0
+    without_block "$file" "$name"
+    if [ -z "$KEPT" ]; then
+        write_file "$file" "$mode" </dev/null
+    else
+        write_file "$file" "$mode" <<<"${KEPT%$'\n'}"
+    fi
 }
 
 # joined FIELD SEPARATOR: field 1 (names) or 2 (addresses) of every node, joined.

@@ -22,11 +22,23 @@ done
 managed_block "$ROOT/etc/hosts" cluster <<<"${hosts%$'\n'}"
 
 step "ssh-keys"
-# The customer's public keys, in a block of their own so the operator's keys stay.
+# The customer's public keys, in a block of their own so the operator's keys stay. Each key
+# arrives base64-encoded on its own (RUNCRATE_SSH_KEYS="b64 b64 ..."), so no character in a
+# key can split it into two lines, and each decoded line must still be one plain key: no
+# options, no second key, nothing a shell or sshd would read.
 login_home="${RUNCRATE_LOGIN_HOME:-/root}"
-keys="${RUNCRATE_SSH_KEYS:-}"
+plain_key='^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521) [A-Za-z0-9+/]+={0,2}( [A-Za-z0-9@._+=:,/() -]{1,100})?$'
+keys=""
+key_count=0
+read -r -a encoded_keys <<<"${RUNCRATE_SSH_KEYS:-}"
+for encoded in "${encoded_keys[@]}"; do
+    key="$(base64 -d <<<"$encoded" 2>/dev/null)" || die "an SSH key is not valid base64"
+    [[ "$key" =~ $plain_key ]] || die "refusing SSH key $((key_count + 1)): not one plain public key line"
+    keys+="$key"$'\n'
+    key_count=$((key_count + 1))
+done
 [ -d "$ROOT$login_home/.ssh" ] || { mkdir -p "$ROOT$login_home/.ssh"; chmod 0700 "$ROOT$login_home/.ssh"; }
-managed_block "$ROOT$login_home/.ssh/authorized_keys" customer <<<"${keys//;/$'\n'}"
+managed_block "$ROOT$login_home/.ssh/authorized_keys" customer <<<"${keys%$'\n'}"
 chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
 
 if is_sandbox; then
@@ -34,6 +46,4 @@ if is_sandbox; then
     peers="${RUNCRATE_SANDBOX_PEERS:?}"
     write_file "$STATE_DIR/sandbox-peers" 0644 <<<"${peers//;/$'\n'}"
 fi
-key_count=0
-[ -z "$keys" ] || { IFS=';' read -r -a key_list <<<"$keys"; key_count="${#key_list[@]}"; }
 log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts, $key_count customer SSH key(s)"

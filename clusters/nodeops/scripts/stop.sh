@@ -7,6 +7,12 @@ attempt() {
     "$@" || log "warning: '$*' failed (exit $?), continuing"
 }
 
+step "ssh-keys"
+# First, and on every machine: the customer's keys leave with the customer, so a machine
+# handed to the next tenant (a reused `ssh`-provider host) lets none of them in.
+authorized_keys="$ROOT${RUNCRATE_LOGIN_HOME:-/root}/.ssh/authorized_keys"
+attempt remove_block "$authorized_keys" customer 0600
+
 step "software"
 if is_sandbox; then
     for software in slurm kubernetes ray; do
