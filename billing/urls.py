@@ -4,6 +4,7 @@ from billing import views
 
 app_name = "billing"
 urlpatterns = [
+    path("header/", views.header_money, name="header"),
     path("", views.billing_overview, name="overview"),
     path("usage/<int:cluster_id>/", views.usage_detail, name="usage_detail"),
     path("export.csv", views.export_csv, name="export_csv"),

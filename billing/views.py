@@ -92,6 +92,16 @@ def billing_overview(request):
 
 @login_required
 @require_GET
+def header_money(request):
+    """The top bar's balance and runway, which every member sees: polled by each page."""
+    from accounts.tenancy import require_tenancy
+
+    require_tenancy(request)
+    return render(request, "billing/_header_money.html")
+
+
+@login_required
+@require_GET
 def usage_detail(request, cluster_id: int):
     """One "Cluster usage <name>" line opened to its machines: an HTMX partial, or a page."""
     tenancy = require_billing_access(request)

@@ -151,6 +151,17 @@ class Cluster(models.Model):
         return next((n for n in self.nodes.all() if n.index == 0), None)
 
     @property
+    def machine_progress(self) -> dict:
+        """How many of the cluster's machines are up, and how many reach every other one."""
+        live = [n for n in self.nodes.all() if n.released_at is None]
+        up_states = {"up", "joined", "installing", "ready", "install_failed"}
+        return {
+            "total": len(live),
+            "up": sum(n.state in up_states for n in live),
+            "joined": sum(n.joined_at is not None or n.step == "reaches every peer" for n in live),
+        }
+
+    @property
     def progress_steps(self) -> list[tuple[str, str]]:
         """(label, state) for the provisioning → installing → ready progress bar."""
         order = ["provisioning", "installing", "ready"]

@@ -163,6 +163,27 @@ def create_cluster(
     return cluster
 
 
+def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, created_by=None, actor: str = SYSTEM) -> Cluster:
+    """The customer's choice on a failed cluster's page: the same cluster (name, size,
+    software, SSH keys, volume) on an offer that can start it now. Nothing is retried
+    without this choice."""
+    if failed.status != Status.FAILED:
+        raise Conflict("not_failed", f"{failed.name} did not fail; only a failed cluster is created again.")
+    same_machine = machine_type is not None and (
+        machine_type.gpu_id == failed.machine_type.gpu_id
+        and machine_type.gpus_per_machine == failed.machine_type.gpus_per_machine
+    )
+    if not same_machine:
+        raise ClusterError(
+            "offer_not_found", "Pick one of the offers listed for the same GPU and size.", field="offer"
+        )
+    return create_cluster(
+        environment=failed.environment, name=failed.name, machine_type=machine_type,
+        machine_count=failed.machine_count, software=failed.software, volume=failed.volume,
+        ssh_keys=list(failed.ssh_keys.all()), created_by=created_by, actor=actor,
+    )
+
+
 # --- lease: one worker moves a cluster at a time ----------------------------------------
 
 

@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -17,8 +18,8 @@ from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm
 from clusters.models import LIVE_STATUSES, Cluster, Volume
-from clusters.queries import cluster_for_list
-from offers.models import NETWORK_CAVEAT
+from clusters.queries import cluster_for_list, workspace_instance, workspace_instances
+from offers.models import NETWORK_CAVEAT, MachineType
 from offers.services import free_host_count
 
 
@@ -128,6 +129,25 @@ def cluster_terminate(request, cluster_id: int):
 
 @login_required
 @require_POST
+def cluster_recreate(request, cluster_id: int):
+    """One click on a failed cluster's page: the same cluster on the offer picked there."""
+    failed = get_cluster_for_user(request, cluster_id)
+    offer = request.POST.get("offer", "")
+    machine_type = MachineType.objects.filter(pk=int(offer), active=True).first() if offer.isdigit() else None
+    try:
+        cluster = services.recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
+    except ClusterError as error:
+        messages.error(request, error.message)
+        return _back_to(request, failed)
+    messages.success(
+        request, f"Created {cluster.name} again on {cluster.machine_type}: every machine is reserved. "
+        "Its status below updates as they start.",
+    )
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
 def cluster_retry_install(request, cluster_id: int):
     cluster = get_cluster_for_user(request, cluster_id)
     try:
@@ -165,6 +185,30 @@ def node_terminate(request, cluster_id: int, node_name: str):
     except ClusterError as error:
         messages.error(request, error.message)
     return _back_to(request, cluster)
+
+
+@login_required
+def instances(request):
+    """Every machine the workspace runs, in every environment; each belongs to a cluster."""
+    tenancy = require_tenancy(request)
+    listed = workspace_instances(tenancy.workspace.pk)
+    return render(request, "clusters/instances.html", {"instances": listed})
+
+
+@login_required
+@require_POST
+def instance_terminate(request, instance_id: int):
+    tenancy = require_tenancy(request)
+    instance = workspace_instance(tenancy.workspace.pk, instance_id)
+    if instance is None:
+        raise Http404("No such instance in this workspace.")
+    try:
+        services.terminate_instance(instance)
+    except ClusterError as error:
+        messages.error(request, error.message)
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("clusters:instances"))
+    return redirect("clusters:instances")
 
 
 def _back_to(request, cluster):

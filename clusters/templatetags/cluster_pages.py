@@ -1,0 +1,99 @@
+"""What a cluster's page shows beyond its own columns: cost so far, offers to start again on,
+and node steps and outcomes in a customer's words. Tags, so the page, the live pushes and the
+socket's first frame (which all render the same partials) compute them alike."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from django import template
+from django.conf import settings
+from django.utils import timezone
+
+from clusters.models import Cluster, Status
+
+register = template.Library()
+
+STEP_LABELS = {
+    "booting": "Starting the machine",
+    "joining network": "Joining the private network",
+    "waiting for peers": "Waiting to reach every other machine",
+    "reaches every peer": "Reaches every other machine",
+    "joined": "Joined the private network",
+    "install queued": "Install queued",
+    "ready": "Ready",
+    "stopping": "Stopping",
+    "stopped": "Stopped",
+    "released": "Released",
+    # Node operations (the part before a ':' in a script's own step marker).
+    "join_network": "Joining the private network",
+    "network": "Joining the private network",
+    "set_names": "Setting up node names",
+    "setup_shared": "Setting up the /shared folder",
+    "sync_volume": "Copying the volume",
+    "install_software": "Installing the software",
+    "install": "Installing the software",
+    "check_ready": "Checking the software is ready",
+    "stop": "Stopping",
+}
+SOFTWARE_NAMES = {"slurm": "Slurm", "kubernetes": "Kubernetes", "ray": "Ray"}
+
+
+@register.filter
+def step_label(step: str) -> str:
+    """`install_software:sandbox-daemons` → `Installing the software`; unknown steps read as words."""
+    step = (step or "").strip()
+    if not step:
+        return "—"
+    if step.startswith("installing "):
+        return f"Installing {SOFTWARE_NAMES.get(step[11:], step[11:])}"
+    head = step.split(":", 1)[0]
+    return STEP_LABELS.get(step) or STEP_LABELS.get(head) or head.replace("_", " ").capitalize()
+
+
+def _server_dirs() -> list[str]:
+    dirs = {str(settings.BASE_DIR), str(settings.VAR_DIR), str(settings.LOCAL_MACHINES_DIR), "/tmp", "/var/", "/home/",
+            "/root/", "/srv/", "/opt/", "/work/"}
+    return sorted((d.rstrip("/") for d in dirs if d), key=len, reverse=True)
+
+
+_EXIT = re.compile(r"\(?\bexit (?:status|code) (\d+)\)?")
+
+
+@register.filter
+def customer_text(text: str) -> str:
+    """A message as a customer should read it: no paths on our servers, no bare exit codes."""
+    text = text or ""
+    for directory in _server_dirs():
+        # "…; see /var/…/ssh.log" and any other mention of a server path.
+        text = re.sub(rf"[;,]?\s*(?:see\s+)?{re.escape(directory)}/\S*", "", text)
+    text = _EXIT.sub("it stopped with an error", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
+@register.simple_tag
+def cluster_cost(cluster: Cluster) -> dict:
+    """{amount, rate, at}: what the machines cost so far as of `at`, and the dollars per hour
+    still accruing (0 once billing ended), so the page can tick it on between pushes."""
+    from billing.services import accrued, to_cents
+
+    now = timezone.now()
+    amount, rate = Decimal("0"), Decimal("0")
+    for usage in cluster.usages.all():
+        amount += accrued(usage.rate, usage.started_at, usage.ended_at or now)
+        if usage.ended_at is None:
+            rate += usage.rate
+    return {"amount": to_cents(amount), "exact": amount, "rate": rate, "at": now}
+
+
+@register.simple_tag
+def offers_instead(cluster: Cluster) -> list:
+    """For a failed cluster: the offers that can start the same cluster now."""
+    if cluster.status != Status.FAILED:
+        return []
+    from offers.services import offers_like
+
+    return offers_like(
+        cluster.machine_type, cluster.machine_count, software=cluster.software, volume=cluster.volume_id is not None
+    )

@@ -1,0 +1,97 @@
+// Behaviour every page shares, wired by data attributes (no inline scripts or handlers, so a
+// strict Content-Security-Policy holds): copy buttons, the phone menu, selects that submit
+// their form, the cluster's cost ticking between pushes, elapsed time and deadlines, and the
+// header's balance refreshed whenever a live push arrives.
+(function () {
+  "use strict";
+
+  function money(n) {
+    return "$" + n.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
+  }
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    try { document.execCommand("copy"); } finally { document.body.removeChild(area); }
+    return Promise.resolve();
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy]");
+    if (button) {
+      event.preventDefault();
+      copyText(button.getAttribute("data-copy")).then(function () {
+        var label = button.textContent;
+        button.textContent = "Copied";
+        button.classList.add("copied");
+        setTimeout(function () { button.textContent = label; button.classList.remove("copied"); }, 1500);
+      });
+      return;
+    }
+    var toggle = event.target.closest("[data-menu-toggle]");
+    if (toggle) {
+      var open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", open ? "true" : "false");
+      var menu = document.getElementById(toggle.getAttribute("aria-controls"));
+      if (menu) menu.classList.toggle("open", open);
+    }
+  });
+
+  document.addEventListener("change", function (event) {
+    var select = event.target.closest("select[data-autosubmit]");
+    if (select && select.form) select.form.submit();
+  });
+
+  function duration(ms) {
+    var s = Math.max(0, Math.round(ms / 1000)), m = Math.floor(s / 60), h = Math.floor(m / 60);
+    if (h) return h + " h " + (m % 60) + " min";
+    if (m) return m + " min " + (s % 60) + " s";
+    return s + " s";
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("[data-rate][data-cost]").forEach(function (el) {
+      var rate = parseFloat(el.dataset.rate);
+      if (!(rate > 0)) return;
+      var since = (now - Date.parse(el.dataset.at)) / 3600000;
+      el.textContent = money(parseFloat(el.dataset.cost) + rate * Math.max(0, since));
+    });
+    document.querySelectorAll("[data-elapsed-since]").forEach(function (el) {
+      el.textContent = "started " + duration(now - Date.parse(el.dataset.elapsedSince)) + " ago";
+    });
+    document.querySelectorAll("[data-countdown-to]").forEach(function (el) {
+      var left = Date.parse(el.dataset.countdownTo) - now;
+      el.textContent = left > 0 ? duration(left) + " left" : "deadline reached";
+    });
+  }
+  tick();
+  setInterval(tick, 1000);
+
+  // A live push means something changed (a cluster started billing, ended, …): the header's
+  // balance and runway follow at once instead of at the next poll.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    if (window.htmx && document.getElementById("header-money")) window.htmx.trigger(document.body, "refresh-money");
+  });
+})();
+
+// The clusters list: a pushed row for a cluster this page does not show yet (created in
+// another tab, by the CLI or the API) has nowhere to go, so fetch the list again, with its
+// own filter.
+(function () {
+  "use strict";
+  var refreshing = false;
+  document.addEventListener("htmx:oobErrorNoTarget", function (event) {
+    var id = (event.detail.content && event.detail.content.id) || "";
+    if (id.indexOf("cluster-row-") !== 0 || refreshing || !document.getElementById("cluster-list")) return;
+    refreshing = true;
+    window.htmx.ajax("GET", window.location.href, {target: "#cluster-list", select: "#cluster-list", swap: "outerHTML"})
+      .finally(function () { refreshing = false; });
+  });
+})();
