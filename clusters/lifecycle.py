@@ -70,34 +70,89 @@ class NodeOutput:
                 db_connections.close_all()
 
 
+class Heartbeat:
+    """Renews a pass's lease every third of its length from a thread of its own, so the lease
+    can be short: a worker that dies stops renewing, and its cluster is free within seconds."""
+
+    def __init__(self, lease: services.Lease) -> None:
+        self.lease = lease
+        self.lost = False
+        # Renewing and releasing both compare-and-set on the lease's expiry: never both at once.
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{lease.cluster_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval = services.lease_length().total_seconds() / 3
+        try:
+            while not self._stopped.wait(interval):
+                with self._lock:
+                    if self._stopped.is_set():
+                        return
+                    if not services.renew_lease(self.lease):
+                        log.warning("cluster %s: the lease was lost mid-pass", self.lease.cluster_id)
+                        self.lost = True
+                        return
+        finally:
+            db_connections.close_all()
+
+    def release(self) -> bool:
+        """Let go of the lease; False when a wake-up was asked for and the pass must go on."""
+        with self._lock:
+            released = services.release_lease(self.lease)
+            if released:
+                self._stopped.set()
+            return released
+
+
 def advance(cluster_id: int) -> bool:
     """Take every step that is possible now; True when the cluster needs another look soon."""
     lease = services.claim_lease(cluster_id)
     if lease is None:
-        return False
-    try:
-        for _ in range(8):
-            cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
-            step = STEPS.get(cluster.status)
-            if step is None:
-                return False
-            nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
-            output = NodeOutput(cluster.pk, nodes)
-            try:
-                outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
-            except Exception as exc:  # noqa: BLE001 - one bad pass must not wedge the cluster
-                # Say so on the cluster and look again; the deadlines (provisioning, install)
-                # still fail or degrade it if the error never goes away.
-                log.exception("advancing cluster %s failed", cluster_id)
-                _record_step_error(cluster, exc)
-                return True
-            finally:
-                output.flush()
-            if outcome is not Next.AGAIN:
-                return outcome is Next.WAIT
-        return True
-    finally:
-        services.release_lease(cluster_id, lease)
+        # Another pass holds it: ask that holder to look again before it lets go. Claim once
+        # more, in case it let go between our claim and the mark.
+        services.request_wake(cluster_id)
+        lease = services.claim_lease(cluster_id)
+        if lease is None:
+            return False
+    with Heartbeat(lease) as heartbeat:
+        while True:
+            again = _take_steps(cluster_id, heartbeat)
+            if heartbeat.lost or heartbeat.release():
+                return again
+
+
+def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
+    for _ in range(8):
+        if heartbeat.lost:
+            return True
+        cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
+        step = STEPS.get(cluster.status)
+        if step is None:
+            return False
+        nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
+        output = NodeOutput(cluster.pk, nodes)
+        try:
+            outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
+        except Exception as exc:  # noqa: BLE001 - one bad pass must not wedge the cluster
+            # Say so on the cluster and look again; the deadlines (provisioning, install)
+            # still fail or degrade it if the error never goes away.
+            log.exception("advancing cluster %s failed", cluster_id)
+            _record_step_error(cluster, exc)
+            return True
+        finally:
+            output.flush()
+        if outcome is not Next.AGAIN:
+            return outcome is Next.WAIT
+    return True
 
 
 def _record_step_error(cluster: Cluster, exc: Exception) -> None:
@@ -279,13 +334,15 @@ STEPS = {
 
 
 def needs_driving() -> list[int]:
-    """Clusters the sweep should push: those in a moving state whose lease is free."""
+    """Clusters the sweep should push: those in a moving state whose lease is free (the sweep
+    then leaves out those whose pass is already queued, services.claim_for_sweep)."""
     now = timezone.now()
     moving = Q(status__in=[Status.PROVISIONING, Status.INSTALLING, Status.TERMINATING])
     growing = Q(status=Status.READY, nodes__state__in=GROWING, nodes__released_at__isnull=True)
     return list(
         Cluster.objects.filter(moving | growing)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .order_by()
         .values_list("pk", flat=True)
         .distinct()
     )

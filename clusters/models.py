@@ -93,9 +93,14 @@ class Cluster(models.Model):
     failure_reason = models.CharField(max_length=30, choices=Reason.choices, blank=True)
     termination_reason = models.CharField(max_length=30, choices=Reason.choices, blank=True)
     install_attempts = models.PositiveSmallIntegerField(default=0)
-    # One worker at a time moves a cluster: a lease claimed compare-and-set, which simply
-    # expires if that worker dies, so the sweep can re-drive the cluster.
+    # One worker at a time moves a cluster: a short lease claimed compare-and-set and renewed
+    # by the holder's heartbeat, which lapses within seconds if that worker dies, so the sweep
+    # can re-drive the cluster.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A pass was asked for while the lease was held: the holder takes another before releasing.
+    wake_requested = models.BooleanField(default=False)
+    # When a pass was queued (cleared when one claims the lease): the sweep queues no other.
+    advance_queued_at = models.DateTimeField(null=True, blank=True)
     # WireGuard keys and software join tokens made by the control plane; kept so a re-run,
     # a retried install or an added worker reuses them. Never shown or logged.
     node_secrets = models.JSONField(default=dict, blank=True, editable=False)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -23,9 +25,6 @@ from offers.models import MachineType
 
 SYSTEM = "system"
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-# Longer than advance_cluster's hard time limit (16 minutes): a pass that is still running
-# always holds its lease, and one whose worker died frees the cluster within the hour's third.
-LEASE = dt.timedelta(minutes=20)
 
 
 def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
@@ -39,7 +38,9 @@ def _after_commit_changed(cluster_id: int, *, advance: bool = False) -> None:
 
     transaction.on_commit(lambda: broadcast_cluster(cluster_id))
     if advance:
-        tasks.advance_cluster.delay_on_commit(cluster_id)
+        # queue_advance logs a broker that is down instead of raising: the change has
+        # committed, and the sweep re-drives the cluster once the broker is back.
+        transaction.on_commit(lambda: tasks.queue_advance(cluster_id))
 
 
 def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields) -> bool:
@@ -187,23 +188,97 @@ def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, creat
 # --- lease: one worker moves a cluster at a time ----------------------------------------
 
 
-def claim_lease(cluster_id: int) -> dt.datetime | None:
-    """Compare-and-set the lease; returns its expiry, which is also the holder's token."""
+@dataclass
+class Lease:
+    """A pass's hold on one cluster. `expires_at` is also the holder's token: every renewal
+    and the release compare-and-set on it, so a holder that lost the lease touches nothing."""
+
+    cluster_id: int
+    expires_at: dt.datetime
+
+
+def lease_length() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.CLUSTER_LEASE_SECONDS)
+
+
+def claim_lease(cluster_id: int) -> Lease | None:
+    """Compare-and-set the lease when it is free or has lapsed.
+
+    A lease is short and renewed by the holder's heartbeat, and released when its pass ends,
+    so one found lapsed (set, but in the past) belonged to a worker that died mid-pass: the
+    customer is told the step is being repeated."""
     now = timezone.now()
-    expires = now + LEASE
-    claimed = (
-        Cluster.objects.filter(pk=cluster_id)
-        .exclude(status__in=FINAL_STATUSES)
-        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-        .update(lease_expires_at=expires)
+    current = (
+        Cluster.objects.filter(pk=cluster_id).exclude(status__in=FINAL_STATUSES)
+        .values_list("lease_expires_at", flat=True).first()
     )
-    return expires if claimed else None
+    row = Cluster.objects.filter(pk=cluster_id).exclude(status__in=FINAL_STATUSES)
+    if current is None:
+        row = row.filter(lease_expires_at__isnull=True)
+    elif current >= now:
+        return None
+    else:
+        row = row.filter(lease_expires_at=current)
+    expires = now + lease_length()
+    # The queued mark goes with the claim: the task that was queued is running now.
+    if not row.update(lease_expires_at=expires, wake_requested=False, advance_queued_at=None):
+        return None
+    if current is not None:
+        ClusterEvent.objects.create(
+            cluster_id=cluster_id, event="pass_interrupted", actor=SYSTEM, reason=Reason.PROVIDER_ERROR,
+            message="The control plane worker moving this cluster stopped mid-step; another worker took over "
+            "and is repeating that step.",
+        )
+        _after_commit_changed(cluster_id)
+    return Lease(cluster_id, expires)
 
 
-def release_lease(cluster_id: int, lease: dt.datetime) -> None:
-    # Only the holder's own lease: if it ran past its expiry and another worker has
-    # claimed the cluster since, clearing that lease would let a third one in.
-    Cluster.objects.filter(pk=cluster_id, lease_expires_at=lease).update(lease_expires_at=None)
+def renew_lease(lease: Lease) -> bool:
+    """Push the expiry on while the pass runs; False when the lease was lost meanwhile."""
+    expires = timezone.now() + lease_length()
+    if not Cluster.objects.filter(pk=lease.cluster_id, lease_expires_at=lease.expires_at).update(lease_expires_at=expires):
+        return False
+    lease.expires_at = expires
+    return True
+
+
+def release_lease(lease: Lease) -> bool:
+    """End the hold, unless a wake-up was asked for while the pass ran: then keep the lease,
+    clear the mark and return False, so the holder takes another pass before it lets go.
+    Only the holder's own lease: one that lapsed and was claimed by another worker is theirs."""
+    held = Cluster.objects.filter(pk=lease.cluster_id, lease_expires_at=lease.expires_at)
+    if held.filter(wake_requested=False).update(lease_expires_at=None):
+        return True
+    return not held.filter(wake_requested=True).update(wake_requested=False)
+
+
+def request_wake(cluster_id: int) -> None:
+    """A pass was asked for while another holds the lease: leave a mark its holder honours
+    before releasing (release_lease), instead of waiting for the next sweep."""
+    Cluster.objects.filter(pk=cluster_id, lease_expires_at__isnull=False).update(
+        wake_requested=True, advance_queued_at=None
+    )
+
+
+def mark_queued(cluster_ids: Iterable[int], at: dt.datetime) -> None:
+    """Note that a pass is queued (to run from `at`), so the sweep does not queue another."""
+    Cluster.objects.filter(pk__in=list(cluster_ids)).update(advance_queued_at=at)
+
+
+def claim_for_sweep(cluster_ids: Iterable[int]) -> list[int]:
+    """Those of `cluster_ids` not queued already (or queued so long ago that the task was
+    lost), marked queued now. Rows another sweep is marking are skipped, not waited for."""
+    now = timezone.now()
+    not_queued = Q(advance_queued_at__isnull=True) | Q(
+        advance_queued_at__lt=now - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS)
+    )
+    with transaction.atomic():
+        ids = list(
+            Cluster.objects.select_for_update(skip_locked=True).filter(not_queued, pk__in=list(cluster_ids))
+            .order_by("pk").values_list("pk", flat=True)
+        )
+        Cluster.objects.filter(pk__in=ids).update(advance_queued_at=now)
+    return ids
 
 
 # --- node progress (called by the lifecycle) --------------------------------------------

@@ -2,23 +2,47 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
-from clusters import lifecycle
+from clusters import lifecycle, services
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, soft_time_limit=900, time_limit=960)
 def advance_cluster(cluster_id: int) -> None:
     again = lifecycle.advance(cluster_id)
     if again and settings.CLUSTER_SELF_RESCHEDULE:
-        advance_cluster.apply_async((cluster_id,), countdown=settings.CLUSTER_POLL_SECONDS)
+        queue_advance(cluster_id, countdown=settings.CLUSTER_POLL_SECONDS)
+
+
+def queue_advance(cluster_id: int, *, countdown: float = 0) -> bool:
+    """Queue a pass over the cluster. A broker that is down is logged, not raised: callers run
+    after a commit, which must stand, and the sweep re-drives the cluster once it is back."""
+    services.mark_queued([cluster_id], timezone.now() + dt.timedelta(seconds=countdown))
+    return _publish(cluster_id, countdown)
+
+
+def _publish(cluster_id: int, countdown: float = 0) -> bool:
+    try:
+        advance_cluster.apply_async((cluster_id,), countdown=countdown or None)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the retry
+        log.exception("could not queue a pass over cluster %s; the sweep will re-drive it", cluster_id)
+        services.mark_queued([cluster_id], None)
+        return False
+    return True
 
 
 @shared_task(soft_time_limit=60)
 def sweep_clusters() -> int:
-    """Re-drive whatever is stuck (a lost task, a dead worker) and enforce deadlines."""
-    ids = lifecycle.needs_driving()
+    """Re-drive whatever is stuck (a lost task, a dead worker) and enforce deadlines; a
+    cluster whose pass is already queued is left to it."""
+    ids = services.claim_for_sweep(lifecycle.needs_driving())
     for cluster_id in ids:
-        advance_cluster.delay(cluster_id)
+        _publish(cluster_id)
     return len(ids)

@@ -187,7 +187,14 @@ CELERY_BEAT_SCHEDULE = {
 # task re-queues itself (off in tests, which drive every step by hand).
 CLUSTER_POLL_SECONDS = env_int("CLUSTER_POLL_SECONDS", 2)
 CLUSTER_SELF_RESCHEDULE = env_bool("CLUSTER_SELF_RESCHEDULE", not TESTING)
+# A pass holds its cluster's lease this long and renews it every third of that while it runs,
+# so a worker that dies frees its clusters within seconds (docs/architecture.md, Lifecycle).
+CLUSTER_LEASE_SECONDS = env_int("CLUSTER_LEASE_SECONDS", 15)
+# A pass queued this long ago without starting is taken for lost, and the sweep queues another.
+CLUSTER_QUEUED_GRACE_SECONDS = env_int("CLUSTER_QUEUED_GRACE_SECONDS", 120)
 DEFAULT_PROVIDER = env_str("DEFAULT_PROVIDER", "simulated")
+# The simulated provider's join works this long inside the worker, as a real one over SSH does.
+SIMULATED_JOIN_WORK_SECONDS = float(env_decimal("SIMULATED_JOIN_WORK_SECONDS", "0"))
 MINIMUM_CREATE_BALANCE = env_decimal("MINIMUM_CREATE_BALANCE", "10.00")
 # The `local` provider: where its sandboxed machines keep their SSH servers and roots, and
 # which SSH server they run ("openssh" when sshd is installed, else "asyncssh").

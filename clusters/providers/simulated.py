@@ -3,12 +3,16 @@
 Time drives it: a machine is up `host.boot_seconds` after it was asked to boot, joined
 `host.join_seconds` after it was up, installed `host.install_seconds` after installing
 began. `host.fault` makes a machine fail to boot, never join, or fail its install.
+SIMULATED_JOIN_WORK_SECONDS makes each join call work that long inside the worker, as a real
+join over SSH does, so a pass can be caught (and a worker killed) mid-join.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 
+from django.conf import settings
 from django.utils import timezone
 
 from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
@@ -34,6 +38,9 @@ class SimulatedProvider(Provider):
         return BootReport(BootState.UP, address=f"sim://{host.name}")
 
     def join_network(self, cluster, nodes) -> StepOutcome:
+        if settings.SIMULATED_JOIN_WORK_SECONDS:
+            self.on_output(nodes[0].name, "network", "joining the private network")
+            time.sleep(settings.SIMULATED_JOIN_WORK_SECONDS)
         outcome = StepOutcome()
         for node in nodes:
             if node.host.fault == HostFault.NEVER_JOINS or not _elapsed(node.up_at, node.host.join_seconds):

@@ -173,14 +173,10 @@ def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
     lease = services.claim_lease(cluster.pk)
     assert lease is not None
     assert lifecycle.advance(cluster.pk) is False
-    services.release_lease(cluster.pk, lease)
+    # The refused pass asked the holder to look again before letting go.
+    assert services.release_lease(lease) is False
+    assert services.release_lease(lease) is True
     assert lifecycle.advance(cluster.pk) is True
-
-
-def test_the_lease_outlasts_the_longest_pass_a_worker_may_run():
-    from clusters.tasks import advance_cluster
-
-    assert services.LEASE.total_seconds() > advance_cluster.time_limit
 
 
 def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environment, machine_type):
@@ -190,8 +186,8 @@ def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environme
     Cluster.objects.filter(pk=cluster.pk).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
     current = services.claim_lease(cluster.pk)
     assert current is not None
-    services.release_lease(cluster.pk, stale)
-    assert Cluster.objects.get(pk=cluster.pk).lease_expires_at == current
+    services.release_lease(stale)
+    assert Cluster.objects.get(pk=cluster.pk).lease_expires_at == current.expires_at
     assert lifecycle.advance(cluster.pk) is False
 
 
