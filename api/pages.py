@@ -7,12 +7,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 
 from accounts.tenancy import Tenancy, require_tenancy
 from api import keys
 from api.models import ApiKey
-from api.openapi import schema
 
 NEW_KEY_SESSION_KEY = "api_new_key"
 
@@ -80,10 +80,27 @@ def key_delete(request, key_id: int):
     return redirect("api:keys")
 
 
+def schema() -> dict:
+    """The OpenAPI document generated from the endpoints' schemas (api/schemas.py)."""
+    import api.endpoints  # noqa: F401  (registers the routers)
+    from api.app import api
+
+    return api.get_openapi_schema()
+
+
+@require_GET
 def openapi_json(request):
     return JsonResponse(schema(), json_dumps_params={"indent": 2})
 
 
+@csrf_exempt
+def unknown_endpoint(request, rest: str = ""):
+    from api.app import ApiError, error_response
+
+    return error_response(ApiError(404, "not_found", f"There is no endpoint {request.path}; see /api/v1/docs."))
+
+
+@require_GET
 def api_docs(request):
     return render(request, "api/docs.html", {"schema": schema(), "operations": operations(), "components": components()})
 

@@ -1,27 +1,16 @@
 from django.urls import include, path, re_path
 
-from api import pages, views
-from api.http import api_route, public_route, unknown_endpoint
+from api import pages
+import api.endpoints  # noqa: F401  (registers the routers)
+from api.app import urlpatterns as api_urlpatterns
 
 app_name = "api"
 
 v1 = [
-    path("openapi.json", public_route(pages.openapi_json), name="openapi"),
-    path("docs", public_route(pages.api_docs), name="docs"),
-    path("gpu-types", api_route(GET=views.gpu_types), name="gpu_types"),
-    path("cluster-offers", api_route(GET=views.cluster_offers), name="cluster_offers"),
-    path("clusters", api_route(GET=views.list_clusters, POST=views.create_cluster), name="clusters"),
-    path("clusters/<str:cluster_id>", api_route(GET=views.cluster_detail, DELETE=views.terminate_cluster), name="cluster"),
-    path("clusters/<str:cluster_id>/events", api_route(GET=views.cluster_events), name="cluster_events"),
-    path("clusters/<str:cluster_id>/retry-install", api_route(POST=views.retry_install), name="retry_install"),
-    path("clusters/<str:cluster_id>/workers", api_route(POST=views.add_workers), name="workers"),
-    path("clusters/<str:cluster_id>/nodes/<str:node_name>", api_route(DELETE=views.terminate_node), name="node"),
-    path("billing/balance", api_route(GET=views.billing_balance), name="billing_balance"),
-    path("billing/usage", api_route(GET=views.billing_usage), name="billing_usage"),
-    path("volumes", api_route(GET=views.list_volumes, POST=views.create_volume), name="volumes"),
-    path("volumes/<str:volume_id>", api_route(DELETE=views.delete_volume), name="volume"),
-    path("quotes", api_route(POST=views.create_quote), name="quotes"),
-    re_path(r"^(?P<rest>.*)$", unknown_endpoint),
+    path("openapi.json", pages.openapi_json, name="openapi"),
+    path("docs", pages.api_docs, name="docs"),
+    *api_urlpatterns(),
+    re_path(r"^(?P<rest>.*)$", pages.unknown_endpoint),
 ]
 
 urlpatterns = [

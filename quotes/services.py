@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 
+from config import ratelimit
 from quotes.forms import QuoteRequestForm
 from quotes.models import QuoteRequest
 
@@ -63,17 +63,6 @@ def create_quote_request(
 
 
 def allow_quote_request(ip: str | None) -> bool:
-    """Count a submission from this address; False once it is over the limit for the window.
-
-    A fixed window in Django's cache (Redis in production, so every web process shares it)."""
-    limit, window = settings.QUOTE_RATE_LIMIT, settings.QUOTE_RATE_WINDOW_SECONDS
-    key = f"quote-rate:{ip or 'unknown'}"
-    # add() only sets a missing key, so the window starts at the first request and is not
-    # extended by later ones; incr() is atomic on Redis and under LocMemCache's lock.
-    cache.add(key, 0, timeout=window)
-    try:
-        count = cache.incr(key)
-    except ValueError:  # expired between add() and incr()
-        cache.add(key, 1, timeout=window)
-        count = 1
-    return count <= limit
+    """Count a submission from this address (form or API alike); False once it is over the limit."""
+    return ratelimit.allow(f"quote:{ip or 'unknown'}", limit=settings.QUOTE_RATE_LIMIT,
+                           window=settings.QUOTE_RATE_WINDOW_SECONDS)

@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from api.keys import create_api_key
-from api.openapi import schema as api_schema
+from api.pages import schema as api_schema
 from tests.api.conftest import make_cluster
 
 schema = schemathesis.openapi.from_dict(api_schema())

@@ -1,0 +1,68 @@
+"""The balance (every member) and usage (Owners and Managers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Query, Router
+
+from api import schemas
+from api.app import context, invalid, ok, page, responses
+
+router = Router(tags=["Billing"])
+
+
+@router.get("billing/balance", operation_id="getBalance", summary="Credits, burn rate and the environment's budget",
+            response=responses({200: schemas.envelope(schemas.Balance)}, 403))
+def billing_balance(request: HttpRequest) -> dict[str, Any]:
+    from billing import queries as billing_queries
+
+    ctx = context(request)
+    # Anyone who may create clusters may see whether the balance covers one: the
+    # dashboard shows it to every member too. Usage and money movements stay Owner/Manager.
+    summary = billing_queries.balance_summary(ctx.workspace)
+    now = timezone.now()
+    spend = next(
+        (row for row in billing_queries.spend_by_environment(ctx.workspace, now.year, now.month)
+         if row["environment_id"] == ctx.environment.pk),
+        None,
+    )
+    return ok({
+        "credits_balance": summary["credits_balance"],
+        "active_usage_cost_per_hour": summary["active_usage_cost_per_hour"],
+        "hours_remaining": str(summary["hours_remaining"]) if summary["hours_remaining"] is not None else None,
+        "environment": ctx.environment.name,
+        "monthly_budget": ctx.environment.monthly_budget,
+        "budget_spent": spend["spent"] if spend else None,
+        "budget_remaining": max(spend["budget"] - spend["spent"], 0) if spend else None,
+    })
+
+
+def _month(raw: str) -> tuple[int, int]:
+    if not raw:
+        now = timezone.now()
+        return now.year, now.month
+    try:
+        parsed = dt.datetime.strptime(raw, "%Y-%m")
+    except ValueError:
+        raise invalid({"month": ["Use YYYY-MM, e.g. 2025-06."]}) from None
+    if parsed.year < 2000:
+        raise invalid({"month": ["Use a month from 2000 on."]})
+    return parsed.year, parsed.month
+
+
+@router.get("billing/usage", operation_id="listUsage", summary="Usage in a month, one line per cluster",
+            description="One item per cluster (\"Cluster usage <name>\") with a row per machine.",
+            response=responses({200: schemas.list_envelope(schemas.UsageItem, schemas.UsageMeta)}, 400, 403))
+def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    from billing import queries as billing_queries
+
+    ctx = context(request)
+    ctx.require_billing()
+    year, month = _month(filters.month)
+    items = billing_queries.usage_for_month(ctx.workspace, year, month, environment=ctx.environment)
+    return page(items, pages, month=f"{year:04d}-{month:02d}", environment=ctx.environment.name,
+                total_amount=sum((i["amount"] for i in items), billing_queries.ZERO))

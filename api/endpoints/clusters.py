@@ -1,0 +1,179 @@
+"""Clusters: create (all machines at once, or none), follow, grow, retry, terminate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from ninja import Query, Router, Status
+
+from accounts.models import SSHKey
+from api import schemas
+from api.app import ApiContext, ApiError, context, invalid, not_found, ok, page, responses
+from api.models import IdempotentRequest
+from clusters import services
+from clusters.access import get_cluster_for_user
+from clusters.models import Cluster, Status as ClusterStatus, Volume
+from clusters.queries import cluster_for_detail, cluster_for_list
+from offers.models import MachineType
+
+router = Router(tags=["Clusters"])
+
+IDEMPOTENCY_KEY_MAX = 255
+CLUSTER = schemas.envelope(schemas.Cluster)
+
+
+def get_cluster(request: HttpRequest, cluster_id: int) -> Cluster:
+    """The shared workspace-scoped lookup, narrowed to the key's environment: environments
+    isolate resources, so a key acting in one never reaches another's clusters (404 either way)."""
+    cluster = get_cluster_for_user(request, cluster_id, detail=True)
+    if cluster.environment_id != context(request).environment.pk:
+        raise not_found("That cluster")
+    return cluster
+
+
+def fresh(cluster: Cluster) -> Cluster:
+    return cluster_for_detail(Cluster.objects.filter(pk=cluster.pk)).get()
+
+
+@router.get("clusters", operation_id="listClusters", summary="List clusters",
+            description="Clusters of the environment, newest first.",
+            response=responses({200: schemas.list_envelope(schemas.Cluster)}, 400))
+def list_clusters(request: HttpRequest, filters: Query[schemas.ClusterQuery],
+                  pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    clusters = cluster_for_list(Cluster.objects.filter(environment=context(request).environment))
+    if filters.status == "live":
+        clusters = clusters.live()
+    elif filters.status:
+        if filters.status not in ClusterStatus.values:
+            raise invalid({"status": [f"Use live or one of: {', '.join(ClusterStatus.values)}."]})
+        clusters = clusters.filter(status=filters.status)
+    return page(clusters, pages)
+
+
+def _request_fingerprint(ctx: ApiContext, body: dict) -> str:
+    canonical = json.dumps({"environment": ctx.environment.pk, "body": body}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replay(record: IdempotentRequest, fingerprint: str) -> JsonResponse:
+    if record.request_hash != fingerprint:
+        raise ApiError(409, "idempotency_key_reused", "This Idempotency-Key was already used for a different "
+                       "request; use a new key for a new cluster.")
+    return JsonResponse(record.response_body, status=record.status_code, headers={"Idempotent-Replayed": "true"})
+
+
+IDEMPOTENCY_HEADER = {
+    "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                    "schema": {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX}}],
+}
+
+
+@router.post("clusters", operation_id="createCluster", summary="Create a cluster",
+             description="Reserves every machine at once, or none. With an `Idempotency-Key` header, a retry with "
+                         "the same key and body answers the first result (header `Idempotent-Replayed`); the same "
+                         "key with another body is 409 idempotency_key_reused.",
+             response=responses({201: CLUSTER}, 400, 402, 409), openapi_extra=IDEMPOTENCY_HEADER)
+def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
+    ctx = context(request)
+    idempotency_key = request.headers.get("Idempotency-Key", "").strip()
+    if len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
+        raise invalid({"Idempotency-Key": [f"At most {IDEMPOTENCY_KEY_MAX} characters."]})
+    fingerprint = _request_fingerprint(ctx, json.loads(request.body or b"{}"))
+    stored = IdempotentRequest.objects.filter(api_key=ctx.api_key, workspace=ctx.workspace)
+    if idempotency_key and (record := stored.filter(key=idempotency_key).first()):
+        return _replay(record, fingerprint)
+
+    machine_type = MachineType.objects.select_related("gpu", "location").filter(pk=payload.offer_id, active=True).first()
+    if machine_type is None:
+        raise invalid({"offer_id": ["No such offer; list them with GET /api/v1/cluster-offers."]}, "Unknown offer.")
+    volume = None
+    if payload.volume_id is not None:
+        volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
+        if volume is None:
+            raise invalid({"volume_id": ["No such volume in this workspace."]}, "Unknown volume.")
+    ssh_keys = list(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids))
+    if len(ssh_keys) != len(payload.ssh_key_ids):
+        missing = sorted(set(payload.ssh_key_ids) - {k.pk for k in ssh_keys})
+        raise invalid({"ssh_key_ids": [f"No SSH key {i} in this workspace." for i in missing]}, "Unknown SSH key.")
+
+    try:
+        # The cluster and the record of its creation commit together: a concurrent retry with
+        # the same key either sees the record or fails on its unique constraint and rolls back.
+        with transaction.atomic():
+            cluster = services.create_cluster(
+                environment=ctx.environment, name=payload.name, machine_type=machine_type,
+                machine_count=payload.machines, software=payload.software, volume=volume, ssh_keys=ssh_keys,
+                created_by=ctx.api_key.created_by, actor=ctx.actor,
+            )
+            response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
+            if idempotency_key:
+                IdempotentRequest.objects.create(
+                    api_key=ctx.api_key, workspace=ctx.workspace, key=idempotency_key, method="POST",
+                    path=request.path, request_hash=fingerprint, status_code=201, response_body=response_body,
+                )
+    except IntegrityError:
+        record = stored.filter(key=idempotency_key).first() if idempotency_key else None
+        if record is None:
+            raise
+        return _replay(record, fingerprint)
+    return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
+
+
+@router.get("clusters/{cluster_id}", operation_id="getCluster", summary="A cluster and its nodes",
+            response=responses({200: CLUSTER}))
+def cluster_detail(request: HttpRequest, cluster_id: schemas.PathId) -> dict[str, Any]:
+    return ok(get_cluster(request, cluster_id))
+
+
+@router.delete("clusters/{cluster_id}", operation_id="terminateCluster", summary="Terminate a cluster",
+               description="Every machine stops; billing for the whole cluster ends now.",
+               response=responses({202: CLUSTER}, 409))
+def terminate_cluster(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
+    cluster = get_cluster(request, cluster_id)
+    if not services.terminate_cluster(cluster, actor=context(request).actor):
+        cluster.refresh_from_db(fields=["status"])
+        if cluster.status in (ClusterStatus.TERMINATED, ClusterStatus.FAILED):
+            raise ApiError(409, "already_terminated", f"{cluster.name} is already {cluster.status}: it holds no machines.")
+        # Already terminating: asking again is not an error, the answer is the same.
+    return Status(202, ok(fresh(cluster)))
+
+
+@router.get("clusters/{cluster_id}/events", operation_id="listClusterEvents",
+            summary="What happened to a cluster, oldest first",
+            response=responses({200: schemas.list_envelope(schemas.ClusterEvent)}, 400))
+def cluster_events(request: HttpRequest, cluster_id: schemas.PathId, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    cluster = get_cluster(request, cluster_id)
+    return page(cluster.events.order_by("created_at", "id"), pages)
+
+
+@router.post("clusters/{cluster_id}/retry-install", operation_id="retryInstall",
+             summary="Retry the software install of a degraded cluster", response=responses({202: CLUSTER}, 409))
+def retry_install(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
+    cluster = get_cluster(request, cluster_id)
+    services.retry_install(cluster, actor=context(request).actor)
+    return Status(202, ok(fresh(cluster)))
+
+
+@router.post("clusters/{cluster_id}/workers", operation_id="addWorkers", summary="Add workers to a ready cluster",
+             description="Workers are reserved now; each is billed from when it is up.",
+             response=responses({202: CLUSTER}, 400, 402, 409))
+def add_workers(request: HttpRequest, cluster_id: schemas.PathId, payload: schemas.AddWorkers | None = None) -> Status:
+    cluster = get_cluster(request, cluster_id)
+    services.add_workers(cluster, (payload or schemas.AddWorkers()).count, actor=context(request).actor)
+    return Status(202, ok(fresh(cluster)))
+
+
+@router.delete("clusters/{cluster_id}/nodes/{node_name}", operation_id="terminateNode",
+               summary="Always refused: a node ends with its cluster",
+               description="Answers 409 node_terminate_refused: terminate the whole cluster instead.",
+               response=responses({}, 409))
+def terminate_node(request: HttpRequest, cluster_id: schemas.PathId, node_name: schemas.Text) -> None:
+    cluster = get_cluster(request, cluster_id)
+    if node_name not in {n.name for n in cluster.nodes.all()}:
+        raise not_found(f"Node {node_name!r} of cluster {cluster.name}")
+    services.refuse_node_termination(cluster, node_name)
+    raise AssertionError("refuse_node_termination always refuses")  # pragma: no cover

@@ -1,0 +1,490 @@
+"""The API's request and response types. They validate what comes in, shape what goes out, and
+are the OpenAPI document (GET /api/v1/openapi.json is generated from them, never written by hand).
+
+Response schemas read model objects directly (`from_attributes`); a `resolve_<field>` method
+says where a field comes from when it is not an attribute of the same name.
+"""
+
+import datetime as dt
+from decimal import Decimal
+from typing import Annotated, Any
+
+from ninja import Schema
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
+
+from clusters.models import Reason, Software, Status
+from offers.models import Interconnect, MachineKind
+from offers.services import MAX_MACHINES, MIN_MACHINES
+
+CENT = Decimal("0.01")
+# Ids are bigints in the database: anything larger names nothing (and must not reach SQL).
+MAX_ID = 2**63 - 1
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+NAME_MAX_LENGTH = 63
+
+COMMUNITY_WARNING = "Community host (independent operator): keep secrets off it; volumes cannot be attached."
+
+
+# -- scalar types -------------------------------------------------------------------------------
+
+
+def money(value: Decimal | None) -> str | None:
+    """Money as a decimal string with at least cents: 2.5000 -> "2.50", 2.4550 -> "2.455"."""
+    if value is None:
+        return None
+    value = Decimal(value)
+    normalized = value.normalize()
+    if normalized.as_tuple().exponent > -2:  # type: ignore[operator]
+        return str(value.quantize(CENT))
+    return str(normalized)
+
+
+def timestamp(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+MONEY_SCHEMA = {"type": "string", "pattern": r"^-?\d+\.\d{2,4}$", "description": "US dollars as a decimal string."}
+
+Money = Annotated[Decimal, PlainSerializer(money, return_type=str), WithJsonSchema(MONEY_SCHEMA)]
+OptionalMoney = Annotated[
+    Decimal | None, PlainSerializer(money, return_type=str | None),
+    WithJsonSchema({**MONEY_SCHEMA, "type": ["string", "null"]}),
+]
+Timestamp = Annotated[dt.datetime, PlainSerializer(timestamp, return_type=str),
+                      WithJsonSchema({"type": "string", "format": "date-time"})]
+OptionalTimestamp = Annotated[dt.datetime | None, PlainSerializer(timestamp, return_type=str | None),
+                              WithJsonSchema({"type": ["string", "null"], "format": "date-time"})]
+
+
+def choice(values: list[Any], *, nullable: bool = False) -> Any:
+    """A string documented as one of `values` (the response check holds the server to it)."""
+    if nullable:
+        return Annotated[str | None, WithJsonSchema({"type": ["string", "null"], "enum": [*values, None]})]
+    return Annotated[str, WithJsonSchema({"type": "string", "enum": list(values)})]
+
+
+def _whole_number(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("Must be a whole number.")
+    return value
+
+
+def _identifier(value: Any) -> int:
+    """An object id: a positive integer, or its decimal string (clients may send ids as strings)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
+        raise ValueError("Must be an id (a positive whole number).")
+    return value
+
+
+def _no_nul(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL; refusing it here keeps it a 400, never a database error.
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("Must not contain NUL characters.")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole_number), WithJsonSchema({"type": "integer"})]
+Id = Annotated[int, BeforeValidator(_identifier),
+               WithJsonSchema({"type": ["integer", "string"], "description": "An id (a string of digits is accepted)."})]
+Text = Annotated[str, BeforeValidator(_no_nul)]
+
+
+def text(max_length: int, **extra: Any) -> Any:
+    return Annotated[Text, Field(max_length=max_length, **extra)]
+
+
+class Body(Schema):
+    """A JSON request body. Like a form, a field sent as null or "" counts as not sent, so the
+    default applies or "This field is required." is reported; every problem is reported at once."""
+
+    model_config = ConfigDict(str_strip_whitespace=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_missing(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None and v != ""}
+        return data
+
+
+# -- envelopes ----------------------------------------------------------------------------------
+
+
+class ErrorBody(Schema):
+    code: str = Field(description="Stable machine-readable code, e.g. insufficient_credits.")
+    message: str = Field(description="What went wrong and what to do, for people.")
+    details: dict[str, Any] = Field(description="Per-field messages (400), required/available (402), …")
+
+
+class Error(Schema):
+    error: ErrorBody
+
+
+class ListMeta(Schema):
+    total: int = Field(ge=0)
+    limit: int
+    offset: int
+
+
+class PageQuery(Schema):
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description=f"Items per page (1–{MAX_LIMIT}, default {DEFAULT_LIMIT}).")
+    offset: int = Field(0, ge=0, le=MAX_ID, description="Items to skip (default 0).")
+
+
+_envelopes: dict[str, type[Schema]] = {}
+
+
+def envelope(item: Any, name: str | None = None) -> type[Schema]:
+    """`{data: <item>, meta: {}}` as a named schema."""
+    name = name or f"{item.__name__}Envelope"
+    if name not in _envelopes:
+        _envelopes[name] = create_model(name, __base__=Schema, data=(item, ...), meta=(dict[str, Any], {}))
+    return _envelopes[name]
+
+
+def list_envelope(item: Any, meta: type[Schema] = ListMeta) -> type[Schema]:
+    """`{data: [<item>, …], meta: {total, limit, offset}}` as a named schema."""
+    name = f"{item.__name__}List"
+    if name not in _envelopes:
+        _envelopes[name] = create_model(name, __base__=Schema, data=(list[item], ...), meta=(meta, ...))
+    return _envelopes[name]
+
+
+# -- catalogue ----------------------------------------------------------------------------------
+
+
+class GpuType(Schema):
+    id: str
+    name: str = Field(description="Pass as `gpu` to cluster-offers.")
+    description: str
+    memory_gb: int
+
+    @staticmethod
+    def resolve_id(gpu: Any) -> str:
+        return gpu.slug
+
+    @staticmethod
+    def resolve_name(gpu: Any) -> str:
+        return gpu.slug
+
+    @staticmethod
+    def resolve_description(gpu: Any) -> str:
+        return gpu.name
+
+
+class OfferSummary(Schema):
+    id: int = Field(description="The offer id to create a cluster from.")
+    gpu: str
+    gpus_per_machine: int = Field(json_schema_extra={"enum": [1, 2, 4, 8]})
+    machine_kind: choice(MachineKind.values)  # type: ignore[valid-type]
+    location: str
+    location_name: str
+    interconnect: choice(Interconnect.values)  # type: ignore[valid-type]
+    community: bool = Field(description="Independent operator's host: keep secrets off it.")
+
+    @staticmethod
+    def resolve_gpu(mt: Any) -> str:
+        return mt.gpu.slug
+
+    @staticmethod
+    def resolve_machine_kind(mt: Any) -> str:
+        return mt.kind
+
+    @staticmethod
+    def resolve_location(mt: Any) -> str:
+        return mt.location.code
+
+    @staticmethod
+    def resolve_location_name(mt: Any) -> str:
+        return mt.location.name
+
+
+class Offer(OfferSummary):
+    """An offers.services.Offer: a machine type priced for a cluster size."""
+
+    vcpus: int
+    memory_gb: int
+    disk_gb: int
+    machines: int = Field(description="The cluster size the prices are for.")
+    available_machines: int = Field(description="Machines of this offer free right now.")
+    price_per_machine_hour: Money
+    price_per_cluster_hour: Money = Field(description="price_per_machine_hour × machines.")
+    software: list[choice(Software.values)]  # type: ignore[valid-type]
+    warning: str | None
+
+    @staticmethod
+    def resolve_gpu(offer: Any) -> str:
+        return offer.machine_type.gpu.slug
+
+    @staticmethod
+    def resolve_gpus_per_machine(offer: Any) -> int:
+        return offer.machine_type.gpus_per_machine
+
+    @staticmethod
+    def resolve_machine_kind(offer: Any) -> str:
+        return offer.machine_type.kind
+
+    @staticmethod
+    def resolve_location(offer: Any) -> str:
+        return offer.machine_type.location.code
+
+    @staticmethod
+    def resolve_location_name(offer: Any) -> str:
+        return offer.machine_type.location.name
+
+    @staticmethod
+    def resolve_interconnect(offer: Any) -> str:
+        return offer.machine_type.interconnect
+
+    @staticmethod
+    def resolve_community(offer: Any) -> bool:
+        return offer.machine_type.community
+
+    @staticmethod
+    def resolve_vcpus(offer: Any) -> int:
+        return offer.machine_type.vcpus
+
+    @staticmethod
+    def resolve_memory_gb(offer: Any) -> int:
+        return offer.machine_type.memory_gb
+
+    @staticmethod
+    def resolve_disk_gb(offer: Any) -> int:
+        return offer.machine_type.disk_gb
+
+    @staticmethod
+    def resolve_software(offer: Any) -> list[str]:
+        return offer.software_choices
+
+    @staticmethod
+    def resolve_warning(offer: Any) -> str | None:
+        return COMMUNITY_WARNING if offer.machine_type.community else None
+
+
+class OfferQuery(Schema):
+    gpu: text(30, description="GPU model, e.g. H100.") = ""  # type: ignore[valid-type]
+    machines: int = Field(MIN_MACHINES, ge=MIN_MACHINES, le=MAX_MACHINES, description=f"Cluster size (default {MIN_MACHINES}).")
+    include_community: bool = False
+
+
+# -- clusters -----------------------------------------------------------------------------------
+
+
+class Node(Schema):
+    name: str = Field(description="node-0 (the head) … node-N-1.")
+    role: choice(["head", "worker"])  # type: ignore[valid-type]
+    status: str
+    private_ip: str | None = Field(description="10.77.0.x once the node joined the network.")
+    step: str | None
+    detail: str | None
+
+    @staticmethod
+    def resolve_status(node: Any) -> str:
+        return node.state
+
+    @staticmethod
+    def resolve_private_ip(node: Any) -> str | None:
+        # The private address is assigned by index, but only means something once the node joined.
+        return node.private_ip if node.joined_at else None
+
+    @staticmethod
+    def resolve_step(node: Any) -> str | None:
+        return node.step or None
+
+    @staticmethod
+    def resolve_detail(node: Any) -> str | None:
+        return node.detail or None
+
+
+class Cluster(Schema):
+    id: int
+    name: str
+    status: choice(Status.values)  # type: ignore[valid-type]
+    termination_reason: choice(Reason.values, nullable=True) = Field(  # type: ignore[valid-type]
+        description="Why it was terminated or failed.")
+    failure_reason: choice(Reason.values, nullable=True)  # type: ignore[valid-type]
+    environment: str
+    environment_id: int
+    machines: int
+    software: choice(Software.values)  # type: ignore[valid-type]
+    offer: OfferSummary
+    volume_id: int | None
+    price_per_machine_hour: Money
+    price_per_hour: Money = Field(description="The whole cluster per hour.")
+    created_at: Timestamp
+    billing_started_at: OptionalTimestamp = Field(description="When every machine had joined.")
+    billing_ended_at: OptionalTimestamp
+    ready_at: OptionalTimestamp
+    terminated_at: OptionalTimestamp
+    deadline_at: Timestamp
+    nodes: list[Node]
+
+    @staticmethod
+    def resolve_termination_reason(cluster: Any) -> str | None:
+        return cluster.termination_reason or cluster.failure_reason or None
+
+    @staticmethod
+    def resolve_failure_reason(cluster: Any) -> str | None:
+        return cluster.failure_reason or None
+
+    @staticmethod
+    def resolve_environment(cluster: Any) -> str:
+        return cluster.environment.name
+
+    @staticmethod
+    def resolve_machines(cluster: Any) -> int:
+        return cluster.machine_count
+
+    @staticmethod
+    def resolve_offer(cluster: Any) -> Any:
+        return cluster.machine_type
+
+    @staticmethod
+    def resolve_nodes(cluster: Any) -> list[Any]:
+        return sorted(cluster.nodes.all(), key=lambda n: n.index)
+
+
+class ClusterEvent(Schema):
+    id: int
+    created_at: Timestamp
+    actor: str = Field(description="A username, 'api key <prefix>' or 'system'.")
+    event: str
+    message: str
+    reason: str | None
+
+    @staticmethod
+    def resolve_reason(event: Any) -> str | None:
+        return event.reason or None
+
+
+class ClusterQuery(Schema):
+    status: choice(["live", *Status.values]) = Field("", description="`live`, or one status.")  # type: ignore[valid-type]
+
+
+class CreateCluster(Body):
+    name: text(NAME_MAX_LENGTH, description="1–63 lowercase letters, digits and hyphens.")  # type: ignore[valid-type]
+    offer_id: Id = Field(description="An offer id from cluster-offers.")
+    machines: WholeNumber = Field(json_schema_extra={"minimum": MIN_MACHINES, "maximum": MAX_MACHINES})
+    software: text(20, description="Kubernetes only on vm and bare_metal offers.",  # type: ignore[valid-type]
+                   json_schema_extra={"enum": list(Software.values)}) = Software.NONE.value
+    volume_id: Id | None = Field(None, description="Not on community offers.")
+    ssh_key_ids: list[Id] = []
+
+    @model_validator(mode="after")
+    def _distinct_keys(self) -> "CreateCluster":
+        self.software = self.software.lower()
+        self.ssh_key_ids = list(dict.fromkeys(self.ssh_key_ids))
+        return self
+
+
+class AddWorkers(Body):
+    count: WholeNumber = Field(1, ge=1, le=MAX_MACHINES - MIN_MACHINES)
+
+
+# -- billing ------------------------------------------------------------------------------------
+
+
+class Balance(Schema):
+    credits_balance: Money
+    active_usage_cost_per_hour: Money
+    hours_remaining: str | None = Field(description="null when nothing is billed.")
+    environment: str
+    monthly_budget: Money
+    budget_spent: OptionalMoney
+    budget_remaining: OptionalMoney
+
+
+class UsageRow(Schema):
+    node: str
+    gpu: str
+    start: Timestamp
+    end: OptionalTimestamp = Field(description="null while the machine runs.")
+    hours: str
+    rate: Money
+    amount: Money
+
+    @staticmethod
+    def resolve_hours(row: Any) -> str:
+        return str(row["hours"])
+
+
+class UsageItem(Schema):
+    cluster_id: int
+    name: str
+    environment_id: int
+    description: str = Field(description='"Cluster usage <name>".')
+    amount: Money = Field(description="Always the sum of its rows.")
+    rows: list[UsageRow]
+
+
+class UsageMeta(ListMeta):
+    month: str
+    environment: str
+    total_amount: Money
+
+
+class UsageQuery(Schema):
+    month: Annotated[Text, Field(description="YYYY-MM; default this month.", json_schema_extra={"pattern": r"^\d{4}-\d{2}$"})] = ""
+
+
+# -- volumes and quotes -------------------------------------------------------------------------
+
+
+class Volume(Schema):
+    id: int
+    name: str
+    size_gb: int
+    environment: str
+    created_at: Timestamp
+
+    @staticmethod
+    def resolve_environment(volume: Any) -> str:
+        return volume.environment.name
+
+
+class CreateVolume(Body):
+    name: text(100, description="Lowercase letters, digits, . _ -")  # type: ignore[valid-type]
+    size_gb: WholeNumber = Field(ge=1, le=100_000)
+
+
+class CreateQuote(Body):
+    contact_name: text(5000)  # type: ignore[valid-type]
+    email: text(5000, json_schema_extra={"format": "email"})  # type: ignore[valid-type]
+    company: text(5000) = ""  # type: ignore[valid-type]
+    gpu: text(5000)  # type: ignore[valid-type]
+    machines: WholeNumber = Field(json_schema_extra={"minimum": 1})
+    network: text(5000, json_schema_extra={"enum": ["ethernet", "infiniband", "roce"]}) = ""  # type: ignore[valid-type]
+    term: text(5000, json_schema_extra={"enum": ["on_demand", "reserved"]}) = ""  # type: ignore[valid-type]
+    term_months: WholeNumber | None = Field(None, description="Required for a reserved term.")
+    start_date: text(5000, json_schema_extra={"format": "date"}) = ""  # type: ignore[valid-type]
+    notes: text(5000) = ""  # type: ignore[valid-type]
+
+
+class Quote(Schema):
+    id: int
+    status: str
+    contact_name: str
+    email: str
+    company: str
+    gpu: str
+    machines: int
+    network: str
+    term: str
+    term_months: int | None
+    start_date: str | None
+    notes: str
+    created_at: Timestamp
+
+    @staticmethod
+    def resolve_start_date(quote: Any) -> str | None:
+        return quote.start_date.isoformat() if quote.start_date else None
+
+
+PathId = Annotated[int, Field(ge=1, le=MAX_ID)]
