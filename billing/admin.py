@@ -1,12 +1,48 @@
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 
+from billing import services
 from billing.models import LedgerEntry, MachineUsage
+
+
+class AdjustmentForm(forms.ModelForm):
+    """What an operator enters for a balance adjustment; the rest comes from billing's service."""
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["workspace", "amount", "description"]
+        labels = {"amount": "Amount ($, negative to debit)", "description": "Reason"}
+
+    def clean_amount(self):
+        amount = self.cleaned_data["amount"]
+        if amount == 0:
+            raise forms.ValidationError("An adjustment moves the balance: enter an amount other than 0.")
+        return amount
 
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "workspace", "kind", "state", "amount", "description"]
+    list_display = ["created_at", "workspace", "kind", "state", "amount", "balance_after", "description"]
     list_filter = ["kind", "state"]
+    search_fields = ["description", "workspace__name"]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = AdjustmentForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return ["workspace", "amount", "description"] if obj is None else super().get_fields(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        # Never a bare save: the entry and the cached balance move together, under the
+        # workspace lock, in billing's service. Django's admin log records who added it.
+        entry = services.adjust_balance(
+            workspace_id=obj.workspace_id, amount=obj.amount, reason=obj.description, actor=request.user.get_username(),
+        )
+        obj.pk = entry.pk
+        obj.__dict__.update({k: v for k, v in entry.__dict__.items() if not k.startswith("_")})
+        messages.info(request, f"{obj.workspace} balance is now ${entry.balance_after:,.2f}.")
 
     def has_change_permission(self, request, obj=None):
         return False  # the ledger is append-only

@@ -100,6 +100,23 @@ def post_entry(
         return entry, True
 
 
+def adjust_balance(*, workspace_id: int, amount: Decimal, reason: str, actor: str) -> LedgerEntry:
+    """An operator's credit (positive) or correction (negative): one ledger entry that moves
+    the balance like any other, saying who made it and why."""
+    import uuid
+
+    amount = to_cents(Decimal(amount))
+    if amount == 0:
+        raise ValueError("An adjustment moves the balance: enter an amount other than 0.")
+    reason = (reason or "").strip() or "Balance adjustment"
+    entry, _ = post_entry(
+        workspace_id=workspace_id, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
+        idempotency_key=f"adjustment:{uuid.uuid4()}", description=f"{reason} (by {actor})"[:255],
+    )
+    log.info("Balance adjustment of %s on workspace %s by %s: %s", amount, workspace_id, actor, reason)
+    return entry
+
+
 # --- usage intervals ----------------------------------------------------------------------
 
 

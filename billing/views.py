@@ -38,8 +38,12 @@ def _month(request) -> dt.date:
         raise Http404("Months look like 2026-03.") from None
 
 
-def _spend_chart(days: list[tuple[dt.date, Decimal]], width: int = 620, height: int = 160) -> dict:
-    """Bars of daily spend and a cumulative line, as SVG coordinates (no JavaScript)."""
+def _spend_chart(
+    days: list[tuple[dt.date, Decimal]], width: int = 620, height: int = 160, today: dt.date | None = None
+) -> dict:
+    """Bars of daily spend and a cumulative line up to today (never into days that have not
+    happened), as SVG coordinates (no JavaScript)."""
+    today = today or timezone.now().date()
     top = max((amount for _, amount in days), default=Decimal(0)) or Decimal(1)
     total = sum((amount for _, amount in days), Decimal(0))
     slot = width / max(len(days), 1)
@@ -49,6 +53,8 @@ def _spend_chart(days: list[tuple[dt.date, Decimal]], width: int = 620, height: 
         bars.append({"x": round(i * slot + 1, 1), "y": round(height - bar_height, 1), "w": round(slot - 2, 1),
                      "h": round(bar_height, 1), "day": day, "amount": amount})
         running += amount
+        if day > today:
+            continue
         cumulative_y = height - float(running / (total or 1)) * (height - 20)
         points.append(f"{round(i * slot + slot / 2, 1)},{round(cumulative_y, 1)}")
     return {"width": width, "height": height, "bars": bars, "line": " ".join(points), "total": total, "peak": top}

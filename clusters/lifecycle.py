@@ -209,6 +209,10 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     return failed
 
 
+def _minutes(count: int) -> str:
+    return f"{count} minute{'' if count == 1 else 's'}"
+
+
 def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     if now >= cluster.deadline_at:
@@ -221,7 +225,7 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         } or {n.name: f"not joined after {minutes} min" for n in nodes}
         return _fail(
             cluster, nodes, provider, Reason.JOIN_TIMEOUT,
-            f"Not every machine was up and reachable within {cluster.machine_type.boot_deadline_minutes} minutes "
+            f"Not every machine was up and reachable within {_minutes(cluster.machine_type.boot_deadline_minutes)} "
             f"({', '.join(sorted(late)) or 'all nodes'} late).",
             late,
         )
@@ -284,7 +288,7 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     for node in workers:
         if node.state in (Node.State.BOOTING, Node.State.UP) and now - node.boot_requested_at > deadline:
             _release_worker(
-                cluster, node, provider, f"not up and joined within {cluster.machine_type.boot_deadline_minutes} minutes"
+                cluster, node, provider, f"not up and joined within {_minutes(cluster.machine_type.boot_deadline_minutes)}"
             )
             return Next.AGAIN
     failed = _boot_and_poll(cluster, workers, provider)

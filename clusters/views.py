@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -229,8 +229,10 @@ def volumes(request):
         else:
             messages.success(request, f"Created volume {volume.name} ({volume.size_gb} GB).")
             return redirect("clusters:volumes")
-    listed = Volume.objects.filter(environment=tenancy.environment).annotate(
-        live_clusters=Count("clusters", filter=Q(clusters__status__in=LIVE_STATUSES))
+    listed = (
+        Volume.objects.filter(environment=tenancy.environment)
+        .annotate(live_clusters=Count("clusters", filter=Q(clusters__status__in=LIVE_STATUSES)))
+        .prefetch_related(Prefetch("clusters", queryset=Cluster.objects.live().order_by("name"), to_attr="live_cluster_list"))
     )
     return render(request, "clusters/volumes.html", {"form": form, "volumes": listed})
 

@@ -107,7 +107,7 @@ def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environmen
     ("reason", "subject", "says"),
     [
         (Reason.BALANCE_EXHAUSTED, "Your cluster train was stopped: your balance ran out", "ran out"),
-        (Reason.BUDGET_REACHED, "Your cluster train was stopped: the monthly budget was reached", "monthly budget of $5000.00"),
+        (Reason.BUDGET_REACHED, "Your cluster train was stopped: the monthly budget was reached", "monthly budget of $5,000.00"),
     ],
 )
 def test_a_cluster_stopped_by_billing_gets_the_critical_stopped_email(smtp, environment, machine_type, owner, reason, subject, says):
@@ -137,3 +137,14 @@ def test_a_terminated_cluster_that_never_started_cost_nothing(smtp, environment,
     text = text_of(message)
     assert "Total cost: $0.00" in text and "never started" in text
     assert Delivery.objects.get().status == Delivery.Status.SENT
+
+
+def test_the_quote_confirmation_does_not_call_itself_a_notice_about_an_account():
+    from types import SimpleNamespace
+
+    from django.template.loader import render_to_string
+
+    quote = SimpleNamespace(contact_name="Ada", email="ada@example.org", pk=1)
+    for name in ("emails/quote_confirmation.txt", "emails/quote_confirmation.html"):
+        text = render_to_string(name, {"quote": quote, "critical": True})
+        assert "about your account" not in text and "because this address asked for a quote" in text

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 
 from clusters import services
 from clusters.models import Volume
@@ -59,3 +60,15 @@ def test_a_volume_whose_clusters_have_ended_can_be_deleted(client, owner, enviro
     response = client.post(f"/clusters/volumes/{volume.pk}/delete/")
     assert response.status_code == 302
     assert not Volume.objects.filter(pk=volume.pk).exists()
+
+
+def test_the_list_names_the_live_clusters_using_a_volume(member_client, environment, machine_type, workspace):
+    from clusters import services
+    from clusters.models import Volume
+
+    volume = Volume.objects.create(workspace=workspace, environment=environment, name="datasets")
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=2, volume=volume
+    )
+    text = member_client.get(reverse("clusters:volumes")).text
+    assert f'<a href="{cluster.get_absolute_url()}">train</a>' in text

