@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from csp.constants import NONE, SELF, UNSAFE_INLINE
+
 from config.env import env_bool, env_decimal, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -44,6 +46,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "csp",
     "accounts",
     "offers",
     "clusters",
@@ -55,6 +58,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -231,6 +235,26 @@ QUOTE_RATE_WINDOW_SECONDS = env_int("QUOTE_RATE_WINDOW_SECONDS", 3600)
 API_RATE_LIMIT = env_int("API_RATE_LIMIT", 600)
 API_RATE_WINDOW_SECONDS = env_int("API_RATE_WINDOW_SECONDS", 60)
 API_RATE_CACHE = "default"
+
+# Content-Security-Policy (django-csp): script only from this site's static files — no inline
+# <script>, no on…= handlers, no eval — so text a user typed can never run in someone
+# else's browser. Styles may be inline (style attributes, the API reference's <style>):
+# no user text is rendered into either.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "script-src-attr": [NONE],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],  # htmx requests and the live-status WebSocket, same origin
+        # A top-up form posts here and is redirected on to Stripe Checkout.
+        "form-action": [SELF, "https://checkout.stripe.com"],
+        "frame-ancestors": [NONE],
+        "base-uri": [NONE],
+        "object-src": [NONE],
+    }
+}
 
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_PUBLISHABLE_KEY = env_str("STRIPE_PUBLISHABLE_KEY", "")

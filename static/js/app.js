@@ -95,3 +95,39 @@
       .finally(function () { refreshing = false; });
   });
 })();
+
+// <form data-confirm="Delete key …?">: ask first. The question is an escaped attribute and
+// reaches window.confirm as a string, so a name typed by a user is never code. Capturing on
+// the document runs before htmx's own submit listener on the form, so "no" stops both kinds
+// of submit.
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var question = form instanceof HTMLFormElement ? form.getAttribute("data-confirm") : null;
+    if (question !== null && !window.confirm(question)) {
+      event.preventDefault();
+      event.stopPropagation();
+    }
+  }, true);
+})();
+
+// <a data-toggle-rows hx-get=… aria-controls="rows-id">: the billing page's cluster line opens
+// to its machine rows and closes again instead of fetching them twice.
+(function () {
+  "use strict";
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var link = event.detail.elt;
+    if (!link || !link.hasAttribute || !link.hasAttribute("data-toggle-rows")) return;
+    var rows = document.getElementById(link.getAttribute("aria-controls"));
+    if (rows && rows.children.length) {
+      rows.replaceChildren();
+      link.closest("tbody").classList.remove("open");
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var link = event.detail.elt;
+    if (link && link.hasAttribute && link.hasAttribute("data-toggle-rows")) link.closest("tbody").classList.add("open");
+  });
+})();

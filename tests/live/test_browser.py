@@ -35,6 +35,8 @@ CHROMIUM_ARGS = [
 BASE_DIR = Path(settings.BASE_DIR)
 SCREENSHOTS = BASE_DIR / "var" / "screenshots"
 PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
+# A name a Developer could give a key: it must reach the confirmation as text, never as script.
+PAYLOAD = "x');alert(1);//<img src=x onerror=alert(2)>"
 BOOT_SECONDS = 8  # long enough that the detail page is open before any machine is up
 WAIT_MS = 90_000  # upper bound for the whole lifecycle on a loaded machine
 
@@ -161,10 +163,43 @@ def test_a_customer_creates_a_cluster_and_watches_it_become_ready_live(customer,
     assert set(cluster.nodes.values_list("billing_started_at", flat=True)) == {cluster.billing_started_at}
 
 
+def watch_policy(context, violations: list[str]) -> None:
+    """Every page runs under the Content-Security-Policy: record whatever it blocks."""
+    context.add_init_script(
+        "document.addEventListener('securitypolicyviolation', function (e) {"
+        " console.error('CSP violation: ' + e.violatedDirective + ' blocked ' + e.blockedURI); });"
+    )
+
+    def on_console(message) -> None:
+        if message.type == "error" and ("Content Security Policy" in message.text or "CSP violation" in message.text):
+            violations.append(f"{message.location.get('url', '')}: {message.text}")
+
+    context.on("console", on_console)
+    context.on("weberror", lambda error: violations.append(f"page error: {error.error}"))
+
+
+def public_key_line() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode() + " carol@laptop"
+
+
 def create_and_watch(browser, stack: Stack) -> None:
+    violations: list[str] = []
     context = browser.new_context(base_url=stack.url)
+    watch_policy(context, violations)
     page = context.new_page()
     page.set_default_timeout(30_000)
+    dialogs: list[str] = []
+
+    def answer(dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", answer)
     try:
         page.goto("/login/")
         page.fill("#id_username", "carol")
@@ -172,6 +207,18 @@ def create_and_watch(browser, stack: Stack) -> None:
         page.click("button[type=submit]")
         page.wait_for_url("**/clusters/")
         phone_screenshot(browser, context, stack, "/offers/?machines=4&include_community=on", "offers-phone.png")
+
+        # A key named with a script payload: deleting it asks with the name as plain text,
+        # "no" keeps it, and nothing of the name ever runs (no alert besides the question).
+        page.goto("/account/ssh-keys/")
+        page.fill("#id_name", PAYLOAD)
+        page.fill("#id_public_key", public_key_line())
+        page.click("button:has-text('Add key')")
+        page.locator("td", has_text=PAYLOAD).wait_for()
+        page.click("button:has-text('Delete')")
+        assert dialogs == [f"Delete key {PAYLOAD}?"]
+        page.reload()
+        assert page.locator("td", has_text=PAYLOAD).count() == 1
 
         # A second tab on the (empty) clusters list: the new cluster must show up there too.
         listing = context.new_page()
@@ -204,8 +251,11 @@ def create_and_watch(browser, stack: Stack) -> None:
                           ("/clusters/new/?machines=4", "create-phone.png")]:
             phone_screenshot(browser, context, stack, url, name)
 
+        # A function, not an expression string: Playwright would eval() a string in the page,
+        # which the policy rightly refuses.
         page.wait_for_function(
-            "document.querySelector('[data-testid=cluster-status]').textContent.trim() === 'Ready'", timeout=WAIT_MS
+            "() => document.querySelector('[data-testid=cluster-status]').textContent.trim() === 'Ready'",
+            timeout=WAIT_MS,
         )
         assert page.evaluate("window.__sameDocument") == "still here"
         assert page.input_value("input[name=confirm_name]") == "browser"
@@ -217,6 +267,8 @@ def create_and_watch(browser, stack: Stack) -> None:
         row.locator(".status-ready").wait_for(timeout=WAIT_MS)
         assert listing.evaluate("window.__sameDocument") == "list"
         page.screenshot(path=str(SCREENSHOTS / "detail-ready-desktop.png"), full_page=True)
+        assert dialogs == [f"Delete key {PAYLOAD}?"]
+        assert violations == []
     except Exception:
         print("web log:\n" + stack.log("web") + "\nworker log:\n" + stack.log("worker"))
         raise
@@ -228,9 +280,12 @@ def phone_screenshot(browser, signed_in, stack: Stack, url: str, name: str) -> N
     """A page as a phone shows it, in var/screenshots/ for a person to look at."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     phone = browser.new_context(base_url=stack.url, storage_state=signed_in.storage_state(), **PHONE)
+    violations: list[str] = []
+    watch_policy(phone, violations)
     try:
         page = phone.new_page()
         page.goto(url)
         page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+        assert violations == [], url
     finally:
         phone.close()
