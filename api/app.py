@@ -16,7 +16,8 @@ from typing import Any
 
 import pydantic
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError, ValidationErrorContext
@@ -184,7 +185,24 @@ def authenticate(request: HttpRequest) -> tuple[ApiKey, Membership]:
     membership = keys.membership_for(api_key)
     if membership is None:
         raise _unauthenticated("This API key's creator is no longer a member of its workspace.")
+    wanted = request.headers.get("X-Workspace", "").strip()
+    if wanted:
+        membership = _switch_workspace(membership, wanted)
     return api_key, membership
+
+
+def _switch_workspace(membership: Membership, wanted: str) -> Membership:
+    """X-Workspace: another workspace of the key's creator (by name or id), with their role there."""
+    memberships = Membership.objects.select_related("workspace", "user").filter(user_id=membership.user_id)
+    found = None
+    if "\x00" not in wanted:
+        found = memberships.filter(workspace__name=wanted).first()
+        if found is None and wanted.isdigit() and len(wanted) < 19:
+            found = memberships.filter(workspace_id=int(wanted)).first()
+    if found is None:
+        raise ApiError(404, "workspace_not_found", f"Workspace {wanted!r} is not one this key's creator belongs to.",
+                       {"workspace": [f"Use one of: {', '.join(m.workspace.name for m in memberships)}."]})
+    return found
 
 
 def resolve_environment(request: HttpRequest, workspace: Workspace) -> Environment:
@@ -250,6 +268,12 @@ ENVIRONMENT_HEADER = {
     "description": "Environment name or id to act in; the workspace's default when absent.",
     "schema": {"type": "string"},
 }
+WORKSPACE_HEADER = {
+    "name": "X-Workspace", "in": "header", "required": False,
+    "description": "Another workspace of the key's creator (name or id) to act in, with their role there; "
+                   "the key's own workspace when absent.",
+    "schema": {"type": "string"},
+}
 
 
 class RuncrateApi(NinjaAPI):
@@ -269,11 +293,11 @@ class RuncrateApi(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
         spec = super().get_openapi_schema(path_prefix=PREFIX if path_prefix is None else path_prefix)
         spec["servers"] = [{"url": "/"}]
-        # Every authenticated operation reads X-Environment (in ApiKeyAuth): say so once per operation.
+        # Every authenticated operation reads X-Workspace and X-Environment (in ApiKeyAuth).
         for item in spec["paths"].values():
             for operation in item.values():
                 if isinstance(operation, dict) and operation.get("security"):
-                    operation.setdefault("parameters", []).insert(0, ENVIRONMENT_HEADER)
+                    operation.setdefault("parameters", [])[:0] = [WORKSPACE_HEADER, ENVIRONMENT_HEADER]
         return spec
 
 
@@ -304,6 +328,17 @@ def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 @api.exception_handler(ClusterError)
 def _cluster_error(request: HttpRequest, exc: ClusterError) -> HttpResponse:
     return error_response(from_cluster_error(exc))
+
+
+@api.exception_handler(DjangoValidationError)
+def _django_invalid(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+    details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+    return error_response(invalid(details))
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return error_response(ApiError(403, "forbidden", str(exc) or "This key's role may not do this."))
 
 
 @api.exception_handler(Http404)

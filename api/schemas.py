@@ -14,14 +14,13 @@ from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJs
 
 from clusters.models import Reason, Software, Status
 from offers.models import Interconnect, MachineKind
-from offers.services import MAX_MACHINES, MIN_MACHINES
+from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
 
 CENT = Decimal("0.01")
 # Ids are bigints in the database: anything larger names nothing (and must not reach SQL).
 MAX_ID = 2**63 - 1
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
-NAME_MAX_LENGTH = 63
 
 COMMUNITY_WARNING = "Community host (independent operator): keep secrets off it; volumes cannot be attached."
 
@@ -488,3 +487,137 @@ class Quote(Schema):
 
 
 PathId = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+class Problem(Schema):
+    code: str
+    message: str
+    field: str | None = Field(description="The request field it is about; null when it is about the whole request.")
+
+
+class PlanBalance(Schema):
+    credits_balance: Money
+    required: Money = Field(description="One hour of the whole cluster, never less than the minimum.")
+    covers_one_hour: bool
+
+
+class PlanBudget(Schema):
+    monthly_budget: Money
+    spent: Money
+    remaining: Money
+
+
+class PlanRunway(Schema):
+    per_hour_after_create: Money = Field(description="Everything the workspace runs or is starting, plus this cluster.")
+    hours: str | None = Field(description="Hours the balance lasts at that rate; null when nothing would be billed.")
+    under_one_hour: bool
+
+
+class ClusterPlan(Schema):
+    """POST /api/v1/clusters/plan: what a create with the same body would do. Nothing is reserved."""
+
+    can_create: bool
+    offer: OfferSummary | None
+    machines: int | None
+    software: str
+    available_machines: int
+    price_per_machine_hour: Money
+    price_per_hour: Money = Field(description="The whole cluster per hour.")
+    balance: PlanBalance
+    budget: PlanBudget
+    runway: PlanRunway
+    warnings: list[str]
+    problems: list[Problem] = Field(description="Every refusal a create would answer, each with its code.")
+
+
+# -- workspace, environments, SSH keys, instances -----------------------------------------------
+
+
+class SSHKey(Schema):
+    id: int
+    name: str
+    fingerprint: str
+    public_key: str
+    created_at: Timestamp
+
+
+class CreateSSHKey(Body):
+    name: text(100)  # type: ignore[valid-type]
+    public_key: text(16_000, description="One OpenSSH public key line: type, key and an optional comment.")  # type: ignore[valid-type]
+
+
+class Environment(Schema):
+    id: int
+    name: str
+    is_default: bool
+    monthly_budget: Money
+    month_to_date_spend: Money = Field(description="Usage posted this calendar month (UTC).")
+    budget_remaining: Money
+    current: bool = Field(description="The environment this request acts in (X-Environment or the default).")
+
+
+class Workspace(Schema):
+    id: int
+    name: str
+    role: str = Field(description="The key's creator's role there: owner, manager or developer.")
+    current: bool = Field(description="The workspace this request acts in (X-Workspace or the key's own).")
+
+
+class Instance(Schema):
+    """A machine the workspace runs. Every instance is a node of a cluster and ends with it."""
+
+    id: int
+    name: str = Field(description="The node's name in its cluster, node-0 (the head) … node-N-1.")
+    role: choice(["head", "worker"])  # type: ignore[valid-type]
+    status: str
+    cluster_id: int
+    cluster_name: str
+    cluster_status: choice(Status.values)  # type: ignore[valid-type]
+    environment: str
+    gpu: str
+    gpus_per_machine: int
+    machine_kind: choice(MachineKind.values)  # type: ignore[valid-type]
+    location: str
+    private_ip: str | None
+    price_per_hour: Money = Field(description="This machine's hourly price.")
+    billing_started_at: OptionalTimestamp
+
+    @staticmethod
+    def resolve_status(node: Any) -> str:
+        return node.state
+
+    @staticmethod
+    def resolve_cluster_name(node: Any) -> str:
+        return node.cluster.name
+
+    @staticmethod
+    def resolve_cluster_status(node: Any) -> str:
+        return node.cluster.status
+
+    @staticmethod
+    def resolve_environment(node: Any) -> str:
+        return node.cluster.environment.name
+
+    @staticmethod
+    def resolve_gpu(node: Any) -> str:
+        return node.cluster.machine_type.gpu.slug
+
+    @staticmethod
+    def resolve_gpus_per_machine(node: Any) -> int:
+        return node.cluster.machine_type.gpus_per_machine
+
+    @staticmethod
+    def resolve_machine_kind(node: Any) -> str:
+        return node.cluster.machine_type.kind
+
+    @staticmethod
+    def resolve_location(node: Any) -> str:
+        return node.cluster.machine_type.location.code
+
+    @staticmethod
+    def resolve_private_ip(node: Any) -> str | None:
+        return node.private_ip if node.joined_at else None
+
+    @staticmethod
+    def resolve_price_per_hour(node: Any) -> Decimal:
+        return node.cluster.price_per_machine_hour

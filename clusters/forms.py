@@ -6,7 +6,8 @@ from django.db.models import Q
 from accounts.models import SSHKey
 from clusters.models import Software, Volume
 from offers.models import MachineKind, MachineType
-from offers.services import MAX_MACHINES, MIN_MACHINES, SORTS, machine_types_with_availability
+from clusters.rules import MAX_MACHINES, MIN_MACHINES
+from offers.services import SORTS, machine_types_with_availability
 
 
 SOFTWARE_HELP = {

@@ -25,6 +25,8 @@ class Status(models.TextChoices):
 
 LIVE_STATUSES = (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED, Status.TERMINATING)
 FINAL_STATUSES = (Status.FAILED, Status.TERMINATED)
+# What terminate_cluster (and enforcement) can still stop: live, and not already stopping.
+TERMINABLE_STATUSES = (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED)
 
 
 class Software(models.TextChoices):
@@ -66,6 +68,9 @@ class Volume(models.Model):
 class ClusterQuerySet(models.QuerySet):
     def live(self):
         return self.filter(status__in=LIVE_STATUSES)
+
+    def terminable(self):
+        return self.filter(status__in=TERMINABLE_STATUSES)
 
 
 class Cluster(models.Model):
@@ -140,8 +145,14 @@ class Cluster(models.Model):
         return self.billing_started_at is not None and self.billing_ended_at is None
 
     @property
+    def max_new_workers(self) -> int:
+        from clusters.rules import MAX_MACHINES
+
+        return max(MAX_MACHINES - self.machine_count, 0)
+
+    @property
     def can_terminate(self) -> bool:
-        return self.status in (Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED)
+        return self.status in TERMINABLE_STATUSES
 
     @property
     def can_retry_install(self) -> bool:

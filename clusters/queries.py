@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from decimal import Decimal
+
+from django.db.models import F, Prefetch, QuerySet, Sum
 
 from clusters.models import Cluster, ClusterEvent, Node
 
@@ -35,3 +37,12 @@ def workspace_instances(workspace_id: int) -> QuerySet[Node]:
 def workspace_instance(workspace_id: int, instance_id: int) -> Node | None:
     """One instance of the workspace, or None (callers answer 404, never 403)."""
     return workspace_instances(workspace_id).filter(pk=instance_id).first()
+
+
+def committed_rate(workspace_id: int) -> Decimal:
+    """What every cluster the workspace runs, or is starting, costs per hour once it is billed:
+    the runway of a create counts the clusters still booting too, which are not billed yet."""
+    total = Cluster.objects.filter(workspace_id=workspace_id).terminable().aggregate(
+        rate=Sum(F("price_per_machine_hour") * F("machine_count"))
+    )["rate"]
+    return total or Decimal("0.00")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from dataclasses import dataclass
 from pathlib import Path
 from decimal import Decimal
@@ -18,13 +19,13 @@ from django.utils import timezone
 from accounts.models import Environment, SSHKey, Workspace
 from billing import services as billing
 from clusters import emails as cluster_emails
+from clusters import rules
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
-from clusters.models import FINAL_STATUSES, Cluster, ClusterEvent, Node, Reason, Software, Status, Volume
+from clusters.models import FINAL_STATUSES, TERMINABLE_STATUSES, Cluster, ClusterEvent, Node, Reason, Software, Status, Volume
 from offers import services as inventory
 from offers.models import MachineType
 
 SYSTEM = "system"
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
@@ -60,58 +61,112 @@ def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields) -> b
 # --- create -----------------------------------------------------------------------------
 
 
-def validate_cluster_request(
-    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
-    software: str, volume: Volume | None,
-) -> None:
-    """The checks that need no lock; create_cluster repeats the money and inventory ones under locks."""
-    if not NAME_RE.match(name or ""):
-        raise ClusterError(
-            "invalid_name", "Use 1–63 lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
-            field="name",
-        )
-    if Cluster.objects.live().filter(environment=environment, name=name).exists():
-        raise ClusterError("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")
-    if machine_count is None or not (inventory.MIN_MACHINES <= machine_count <= inventory.MAX_MACHINES):
-        raise ClusterError(
-            "invalid_machine_count",
-            f"A cluster has {inventory.MIN_MACHINES} to {inventory.MAX_MACHINES} machines. "
-            "For more, request a quote.",
-            field="machines",
-        )
-    if machine_type is None or not machine_type.active:
-        raise ClusterError("offer_not_found", "Pick one of the offers listed for this size.", field="offer")
-    if software not in Software.values:
-        raise ClusterError("invalid_software", "Pick None, Slurm, Kubernetes or Ray.", field="software")
-    if software == Software.KUBERNETES and not machine_type.supports_kubernetes:
-        raise ClusterError(
-            "kubernetes_unsupported",
-            "Kubernetes runs only on VM and bare-metal offers; this offer is a container. "
-            "Pick Slurm, Ray or None, or a VM/bare-metal offer.",
-            field="software",
-        )
-    if volume is not None:
-        if machine_type.community:
-            raise ClusterError(
-                "volume_on_community",
-                "A volume cannot be attached to a cluster on community hosts (independent operators). "
-                "Detach the volume or pick a non-community offer.",
-                field="volume",
-            )
-        if volume.environment_id != environment.pk:
-            raise ClusterError("volume_not_found", "That volume is not in this environment.", field="volume")
+def validate_cluster_request(**request) -> None:
+    """The checks that need no lock (clusters.rules); create_cluster repeats the money and
+    inventory ones under locks."""
+    rules.check_request(**request)
 
 
 def check_balance(workspace: Workspace, price_per_hour: Decimal) -> None:
-    required = billing.required_balance(price_per_hour)
-    if workspace.credit_balance < required:
-        raise InsufficientCredits(
-            "insufficient_credits",
-            f"Your balance of ${workspace.credit_balance:,.2f} does not cover ${required:,.2f} "
-            "(one hour of the whole cluster, and never less than $10). Top up to continue.",
-            field="__all__",
-            details={"required": str(required), "available": str(workspace.credit_balance)},
-        )
+    problem = rules.balance_problem(workspace.credit_balance, price_per_hour)
+    if problem is not None:
+        raise problem
+
+
+@dataclass
+class ClusterPlan:
+    """What creating a cluster would do, checked exactly as create_cluster checks it, with
+    nothing reserved: the price, the balance rule, the budget, the runway of the whole workspace
+    once it runs too, and every refusal (each a ClusterError with its code)."""
+
+    machine_type: MachineType | None
+    machines: int | None
+    software: str
+    price_per_machine_hour: Decimal
+    price_per_hour: Decimal
+    required_balance: Decimal
+    balance: Decimal
+    available_machines: int
+    monthly_budget: Decimal
+    budget_spent: Decimal
+    committed_per_hour: Decimal
+    problems: list[ClusterError] = field(default_factory=list)
+
+    @property
+    def can_create(self) -> bool:
+        return not self.problems
+
+    @property
+    def budget_remaining(self) -> Decimal:
+        return max(self.monthly_budget - self.budget_spent, Decimal(0))
+
+    @property
+    def per_hour_after(self) -> Decimal:
+        """What everything the workspace runs would cost per hour with this cluster too."""
+        return self.committed_per_hour + self.price_per_hour
+
+    @property
+    def runway_hours(self) -> Decimal | None:
+        """Hours the balance lasts once this cluster runs beside everything else (None: free)."""
+        if self.per_hour_after <= 0:
+            return None
+        return max(self.balance / self.per_hour_after, Decimal(0)).quantize(Decimal("0.01"))
+
+    @property
+    def warnings(self) -> list[str]:
+        found = []
+        if self.runway_hours is not None and self.runway_hours < 1:
+            found.append(
+                f"With this cluster the workspace would spend ${self.per_hour_after:,.2f}/h and the balance of "
+                f"${self.balance:,.2f} lasts {self.runway_hours * 60:.0f} minutes: every cluster is stopped when "
+                "it runs out. Top up first."
+            )
+        if self.price_per_hour and self.budget_remaining < self.price_per_hour:
+            found.append(
+                f"The environment has ${self.budget_remaining:,.2f} left of its monthly budget, less than one hour "
+                "of this cluster: it is stopped when the budget is reached."
+            )
+        if self.machine_type is not None and self.machine_type.community:
+            found.append("Community host (independent operator): keep secrets off it.")
+        return found
+
+
+def plan_cluster(
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
+    software: str = Software.NONE, volume: Volume | None = None,
+) -> ClusterPlan:
+    """create_cluster's checks without the locks or the reservation, every refusal collected."""
+    from clusters.queries import committed_rate
+    from billing.services import month_to_date_spend, required_balance
+
+    workspace = Workspace.objects.get(pk=environment.workspace_id)
+    problems = list(rules.request_problems(
+        environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
+        software=software, volume=volume,
+    ))
+    count = machine_count or 0
+    per_machine = machine_type.price_per_machine_hour if machine_type is not None else Decimal(0)
+    price = machine_type.price_for(count) if machine_type is not None else Decimal(0)
+    available = inventory.free_host_count(machine_type) if machine_type is not None else 0
+    if machine_type is not None and count and available < count:
+        problems.append(Conflict(
+            "offer_unavailable",
+            f"This offer cannot start {count} machines now ({available} free). Pick another offer or fewer machines.",
+            field="offer",
+        ))
+    if (problem := rules.balance_problem(workspace.credit_balance, price)) is not None:
+        problems.append(problem)
+    try:
+        billing.check_budget(environment)
+    except ClusterError as problem:
+        problems.append(problem)
+    return ClusterPlan(
+        machine_type=machine_type, machines=machine_count, software=software, price_per_machine_hour=per_machine,
+        price_per_hour=price, required_balance=required_balance(price), balance=workspace.credit_balance,
+        available_machines=available, monthly_budget=environment.monthly_budget,
+        budget_spent=month_to_date_spend([environment.pk])[environment.pk],
+        committed_per_hour=committed_rate(workspace.pk), problems=problems,
+    )
 
 
 def create_cluster(
@@ -425,7 +480,7 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
     with transaction.atomic():
         now = timezone.now()
         if not transition(
-            cluster, [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED], Status.TERMINATING,
+            cluster, TERMINABLE_STATUSES, Status.TERMINATING,
             termination_reason=reason,
         ):
             return False
@@ -490,12 +545,8 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
         if cluster.status != Status.READY:
             raise Conflict("not_ready", f"Workers can be added to a ready cluster; {cluster.name} is {cluster.status}.")
         total = cluster.machine_count + count
-        if total > inventory.MAX_MACHINES:
-            raise ClusterError(
-                "invalid_count",
-                f"A cluster has at most {inventory.MAX_MACHINES} machines; {cluster.name} has {cluster.machine_count}.",
-                field="count",
-            )
+        if (problem := rules.worker_count_problem(cluster, count)) is not None:
+            raise problem
         check_balance(workspace, cluster.price_per_machine_hour * total)
         hosts = inventory.reserve_hosts(cluster.machine_type, count)
         if hosts is None:

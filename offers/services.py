@@ -10,8 +10,6 @@ from django.db.models import Count, Q, QuerySet
 
 from offers.models import GPUModel, Host, MachineType
 
-MIN_MACHINES = 2
-MAX_MACHINES = 64
 
 
 @dataclass(frozen=True)

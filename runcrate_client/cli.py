@@ -580,7 +580,7 @@ def clusters_retry_install(state: State, cluster_id: str, as_json: bool) -> None
 
 @clusters.command("add-worker")
 @click.argument("cluster_id")
-@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 62), help="How many workers to add.")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="How many workers to add (the server knows the limit).")
 @json_option
 @pass_state
 def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool) -> None:

@@ -12,10 +12,11 @@ from ninja import Query, Router, Status
 
 from accounts.models import SSHKey
 from api import schemas
-from api.app import ApiContext, ApiError, context, invalid, not_found, ok, page, responses
+from api.app import API_FIELD_NAMES, ApiContext, ApiError, context, invalid, not_found, ok, page, responses
 from api.models import IdempotentRequest
 from clusters import services
 from clusters.access import get_cluster_for_user
+from clusters.errors import ClusterError
 from clusters.models import Cluster, Status as ClusterStatus, Volume
 from clusters.queries import cluster_for_detail, cluster_for_list
 from offers.models import MachineType
@@ -121,6 +122,56 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
             raise
         return _replay(record, fingerprint)
     return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
+
+
+def _plan_data(plan: services.ClusterPlan, problems: list[ClusterError]) -> dict[str, Any]:
+    everything = [*problems, *plan.problems]
+    return {
+        "can_create": not everything,
+        "offer": plan.machine_type,
+        "machines": plan.machines,
+        "software": plan.software,
+        "available_machines": plan.available_machines,
+        "price_per_machine_hour": plan.price_per_machine_hour,
+        "price_per_hour": plan.price_per_hour,
+        "balance": {"credits_balance": plan.balance, "required": plan.required_balance,
+                    "covers_one_hour": plan.balance >= plan.required_balance},
+        "budget": {"monthly_budget": plan.monthly_budget, "spent": plan.budget_spent, "remaining": plan.budget_remaining},
+        "runway": {"per_hour_after_create": plan.per_hour_after,
+                   "hours": None if plan.runway_hours is None else str(plan.runway_hours),
+                   "under_one_hour": plan.runway_hours is not None and plan.runway_hours < 1},
+        "warnings": plan.warnings,
+        "problems": [
+            {"code": p.code, "message": p.message,
+             "field": None if p.field in (None, "__all__") else API_FIELD_NAMES.get(p.field, p.field)}
+            for p in everything
+        ],
+    }
+
+
+@router.post("clusters/plan", operation_id="planCluster", summary="Check and price a cluster without creating it",
+             description="The same checks as POST /clusters with the same body, and nothing reserved: the price per "
+                         "hour, the balance rule (one hour of the whole cluster, never less than $10), the "
+                         "environment's budget, the runway of everything the workspace runs once this cluster runs "
+                         "too (`runway.under_one_hour` warns), and every refusal with its code in `problems`.",
+             response=responses({200: schemas.envelope(schemas.ClusterPlan)}, 400))
+def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[str, Any]:
+    ctx = context(request)
+    problems: list[ClusterError] = []
+    machine_type = MachineType.objects.select_related("gpu", "location").filter(pk=payload.offer_id, active=True).first()
+    volume = None
+    if payload.volume_id is not None:
+        volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
+        if volume is None:
+            problems.append(ClusterError("volume_not_found", "No such volume in this workspace.", field="volume"))
+    known_keys = set(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids).values_list("pk", flat=True))
+    problems += [ClusterError("ssh_key_not_found", f"No SSH key {i} in this workspace.", field="ssh_key_ids")
+                 for i in payload.ssh_key_ids if i not in known_keys]
+    plan = services.plan_cluster(
+        environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
+        software=payload.software, volume=volume,
+    )
+    return ok(_plan_data(plan, problems))
 
 
 @router.get("clusters/{cluster_id}", operation_id="getCluster", summary="A cluster and its nodes",

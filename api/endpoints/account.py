@@ -1,0 +1,76 @@
+"""The workspace a key acts in: its workspaces, environments (with budgets and spend) and SSH keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+
+from accounts import services as accounts
+from accounts.models import Environment, Membership, SSHKey
+from api import schemas
+from api.app import context, not_found, ok, page, responses
+
+router = Router(tags=["Account"])
+
+
+@router.get("workspaces", operation_id="listWorkspaces", summary="Workspaces the key's creator belongs to",
+            description="Send `X-Workspace: <name or id>` to act in another of them, with the role shown here.",
+            response=responses({200: schemas.list_envelope(schemas.Workspace)}, 400))
+def list_workspaces(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    ctx = context(request)
+    memberships = Membership.objects.filter(user_id=ctx.membership.user_id).select_related("workspace").order_by("workspace__name", "workspace_id")
+    result = page(memberships, pages)
+    result["data"] = [
+        {"id": m.workspace_id, "name": m.workspace.name, "role": m.role, "current": m.workspace_id == ctx.workspace.pk}
+        for m in result["data"]
+    ]
+    return result
+
+
+@router.get("environments", operation_id="listEnvironments",
+            summary="Environments of the workspace, with budgets and month-to-date spend",
+            description="Send `X-Environment: <name or id>` to act in one; the default otherwise.",
+            response=responses({200: schemas.list_envelope(schemas.Environment)}, 400))
+def list_environments(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    from billing.services import month_to_date_spend
+
+    ctx = context(request)
+    result = page(Environment.objects.filter(workspace=ctx.workspace), pages)
+    spent = month_to_date_spend([e.pk for e in result["data"]])
+    result["data"] = [
+        {"id": e.pk, "name": e.name, "is_default": e.is_default, "monthly_budget": e.monthly_budget,
+         "month_to_date_spend": spent[e.pk], "budget_remaining": max(e.monthly_budget - spent[e.pk], 0),
+         "current": e.pk == ctx.environment.pk}
+        for e in result["data"]
+    ]
+    return result
+
+
+@router.get("ssh-keys", operation_id="listSshKeys", summary="SSH public keys of the workspace",
+            description="Pass their ids as `ssh_key_ids` when creating a cluster: every node accepts them for root.",
+            response=responses({200: schemas.list_envelope(schemas.SSHKey)}, 400))
+def list_ssh_keys(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    return page(SSHKey.objects.filter(workspace=context(request).workspace).order_by("name", "id"), pages)
+
+
+@router.post("ssh-keys", operation_id="createSshKey", summary="Add an SSH public key to the workspace",
+             response=responses({201: schemas.envelope(schemas.SSHKey)}, 400))
+def create_ssh_key(request: HttpRequest, payload: schemas.CreateSSHKey) -> Status:
+    ctx = context(request)
+    key = accounts.add_ssh_key(workspace=ctx.workspace, name=payload.name, public_key=payload.public_key,
+                               created_by=ctx.api_key.created_by)
+    return Status(201, ok(key))
+
+
+@router.delete("ssh-keys/{key_id}", operation_id="deleteSshKey", summary="Remove an SSH public key",
+               description="Running clusters keep the keys they were created with; new clusters no longer get it.",
+               response=responses({200: schemas.envelope(schemas.SSHKey)}))
+def delete_ssh_key(request: HttpRequest, key_id: schemas.PathId) -> dict[str, Any]:
+    ctx = context(request)
+    key = SSHKey.objects.filter(workspace=ctx.workspace, pk=key_id).first()
+    if key is None:
+        raise not_found("That SSH key")
+    accounts.delete_ssh_key(workspace=ctx.workspace, key=key)
+    return ok(key)

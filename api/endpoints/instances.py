@@ -1,0 +1,36 @@
+"""Instances: every machine the workspace runs. Each is a node of a cluster, so it ends with its
+cluster and is never terminated on its own (the Instances page reads the same query)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router
+
+from api import schemas
+from api.app import context, not_found, page, responses
+from clusters import services
+from clusters.queries import workspace_instance, workspace_instances
+
+router = Router(tags=["Instances"])
+
+
+@router.get("instances", operation_id="listInstances", summary="Every machine the workspace runs",
+            description="In every environment of the workspace; each is marked with the cluster it belongs to.",
+            response=responses({200: schemas.list_envelope(schemas.Instance)}, 400))
+def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+    return page(workspace_instances(context(request).workspace.pk), pages)
+
+
+@router.delete("instances/{instance_id}", operation_id="terminateInstance",
+               summary="Always refused: a cluster's machine ends with its cluster",
+               description="Answers 409 node_terminate_refused naming the cluster; terminate the cluster instead "
+                           "(DELETE /api/v1/clusters/{id}).",
+               response=responses({}, 409))
+def terminate_instance(request: HttpRequest, instance_id: schemas.PathId) -> None:
+    instance = workspace_instance(context(request).workspace.pk, instance_id)
+    if instance is None:
+        raise not_found("That instance")
+    services.terminate_instance(instance)
+    raise AssertionError("terminate_instance always refuses")  # pragma: no cover

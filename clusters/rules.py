@@ -1,0 +1,112 @@
+"""The product's rules for a cluster request, written once. The create form, the plan endpoint,
+the API, the CLI's --dry-run and the MCP server's plan all reach these through
+clusters.services (`create_cluster`, `plan_cluster`); forms, templates and API schemas import
+the bounds from here instead of restating them.
+
+- a cluster has MIN_MACHINES..MAX_MACHINES machines (more is a quote);
+- Kubernetes only on `vm` and `bare_metal` machines;
+- no volume on community hosts;
+- to start (or grow) a cluster the balance covers one hour of the whole cluster, and never
+  less than settings.MINIMUM_CREATE_BALANCE ($10) — billing.services.required_balance.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+
+from django.conf import settings
+
+from clusters.errors import ClusterError, InsufficientCredits
+from clusters.models import Cluster, Software, Volume
+from offers.models import MachineType
+
+MIN_MACHINES = 2
+MAX_MACHINES = 64
+NAME_MAX_LENGTH = 63
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def minimum_balance() -> Decimal:
+    return settings.MINIMUM_CREATE_BALANCE
+
+
+def request_problems(
+    *, environment, name: str, machine_type: MachineType | None, machine_count: int | None, software: str,
+    volume: Volume | None,
+) -> Iterator[ClusterError]:
+    """Every refusal of a cluster request that needs no lock, in the order a person fixes them."""
+    if not NAME_RE.match(name or ""):
+        yield ClusterError(
+            "invalid_name", "Use 1–63 lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
+            field="name",
+        )
+    elif Cluster.objects.live().filter(environment=environment, name=name).exists():
+        yield ClusterError("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")
+    if machine_count is None or not (MIN_MACHINES <= machine_count <= MAX_MACHINES):
+        yield machine_count_problem()
+    if machine_type is None or not machine_type.active:
+        yield ClusterError("offer_not_found", "Pick one of the offers listed for this size.", field="offer")
+        return
+    if software not in Software.values:
+        yield ClusterError("invalid_software", "Pick None, Slurm, Kubernetes or Ray.", field="software")
+    elif software == Software.KUBERNETES and not machine_type.supports_kubernetes:
+        yield ClusterError(
+            "kubernetes_unsupported",
+            "Kubernetes runs only on VM and bare-metal offers; this offer is a container. "
+            "Pick Slurm, Ray or None, or a VM/bare-metal offer.",
+            field="software",
+        )
+    if volume is not None:
+        if machine_type.community:
+            yield ClusterError(
+                "volume_on_community",
+                "A volume cannot be attached to a cluster on community hosts (independent operators). "
+                "Detach the volume or pick a non-community offer.",
+                field="volume",
+            )
+        elif volume.environment_id != environment.pk:
+            yield ClusterError("volume_not_found", "That volume is not in this environment.", field="volume")
+
+
+def machine_count_problem() -> ClusterError:
+    return ClusterError(
+        "invalid_machine_count",
+        f"A cluster has {MIN_MACHINES} to {MAX_MACHINES} machines. For more, request a quote.",
+        field="machines",
+    )
+
+
+def check_request(**request) -> None:
+    """Raise the first refusal of `request_problems`."""
+    for problem in request_problems(**request):
+        raise problem
+
+
+def worker_count_problem(cluster: Cluster, adding: int) -> ClusterError | None:
+    if adding < 1:
+        return ClusterError("invalid_count", "Add at least one worker.", field="count")
+    if cluster.machine_count + adding > MAX_MACHINES:
+        return ClusterError(
+            "invalid_count",
+            f"A cluster has at most {MAX_MACHINES} machines; {cluster.name} has {cluster.machine_count}.",
+            field="count",
+        )
+    return None
+
+
+def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCredits | None:
+    """The money rule: the balance covers one hour of the whole cluster, never less than $10."""
+    from billing.services import required_balance
+
+    required = required_balance(price_per_hour)
+    if balance >= required:
+        return None
+    return InsufficientCredits(
+        "insufficient_credits",
+        f"Your balance of ${balance:,.2f} does not cover ${required:,.2f} "
+        f"(one hour of the whole cluster, and never less than ${minimum_balance():,.0f}). Top up to continue.",
+        field="__all__",
+        details={"required": str(required), "available": str(balance)},
+    )
