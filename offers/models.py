@@ -62,7 +62,7 @@ PRIVATE_NETWORK_SPEED = "about 1–2 Gbit/s"
 NETWORK_CAVEAT = (
     "Self-serve clusters run on Ethernet with an encrypted private network between the machines, "
     f"{PRIVATE_NETWORK_SPEED}. That suits independent jobs, Slurm arrays, Ray, Kubernetes and LoRA "
-    "fine-tuning, not training a full model across machines: for InfiniBand or RoCE, request a quote."
+    "fine-tuning, not training a full model across machines. InfiniBand and RoCE networks are sold through a quote."
 )
 
 
