@@ -6,7 +6,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from accounts.models import Membership
-from clusters.broadcast import cluster_group, current_cluster_detail, environment_group
+from clusters.broadcast import (
+    cluster_group,
+    environment_group,
+    render_cluster_changes,
+    render_cluster_now,
+    render_cluster_row,
+)
 from clusters.models import Cluster
 
 
@@ -47,6 +53,9 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
 
 class ClusterConsumer(_LiveConsumer):
+    # The newest event this socket has sent: each push adds only the events after it.
+    last_event_id: int | None = None
+
     async def allowed(self, user) -> bool:
         self.cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
         self.group = cluster_group(self.cluster_id)
@@ -55,8 +64,19 @@ class ClusterConsumer(_LiveConsumer):
     async def joined(self) -> None:
         # A change committed between rendering the page and joining the group (or while
         # the socket was reconnecting) was pushed to nobody: send the state as it is now.
-        html = await database_sync_to_async(current_cluster_detail)(self.cluster_id)
-        if html:
+        messages, self.last_event_id = await database_sync_to_async(render_cluster_now)(self.cluster_id)
+        await self.send_all(messages)
+
+    async def cluster_changed(self, event):
+        # Rendered here, per socket, not on the thread that committed the change: it only
+        # said which nodes changed, and each page lacks different events.
+        messages, self.last_event_id = await database_sync_to_async(render_cluster_changes)(
+            self.cluster_id, event["nodes"], self.last_event_id
+        )
+        await self.send_all(messages)
+
+    async def send_all(self, messages: list[str]) -> None:
+        for html in messages:
             await self.send(text_data=html)
 
 
@@ -65,3 +85,8 @@ class EnvironmentConsumer(_LiveConsumer):
         environment_id = int(self.scope["url_route"]["kwargs"]["environment_id"])
         self.group = environment_group(environment_id)
         return await _environment_visible(user, environment_id)
+
+    async def cluster_changed(self, event):
+        html = await database_sync_to_async(render_cluster_row)(event["cluster_id"])
+        if html:
+            await self.send(text_data=html)

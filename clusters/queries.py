@@ -1,26 +1,66 @@
-"""Reads shared by pages, partials, pushes and the API, each one a fixed number of queries."""
+"""Reads shared by pages, partials, pushes and the API.
+
+Each one makes a fixed number of queries and returns a bounded amount of data however many
+clusters, nodes and events there are: lists are sliced in the database, a cluster's events
+come as a window of the newest ones (older ones on request), and nothing reads the columns
+a page never shows (node secrets; log tails outside the nodes table).
+"""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.paginator import Page, Paginator
 from django.db.models import F, Prefetch, QuerySet, Sum
 
-from clusters.models import Cluster, ClusterEvent, Node
+from clusters.models import Cluster, ClusterEvent, Node, Status
 
 _CATALOGUE = ("machine_type__gpu", "machine_type__location", "environment")
+# Lists show a page of clusters; a page of nodes in a row would be a page of its own.
+CLUSTERS_PER_PAGE = 50
+# The detail page and its pushes carry the newest events; older ones load on demand.
+EVENTS_WINDOW = 20
+LIVE, ALL = "live", "all"
+STATUS_FILTERS = (LIVE, ALL, *Status.values)
+
+
+class UnknownStatus(ValueError):
+    """A status filter that is neither live, all nor a cluster status."""
+
+
+def clusters_with_status(queryset: QuerySet[Cluster], status: str = LIVE) -> QuerySet[Cluster]:
+    """live (the default), all, or one status; anything else raises UnknownStatus."""
+    if status == ALL:
+        return queryset
+    if status == LIVE or not status:
+        return queryset.live()
+    if status not in Status.values:
+        raise UnknownStatus(status)
+    return queryset.filter(status=status)
 
 
 def cluster_for_list(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
-    return queryset.select_related(*_CATALOGUE).prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.order_by("index"))
+    """A cluster's row: the cluster and its catalogue entry, none of its nodes."""
+    return queryset.select_related(*_CATALOGUE).defer("node_secrets")
+
+
+def with_nodes(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+    """Rows that list their nodes (the API's): prefetched once per page, without log tails."""
+    return queryset.prefetch_related(
+        Prefetch("nodes", queryset=Node.objects.defer("log_tail").order_by("index"))
     )
 
 
+def clusters_page(queryset: QuerySet[Cluster], number: int | str | None, per_page: int = CLUSTERS_PER_PAGE) -> Page:
+    """One page of rows, newest first; a number past the end gives the last page."""
+    paginator = Paginator(cluster_for_list(queryset).order_by("-created_at", "-id"), per_page)
+    return paginator.get_page(number)
+
+
 def cluster_for_detail(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
-    return queryset.select_related(*_CATALOGUE, "volume", "created_by").prefetch_related(
+    """The detail page's cluster with its nodes (each one a row of the page)."""
+    return queryset.select_related(*_CATALOGUE, "volume", "created_by").defer("node_secrets").prefetch_related(
         Prefetch("nodes", queryset=Node.objects.select_related("host").order_by("index")),
-        Prefetch("events", queryset=ClusterEvent.objects.order_by("-created_at", "-id")),
     )
 
 
@@ -46,3 +86,24 @@ def committed_rate(workspace_id: int) -> Decimal:
         rate=Sum(F("price_per_machine_hour") * F("machine_count"))
     )["rate"]
     return total or Decimal("0.00")
+
+
+def nodes_by_id(cluster_id: int, node_ids: list[int]) -> list[Node]:
+    """The given nodes of one cluster, for pushing the rows that changed."""
+    return list(Node.objects.filter(cluster_id=cluster_id, pk__in=node_ids).select_related("host").order_by("index"))
+
+
+def recent_events(cluster_id: int, *, before: int | None = None, after: int | None = None,
+                  limit: int = EVENTS_WINDOW) -> tuple[list[ClusterEvent], bool]:
+    """Up to `limit` events, newest first, and whether there are more beyond them.
+
+    `before` pages back through the history (the "older events" link); `after` reads only
+    what was recorded since a push, and "more" then means the window overflowed.
+    """
+    events = ClusterEvent.objects.filter(cluster_id=cluster_id).order_by("-id")
+    if before is not None:
+        events = events.filter(id__lt=before)
+    if after is not None:
+        events = events.filter(id__gt=after)
+    window = list(events[: limit + 1])
+    return window[:limit], len(window) > limit

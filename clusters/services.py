@@ -32,12 +32,14 @@ def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYS
     return ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
 
 
-def _after_commit_changed(cluster_id: int, *, advance: bool = False) -> None:
-    """Push the new state to open pages and, when asked, let the reconciler take the next step."""
+def _after_commit_changed(cluster_id: int, *, advance: bool = False, nodes: Iterable[int] | None = None) -> None:
+    """Push the new state to open pages and, when asked, let the reconciler take the next step.
+    `nodes`: the ids of the only nodes that changed (None: the cluster or all its nodes did)."""
     from clusters import tasks
     from clusters.broadcast import broadcast_cluster
 
-    transaction.on_commit(lambda: broadcast_cluster(cluster_id))
+    changed = None if nodes is None else list(nodes)
+    transaction.on_commit(lambda: broadcast_cluster(cluster_id, changed))
     if advance:
         # queue_advance logs a broker that is down instead of raising: the change has
         # committed, and the sweep re-drives the cluster once the broker is back.
@@ -340,9 +342,9 @@ def claim_for_sweep(cluster_ids: Iterable[int]) -> list[int]:
 
 
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
-    """Record the progress of several nodes of one cluster with a single live push: a push
-    renders every partial of the page, so one per node would make a 64-node pass render
-    them 64 times. Nodes changing the same fields go in one UPDATE (bulk_update)."""
+    """Record the progress of several nodes of one cluster with a single live push, which
+    carries those nodes' rows (one push per node would make a 64-node pass push 64 times).
+    Nodes changing the same fields go in one UPDATE (bulk_update)."""
     changes = list(changes)
     if not changes:
         return
@@ -355,7 +357,7 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         # Node rows in id order (the lock order in docs/architecture.md).
         for fields, nodes in by_fields.items():
             Node.objects.bulk_update(sorted(nodes, key=lambda n: n.pk), list(fields))
-        _after_commit_changed(cluster_id)
+        _after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
 SETTLED_NODE_STATES = (
@@ -384,7 +386,7 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
             if node.state not in SETTLED_NODE_STATES:
                 node.step = entries[-1][0][:40]
         Node.objects.bulk_update(nodes, ["log_tail", "step"])
-        _after_commit_changed(cluster_id)
+        _after_commit_changed(cluster_id, nodes=[node.pk for node in nodes])
 
 
 def save_node_secrets(cluster: Cluster, secrets: dict) -> None:

@@ -17,8 +17,9 @@ from clusters import connect, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm
-from clusters.models import LIVE_STATUSES, Cluster, Volume
-from clusters.queries import cluster_for_list, workspace_instance, workspace_instances
+from clusters import queries
+from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
+from clusters.queries import workspace_instance, workspace_instances
 from offers.models import NETWORK_CAVEAT, MachineType
 from offers.services import free_host_count
 
@@ -30,11 +31,15 @@ def actor_label(request) -> str:
 @login_required
 def cluster_list(request):
     tenancy = require_tenancy(request)
-    clusters = cluster_for_list(Cluster.objects.filter(environment=tenancy.environment))
-    show = request.GET.get("show", "live")
-    if show != "all":
-        clusters = clusters.live()
-    return render(request, "clusters/list.html", {"clusters": clusters, "show": show})
+    # ?show= is what the tabs said before the list took any status.
+    status = request.GET.get("status") or request.GET.get("show") or queries.LIVE
+    try:
+        clusters = queries.clusters_with_status(Cluster.objects.filter(environment=tenancy.environment), status)
+    except queries.UnknownStatus:
+        raise Http404("Filter by live, all or a cluster status.") from None
+    page = queries.clusters_page(clusters, request.GET.get("page"))
+    context = {"clusters": page.object_list, "page": page, "status": status, "statuses": Status.choices}
+    return render(request, "clusters/list.html", context)
 
 
 def _count(value, default: int = 4) -> int:
@@ -96,12 +101,26 @@ def cluster_create(request):
     return render(request, "clusters/create.html", context)
 
 
+def _event_cursor(request) -> int | None:
+    raw = request.GET.get("before", "")
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise Http404("?before= takes an event id.")
+    return int(raw)
+
+
 @login_required
 def cluster_detail(request, cluster_id: int):
     cluster = get_cluster_for_user(request, cluster_id, detail=True)
-    context = {"cluster": cluster, "connect": connect.page_context(cluster)}
+    before = _event_cursor(request)
+    events, older = queries.recent_events(cluster.pk, before=before)
+    context = {
+        "cluster": cluster, "connect": connect.page_context(cluster),
+        "events": events, "older_events": older, "events_before": before,
+    }
     partial = request.GET.get("partial")
-    if request.htmx and partial in {"status-card", "nodes-table", "connect-card", "events-list"}:
+    if request.htmx and partial in {"status-card", "nodes-table", "connect-card", "events-list", "older-events"}:
         return render(request, f"clusters/detail.html#{partial}", context)
     return render(request, "clusters/detail.html", context)
 

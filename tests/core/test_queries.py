@@ -64,15 +64,38 @@ def client(owner):
     return client
 
 
-@pytest.mark.parametrize("show", ["live", "all"])
-def test_the_list_page_queries_do_not_grow_with_clusters(client, environment, machine_type, show):
-    url = reverse("clusters:list") + f"?show={show}"
-    make_clusters(environment, machine_type, 2)
+@pytest.mark.parametrize("status", ["live", "all", "ready"])
+def test_the_list_page_queries_and_size_do_not_grow_with_clusters(client, environment, machine_type, status):
+    url = reverse("clusters:list") + f"?status={status}"
+    make_clusters(environment, machine_type, 150)
     few = count_queries(client, url)
-    make_clusters(environment, machine_type, 198)
+    few_size = len(client.get(url).content)
+    make_clusters(environment, machine_type, 600)
     many = count_queries(client, url)
     assert few == many
-    assert client.get(url).text.count('id="cluster-row-') == 200
+    page = client.get(url).text
+    assert page.count('id="cluster-row-') == 50
+    assert len(page.encode()) < few_size * 1.05  # names grow a digit longer, nothing more
+
+
+def test_the_list_page_reads_no_nodes(client, environment, machine_type):
+    make_clusters(environment, machine_type, 3, machines=8)
+    with CaptureQueriesContext(connection) as captured:
+        client.get(reverse("clusters:list"))
+    assert not [q["sql"] for q in captured.captured_queries if "clusters_node" in q["sql"]]
+    assert not [q["sql"] for q in captured.captured_queries if "node_secrets" in q["sql"]]
+
+
+def test_the_list_pages_through_every_cluster_of_a_status_newest_first(client, environment, machine_type):
+    clusters = make_clusters(environment, machine_type, 240)  # every third one is ready: two pages
+    ready = [c for c in clusters if c.status == Status.READY]
+    shown = []
+    for number in (1, 2):
+        page = client.get(reverse("clusters:list"), {"status": "ready", "page": number}).text
+        shown += [int(part.split('"')[0]) for part in page.split('id="cluster-row-')[1:]]
+    assert shown == sorted((c.pk for c in ready), reverse=True)
+    assert "Page 1 of 2 · 80 clusters" in client.get(reverse("clusters:list"), {"status": "ready"}).text
+    assert client.get(reverse("clusters:list"), {"status": "sleeping"}).status_code == 404
 
 
 def test_the_detail_page_queries_do_not_grow_with_clusters_nodes_or_events(client, environment, machine_type):
@@ -93,16 +116,71 @@ def test_each_partial_queries_do_not_grow(client, environment, machine_type, par
     assert few == many
 
 
-def test_the_broadcast_render_queries_do_not_grow(environment, machine_type, django_assert_max_num_queries):
-    from clusters.broadcast import broadcast_cluster
+def add_events(cluster: Cluster, count: int) -> None:
+    ClusterEvent.objects.bulk_create(
+        ClusterEvent(cluster=cluster, actor="system", event="note", message=f"older event {i}") for i in range(count)
+    )
 
-    small = make_clusters(environment, machine_type, 1)[0]
-    with CaptureQueriesContext(connection) as few:
-        broadcast_cluster(small.pk)
-    big = make_clusters(environment, machine_type, 1, machines=32, events=60)[0]
-    with CaptureQueriesContext(connection) as many:
-        broadcast_cluster(big.pk)
-    assert len(few.captured_queries) == len(many.captured_queries)
+
+def test_the_detail_page_shows_the_newest_events_whatever_the_history(client, environment, machine_type):
+    short, long = make_clusters(environment, machine_type, 2, machines=8, events=30)
+    Cluster.objects.filter(pk__in=[short.pk, long.pk]).update(status=Status.READY)
+    add_events(long, 4970)
+    few = count_queries(client, short.get_absolute_url())
+    short_page = client.get(short.get_absolute_url()).content
+    many = count_queries(client, long.get_absolute_url())
+    long_page = client.get(long.get_absolute_url()).text
+    assert few == many
+    assert long_page.count('<li id="event-') == 20
+    assert "older event 4969" in long_page and "older event 4949" not in long_page
+    assert len(long_page.encode()) < len(short_page) * 1.05
+
+
+def test_older_events_load_on_request_twenty_at_a_time(client, environment, machine_type):
+    cluster = make_clusters(environment, machine_type, 1, events=0)[0]
+    add_events(cluster, 45)
+    page = client.get(cluster.get_absolute_url()).text
+    oldest_shown = min(int(part.split('"')[0]) for part in page.split('<li id="event-')[1:])
+    assert f"?partial=older-events&amp;before={oldest_shown}" in page
+    assert f"?before={oldest_shown}#events-list" in page  # the same without JavaScript
+    older = client.get(cluster.get_absolute_url(), {"partial": "older-events", "before": oldest_shown}, HTTP_HX_REQUEST="true").text
+    assert older.count('<li id="event-') == 20 and "older event 24" in older and "older event 5<" not in older
+    last = client.get(cluster.get_absolute_url(), {"partial": "older-events", "before": oldest_shown - 20}, HTTP_HX_REQUEST="true").text
+    assert last.count('<li id="event-') == 5 and 'id="older-events"' not in last
+    assert client.get(cluster.get_absolute_url(), {"before": "x"}).status_code == 404
+
+
+def test_a_status_push_renders_in_constant_queries_and_bytes_whatever_the_history(environment, machine_type):
+    from clusters.broadcast import render_cluster_changes
+
+    short, long = make_clusters(environment, machine_type, 2, machines=8, events=6)
+    Cluster.objects.filter(pk__in=[short.pk, long.pk]).update(status=Status.READY)
+    add_events(long, 4994)
+    pushes = {}
+    for cluster in (short, long):
+        seen = cluster.events.order_by("-id").values_list("id", flat=True)[1]  # the page lacks the newest event
+        with CaptureQueriesContext(connection) as queries:
+            messages, newest = render_cluster_changes(cluster.pk, None, seen)
+        pushes[cluster.pk] = (len(queries.captured_queries), sum(len(m.encode()) for m in messages), messages)
+        assert newest == cluster.events.order_by("-id").values_list("id", flat=True)[0]
+    (short_queries, short_bytes, _), (long_queries, long_bytes, messages) = pushes[short.pk], pushes[long.pk]
+    assert short_queries == long_queries
+    assert long_bytes < short_bytes * 1.05
+    assert "".join(messages).count('<li id="event-') == 1
+
+
+def test_a_node_push_carries_only_the_rows_that_changed(environment, machine_type):
+    from clusters.broadcast import render_cluster_changes
+
+    cluster = make_clusters(environment, machine_type, 1, machines=16, events=3)[0]
+    changed = list(cluster.nodes.filter(index__in=[2, 5]).values_list("pk", flat=True))
+    latest = cluster.events.order_by("-id").values_list("id", flat=True)[0]
+    messages, newest = render_cluster_changes(cluster.pk, changed, latest)
+    card, rows = messages
+    assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card and "event-" not in card
+    assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr id=") == 2
+    assert 'id="node-5" hx-swap-oob="true"' in rows
+    assert newest == latest
 
 
 def test_the_offers_page_queries_do_not_grow_with_hosts(client, environment, machine_type):

@@ -89,11 +89,16 @@ async def test_the_cluster_socket_sends_the_current_state_then_every_change(clus
     assert 'id="status-card" hx-swap-oob="true"' in first
     assert 'data-testid="cluster-status">Ready<' in first
 
+    assert 'id="events-list" hx-swap-oob="true"' in first  # the newest events, as the page shows them
+
     await terminate(cluster, user.username)
     pushed = await receive_until(socket, 'data-testid="cluster-status">Terminated<')
-    for part in ("status-card", "nodes-table", "events-list"):
+    for part in ("status-card", "nodes-table"):
         assert f'id="{part}" hx-swap-oob="true"' in pushed
+    # Only the events recorded since the last push, added at the top of the list.
+    assert '<ol id="event-items" hx-swap-oob="afterbegin">' in pushed
     assert "Every machine stopped and was released." in pushed
+    assert "Reserved 4 ×" not in pushed
     assert "csrfmiddlewaretoken" not in pushed or 'value="NOTPROVIDED"' in pushed
     await socket.disconnect()
 
@@ -121,8 +126,12 @@ async def test_a_push_reaches_only_that_clusters_watchers(cluster, environment, 
     received = []
     while 'data-testid="cluster-status">Terminated<' not in (received[-1] if received else ""):
         received.append(await socket.receive_from(timeout=TIMEOUT))
-    # Every detail push carries the whole events list, whose first line tells the two apart.
-    assert all("Reserved 2 ×" in html and "Reserved 4 ×" not in html for html in received)
+    # Each push carries the events recorded since the last one, and their ids tell the two apart.
+    trains = await database_sync_to_async(lambda: list(cluster.events.values_list("pk", flat=True)))()
+    others = await database_sync_to_async(lambda: list(other.events.values_list("pk", flat=True)))()
+    pushed = "".join(received)
+    assert any(f'id="event-{pk}"' in pushed for pk in others)
+    assert not any(f'id="event-{pk}"' in pushed for pk in trains)
     await socket.disconnect()
 
 
@@ -159,3 +168,17 @@ async def test_a_removed_member_can_no_longer_subscribe(cluster, developer):
     await database_sync_to_async(Membership.objects.filter(user=developer).delete)()
     connected, code = await communicator(f"/ws/clusters/{cluster.pk}/", cookie).connect(timeout=TIMEOUT)
     assert (connected, code) == (False, 4403)
+
+
+async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
+    socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
+    assert (await socket.connect(timeout=TIMEOUT))[0]
+    await socket.receive_from(timeout=TIMEOUT)  # the current state
+    node = await database_sync_to_async(cluster.nodes.get)(index=2)
+    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"step": "checking gpus"})])
+    card = await socket.receive_from(timeout=TIMEOUT)
+    rows = await socket.receive_from(timeout=TIMEOUT)
+    assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card
+    assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr ") == 1
+    assert "checking gpus" in rows
+    await socket.disconnect()
