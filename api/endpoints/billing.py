@@ -63,6 +63,7 @@ def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], page
     ctx = context(request)
     ctx.require_billing()
     year, month = _month(filters.month)
-    items = billing_queries.usage_for_month(ctx.workspace, year, month, environment=ctx.environment)
+    # Lines summed and sliced in the database; machine rows read for this page's lines only.
+    items = billing_queries.usage_lines(ctx.workspace, year, month, environment=ctx.environment, with_rows=True)
     return page(items, pages, month=f"{year:04d}-{month:02d}", environment=ctx.environment.name,
-                total_amount=sum((i["amount"] for i in items), billing_queries.ZERO))
+                total_amount=billing_queries.usage_total(ctx.workspace, year, month, environment=ctx.environment))

@@ -18,7 +18,7 @@ from clusters import services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Status as ClusterStatus, Volume
-from clusters.queries import cluster_for_detail, cluster_for_list
+from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status, with_nodes
 from offers.models import MachineType
 
 router = Router(tags=["Clusters"])
@@ -45,14 +45,11 @@ def fresh(cluster: Cluster) -> Cluster:
             response=responses({200: schemas.list_envelope(schemas.Cluster)}, 400))
 def list_clusters(request: HttpRequest, filters: Query[schemas.ClusterQuery],
                   pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    clusters = cluster_for_list(Cluster.objects.filter(environment=context(request).environment))
-    if filters.status == "live":
-        clusters = clusters.live()
-    elif filters.status:
-        if filters.status not in ClusterStatus.values:
-            raise invalid({"status": [f"Use live or one of: {', '.join(ClusterStatus.values)}."]})
-        clusters = clusters.filter(status=filters.status)
-    return page(clusters, pages)
+    try:
+        clusters = clusters_with_status(Cluster.objects.filter(environment=context(request).environment), filters.status or ALL)
+    except UnknownStatus:
+        raise invalid({"status": [f"Use live or one of: {', '.join(ClusterStatus.values)}."]}) from None
+    return page(with_nodes(cluster_for_list(clusters)), pages)
 
 
 def _request_fingerprint(ctx: ApiContext, body: dict) -> str:
