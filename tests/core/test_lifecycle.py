@@ -322,7 +322,7 @@ def test_a_provisioning_pass_pushes_once_for_all_its_nodes_not_once_per_node(env
     machine_type = machine_type_with_hosts(16)
     Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
     pushes: list[int] = []
-    monkeypatch.setattr(broadcast, "broadcast_cluster", pushes.append)
+    monkeypatch.setattr(broadcast, "broadcast_cluster", lambda cluster_id, nodes=None: pushes.append(cluster_id))
     cluster = create(environment, machine_type, count=16)
     assert set(cluster.nodes.values_list("state", flat=True)) == {Node.State.BOOTING}
     # The create, the sixteen boots, and their output lines: a few pushes, not one per node.
