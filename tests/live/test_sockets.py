@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import Client
 
 from clusters import services
-from clusters.models import Cluster, Status
+from clusters.models import Cluster, Node, Status
 from config.asgi import application
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("isolated_channel_layer")]
@@ -175,10 +175,10 @@ async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
     assert (await socket.connect(timeout=TIMEOUT))[0]
     await socket.receive_from(timeout=TIMEOUT)  # the current state
     node = await database_sync_to_async(cluster.nodes.get)(index=2)
-    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"step": "checking gpus"})])
+    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"state": Node.State.INSTALL_FAILED})])
     card = await socket.receive_from(timeout=TIMEOUT)
     rows = await socket.receive_from(timeout=TIMEOUT)
     assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card
     assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr ") == 1
-    assert "checking gpus" in rows
+    assert "Install failed" in rows
     await socket.disconnect()
