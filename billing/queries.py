@@ -10,7 +10,7 @@ import datetime as dt
 from collections import defaultdict
 from decimal import Decimal
 
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
@@ -53,14 +53,145 @@ def balance_summary(workspace: Workspace) -> dict:
     }
 
 
-def _gpu_label(machine_type) -> str:
-    return f"{machine_type.gpus_per_machine}x {machine_type.gpu.slug}"
+def _usage_in_month(workspace_id: int, start: dt.datetime, end: dt.datetime):
+    """Machines with billable time in [start, end): started before its end, and either
+    metered past its start or started within it."""
+    return MachineUsage.objects.filter(workspace_id=workspace_id, started_at__lt=end).filter(
+        Q(billed_until__gt=start) | Q(started_at__gte=start)
+    )
+
+
+def _machine_row(usage: dict, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> dict:
+    """One machine's part of a line: what the ledger holds for it in [start, end)."""
+    row_start = max(usage["started_at"], start)
+    row_until = min(usage["billed_until"], end)
+    amount = posted_total(usage["rate"], usage["started_at"], row_until) - posted_total(usage["rate"], usage["started_at"], row_start)
+    if usage["ended_at"] is not None and usage["ended_at"] < end:
+        row_end = usage["ended_at"]
+    elif usage["ended_at"] is None and end > now:
+        row_end = None  # still running in the current month
+    else:
+        row_end = end
+    return {
+        "node": f"node-{usage['node__index']}",
+        "gpu": f"{usage['cluster__machine_type__gpus_per_machine']}x {usage['cluster__machine_type__gpu__slug']}",
+        "start": row_start,
+        "end": row_end,
+        "hours": (Decimal((row_until - row_start).total_seconds()) / HOURS).quantize(Decimal("0.0001")),
+        "rate": usage["rate"],
+        "amount": amount,
+    }
+
+
+_ROW_FIELDS = (
+    "cluster_id", "node__index", "rate", "started_at", "ended_at", "billed_until",
+    "cluster__machine_type__gpus_per_machine", "cluster__machine_type__gpu__slug",
+)
+
+
+class UsageLines:
+    """A month's "Cluster usage <name>" lines, one per cluster, oldest cluster first.
+
+    Sliced in the database like a queryset (Paginator, the API's page() and len() work on
+    it): a slice costs one grouped query over the month's machines plus one for the slice's
+    amounts or machine rows, whatever the number of clusters. No model objects are built and
+    no node, log or secret column is read.
+
+    Without rows (the Billing page) a line is {cluster_id, name, environment_id, description,
+    amount, machines, accruing}, its amount what the ledger holds for the cluster that month.
+    With rows (the API, CLI and CSV) it is the API's shape, {cluster_id, name, environment_id,
+    description, amount, rows: [...]}, its amount the sum of its rows. Metering posts exactly
+    the rows' amounts, split at month bounds, so the two agree to the cent.
+    """
+
+    def __init__(self, workspace: Workspace, year: int, month: int, *, environment: Environment | None = None,
+                 with_rows: bool = False) -> None:
+        self.start, self.end = month_bounds(year, month)
+        self.period = self.start.date()
+        self.workspace_id = workspace.pk
+        self.with_rows = with_rows
+        usages = _usage_in_month(workspace.pk, self.start, self.end)
+        if environment is not None:
+            usages = usages.filter(environment_id=environment.pk)
+        self.usages = usages
+        self.lines = (
+            usages.values("cluster_id", "cluster__name", "cluster__environment_id", "cluster__created_at")
+            .annotate(machines=Count("id"), running=Count("id", filter=Q(ended_at__isnull=True)))
+            .order_by("cluster__created_at", "cluster_id")
+        )
+
+    def count(self) -> int:
+        return self.lines.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __iter__(self):
+        return iter(self[0:None])
+
+    def __getitem__(self, index):
+        if not isinstance(index, slice):
+            return self[index:index + 1][0]
+        lines = list(self.lines[index])
+        ids = [line["cluster_id"] for line in lines]
+        return self._with_rows(lines, ids) if self.with_rows else self._with_amounts(lines, ids)
+
+    def _line(self, line: dict, amount: Decimal) -> dict:
+        return {
+            "cluster_id": line["cluster_id"],
+            "name": line["cluster__name"],
+            "environment_id": line["cluster__environment_id"],
+            "description": f"Cluster usage {line['cluster__name']}",
+            "amount": amount,
+        }
+
+    def _with_amounts(self, lines: list[dict], ids: list[int]) -> list[dict]:
+        posted = dict(
+            _usage_entries(self.workspace_id, self.period).filter(cluster_id__in=ids)
+            .values_list("cluster_id").annotate(total=Sum("amount")).values_list("cluster_id", "total")
+        )
+        current = self.end > timezone.now()
+        return [
+            {**self._line(line, -(posted.get(line["cluster_id"]) or ZERO)), "machines": line["machines"],
+             "accruing": current and line["running"] > 0}
+            for line in lines
+        ]
+
+    def _with_rows(self, lines: list[dict], ids: list[int]) -> list[dict]:
+        now = timezone.now()
+        rows: dict[int, list[dict]] = defaultdict(list)
+        for usage in self.usages.filter(cluster_id__in=ids).order_by("cluster_id", "node__index", "id").values(*_ROW_FIELDS):
+            rows[usage["cluster_id"]].append(_machine_row(usage, self.start, self.end, now))
+        return [
+            {**self._line(line, sum((row["amount"] for row in rows[line["cluster_id"]]), ZERO)), "rows": rows[line["cluster_id"]]}
+            for line in lines
+        ]
+
+
+def _usage_entries(workspace_id: int, period: dt.date):
+    return LedgerEntry.objects.filter(
+        workspace_id=workspace_id, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, period=period
+    )
+
+
+def usage_lines(workspace: Workspace, year: int, month: int, environment: Environment | None = None, *,
+                with_rows: bool = False) -> UsageLines:
+    """The month's usage lines, to be sliced (paginated) by the caller; see UsageLines."""
+    return UsageLines(workspace, year, month, environment=environment, with_rows=with_rows)
+
+
+def usage_total(workspace: Workspace, year: int, month: int, environment: Environment | None = None) -> Decimal:
+    """What the month's usage lines add up to: the usage the ledger holds for the month."""
+    entries = _usage_entries(workspace.pk, dt.date(year, month, 1))
+    if environment is not None:
+        entries = entries.filter(environment_id=environment.pk)
+    return -(entries.aggregate(total=Sum("amount"))["total"] or ZERO)
 
 
 def usage_for_month(
     workspace: Workspace, year: int, month: int, environment: Environment | None = None, cluster_id: int | None = None,
 ) -> list[dict]:
-    """One item per cluster billed in the month — GET /api/v1/billing/usage?month=YYYY-MM:
+    """Every line of the month with its machine rows — GET /api/v1/billing/usage?month=YYYY-MM:
     {cluster_id, name, environment, description "Cluster usage <name>", amount, rows: [{node, gpu,
     start, end, hours, rate, amount}]}.
 
@@ -68,57 +199,17 @@ def usage_for_month(
     round(rate × (end − started_at)) − round(rate × (start − started_at)), cut at the month's
     bounds and at the metering watermark, exactly as metering posts it. The line's amount is
     the sum of its rows, so the two can never disagree. `end` is None while the machine runs.
+    For a page of lines, slice usage_lines(..., with_rows=True) instead.
     """
-    start, end = month_bounds(year, month)
-    usages = (
-        MachineUsage.objects.filter(workspace_id=workspace.pk, started_at__lt=end)
-        .filter(Q(billed_until__gt=start) | Q(started_at__gte=start))
-        .select_related("node", "cluster", "cluster__machine_type__gpu")
-        .order_by("cluster__created_at", "cluster_id", "node__index")
-    )
-    if environment is not None:
-        usages = usages.filter(environment_id=environment.pk)
+    lines = usage_lines(workspace, year, month, environment, with_rows=True)
     if cluster_id is not None:
-        usages = usages.filter(cluster_id=cluster_id)
-    items: dict[int, dict] = {}
-    for usage in usages:
-        row_start = max(usage.started_at, start)
-        row_until = min(usage.billed_until, end)
-        amount = posted_total(usage.rate, usage.started_at, row_until) - posted_total(usage.rate, usage.started_at, row_start)
-        if usage.ended_at is not None and usage.ended_at < end:
-            row_end = usage.ended_at
-        elif usage.ended_at is None and end > timezone.now():
-            row_end = None  # still running in the current month
-        else:
-            row_end = end
-        cluster = usage.cluster
-        item = items.setdefault(
-            cluster.pk,
-            {
-                "cluster_id": cluster.pk,
-                "name": cluster.name,
-                "environment_id": cluster.environment_id,
-                "description": f"Cluster usage {cluster.name}",
-                "amount": ZERO,
-                "rows": [],
-            },
-        )
-        item["rows"].append(
-            {
-                "node": usage.node.name,
-                "gpu": _gpu_label(cluster.machine_type),
-                "start": row_start,
-                "end": row_end,
-                "hours": (Decimal((row_until - row_start).total_seconds()) / HOURS).quantize(Decimal("0.0001")),
-                "rate": usage.rate,
-                "amount": amount,
-            }
-        )
-        item["amount"] += amount
-    return list(items.values())
+        lines.usages = lines.usages.filter(cluster_id=cluster_id)
+        lines.lines = lines.lines.filter(cluster_id=cluster_id)
+    return list(lines)
 
 
 def cluster_usage_for_month(workspace: Workspace, cluster_id: int, year: int, month: int) -> dict | None:
+    """One line opened to its machines (the Billing page's "open a line")."""
     return next(iter(usage_for_month(workspace, year, month, cluster_id=cluster_id)), None)
 
 

@@ -10,6 +10,7 @@ from decimal import Decimal, InvalidOperation
 import stripe
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -23,6 +24,7 @@ from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
 
 log = logging.getLogger(__name__)
+USAGE_LINES_PER_PAGE = 50
 
 
 def _month(request) -> dt.date:
@@ -67,23 +69,24 @@ def billing_overview(request):
     workspace = tenancy.workspace
     month = _month(request)
     start, end = queries.month_bounds(month.year, month.month)
-    usage = queries.usage_for_month(workspace, month.year, month.month)
+    # A page of "Cluster usage" lines, each summed in SQL; its machines load when it opens.
+    usage_page = Paginator(queries.usage_lines(workspace, month.year, month.month), USAGE_LINES_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
     credits = (
         LedgerEntry.objects.filter(workspace=workspace, created_at__gte=start, created_at__lt=end)
         .exclude(kind=LedgerEntry.Kind.USAGE)
         .order_by("-created_at", "-id")
     )
-    for item in usage:
-        # A line whose machines still run keeps growing: say so rather than "Completed".
-        item["accruing"] = any(row["end"] is None for row in item["rows"])
     context = {
         "workspace": workspace,
         "month": month,
         "months": queries.months_with_activity(workspace),
         "summary": queries.balance_summary(workspace),
         "environments": queries.spend_by_environment(workspace, month.year, month.month),
-        "usage": usage,
-        "usage_total": sum((item["amount"] for item in usage), Decimal("0.00")),
+        "usage": usage_page.object_list,
+        "usage_page": usage_page,
+        "usage_total": queries.usage_total(workspace, month.year, month.month),
         "credits": credits,
         "top_ups": TopUp.objects.filter(workspace=workspace, mode=TopUp.Mode.PAYMENT)[:20],
         "chart": _spend_chart(queries.daily_spend(workspace, month.year, month.month)),
