@@ -49,19 +49,18 @@ def _count(value, default: int = 4) -> int:
         return default
 
 
-def spend_limits(environment) -> dict:
-    """What the create form needs to warn before a cluster would outlast the money: the
-    balance, the workspace's spend per hour now, and what is left of the environment's budget."""
-    from billing.queries import burn_rate
-    from billing.services import month_to_date_spend
-
-    workspace = environment.workspace
-    spent = month_to_date_spend([environment.pk])[environment.pk]
+def spend_limits(environment, machine_type, machines: int) -> dict:
+    """What the create form needs to warn before a cluster would outlast the money, from the
+    same plan the API's POST /clusters/plan answers: the balance, what the workspace's clusters
+    cost per hour (booting ones too), what is left of the budget, and the plan's own warnings
+    for the offer and count the page opens with (the page re-words them as they change)."""
+    plan = services.plan_cluster(
+        environment=environment, name="", machine_type=machine_type, machine_count=machines,
+    )
+    money_warnings = [w for w in plan.warnings if "Community" not in w] if machine_type is not None else []
     return {
-        "balance": workspace.credit_balance,
-        "burn": burn_rate(workspace),
-        "budget_left": max(environment.monthly_budget - spent, Decimal("0")),
-        "budget": environment.monthly_budget,
+        "balance": plan.balance, "burn": plan.committed_per_hour, "budget_left": plan.budget_remaining,
+        "budget": plan.monthly_budget, "warnings": money_warnings,
     }
 
 
@@ -95,7 +94,7 @@ def cluster_create(request):
     context = {
         "form": form, "machine_type": machine_type,
         "free_hosts": free_host_count(machine_type) if machine_type else None,
-        "limits": spend_limits(tenancy.environment), "software_help": SOFTWARE_HELP,
+        "limits": spend_limits(tenancy.environment, machine_type, machines), "software_help": SOFTWARE_HELP,
         "network_caveat": NETWORK_CAVEAT, "minimum_balance": settings.MINIMUM_CREATE_BALANCE,
     }
     return render(request, "clusters/create.html", context)

@@ -69,15 +69,16 @@
     if (clusterPrice === null) { runway.hidden = true; return; }
     var rate = clusterPrice + parseFloat(form.dataset.burn || "0");
     var balanceHours = parseFloat(form.dataset.balance) / rate;
-    var budgetHours = parseFloat(form.dataset.budgetLeft) / rate;
+    var budgetLeft = parseFloat(form.dataset.budgetLeft);
     var messages = [];
     if (balanceHours < 1) {
-      messages.push("Your balance covers " + Math.max(0, Math.floor(balanceHours * 60)) +
-        " minutes at " + money(rate) + "/h (this cluster plus what already runs): the cluster is stopped when it runs out.");
+      messages.push("With this cluster the workspace would spend " + money(rate) + "/h and the balance of " +
+        money(parseFloat(form.dataset.balance)) + " lasts " + Math.max(0, Math.round(balanceHours * 60)) +
+        " minutes: every cluster is stopped when it runs out. Top up first.");
     }
-    if (budgetHours < 1) {
-      messages.push("This environment's remaining monthly budget covers " + Math.max(0, Math.floor(budgetHours * 60)) +
-        " minutes at " + money(rate) + "/h: the cluster is stopped when the budget is reached.");
+    if (budgetLeft < clusterPrice) {
+      messages.push("The environment has " + money(budgetLeft) + " left of its monthly budget, less than one hour " +
+        "of this cluster (" + money(clusterPrice) + "/h): it is stopped when the budget is reached.");
     }
     runway.textContent = messages.join(" ");
     runway.hidden = messages.length === 0;

@@ -193,3 +193,7 @@ def test_the_form_carries_the_numbers_for_the_money_warning(member_client, machi
     Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("12.34"))
     text = member_client.get(URL, {"offer": machine_type.pk}).text
     assert 'data-balance="12.34"' in text and 'data-budget-left="5000' in text and 'id="runway-warning"' in text
+    assert "lasts 74 minutes" not in text  # $12.34 at $10/h is more than an hour
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("5.00"))
+    text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
+    assert "the balance of $5.00 lasts 30 minutes" in text
