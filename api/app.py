@@ -31,6 +31,7 @@ from api.models import ApiKey
 from api.schemas import Error, PageQuery
 from clusters.errors import ClusterError
 from config import ratelimit
+from config.middleware import busy_response, is_database_busy
 
 log = logging.getLogger(__name__)
 
@@ -395,6 +396,9 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 
 @api.exception_handler(Exception)
 def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if is_database_busy(exc):
+        log.warning("API %s %s: no database connection free within the pool timeout", request.method, request.path)
+        return busy_response(request)
     log.exception("API %s %s failed", request.method, request.path)
     return error_response(ApiError(500, "internal_error", "Something went wrong on our side; it has been logged."))
 

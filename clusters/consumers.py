@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from redis.exceptions import RedisError
 
 from accounts.models import Membership
 from clusters.broadcast import (
@@ -14,6 +17,9 @@ from clusters.broadcast import (
     render_cluster_row,
 )
 from clusters.models import Cluster
+
+log = logging.getLogger(__name__)
+TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot serve the socket now
 
 
 @database_sync_to_async
@@ -28,6 +34,19 @@ def _environment_visible(user, environment_id: int) -> bool:
 
 class _LiveConsumer(AsyncWebsocketConsumer):
     group: str | None = None
+    closed_for_outage = False
+
+    async def __call__(self, scope, receive, send):
+        # The consumer also listens on the channel layer; when Redis is down that read fails,
+        # perhaps before `connect` runs. Close the socket cleanly ("try again later") instead
+        # of letting the failure end the application with the handshake left hanging.
+        try:
+            await super().__call__(scope, receive, send)
+        except (OSError, RedisError):
+            log.warning("live socket closed: the channel layer is unavailable", exc_info=True)
+            if not self.closed_for_outage:
+                self.closed_for_outage = True
+                await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
 
     async def allowed(self, user) -> bool:
         return False
@@ -37,7 +56,15 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated or not await self.allowed(user):
             await self.close(code=4403)
             return
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except Exception:  # noqa: BLE001 - the channel layer (Redis) is down
+            # Refuse cleanly ("try again later"); htmx's socket extension reconnects with backoff.
+            log.warning("live socket for %s refused: the channel layer is unavailable", self.group, exc_info=True)
+            self.group = None
+            self.closed_for_outage = True
+            await self.close(code=TRY_AGAIN_LATER)
+            return
         await self.accept()
         await self.joined()
 

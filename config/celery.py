@@ -1,9 +1,19 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("runcrate")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def _forget_the_parents_connection_pools(**kwargs) -> None:
+    # A prefork child must not share the parent's pooled sockets (or its pool's threads,
+    # which fork does not copy): forget them without closing, so the child opens its own.
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    DatabaseWrapper._connection_pools.clear()

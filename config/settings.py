@@ -57,6 +57,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so a saturated connection pool anywhere below answers 503, never 500.
+    "config.middleware.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -92,8 +94,21 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL")
+# PostgreSQL connections per process are bounded by a pool (psycopg's, through Django): a burst
+# of requests or a wide node operation waits for one of DB_POOL_SIZE connections instead of
+# opening its own, and one that waits DB_POOL_TIMEOUT seconds is answered 503 with Retry-After
+# (config.middleware). DB_POOL_SIZE=0 turns the pool off (then CONN_MAX_AGE applies).
+DB_POOL_SIZE = env_int("DB_POOL_SIZE", 8)
+DB_POOL_TIMEOUT = env_int("DB_POOL_TIMEOUT", 5)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 0))}
+    if DATABASES["default"]["ENGINE"].endswith("postgresql") and DB_POOL_SIZE > 0:
+        # A pooled connection goes back to the pool at the end of each request or task, so
+        # Django's own persistence must stay off.
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": DB_POOL_SIZE, "timeout": DB_POOL_TIMEOUT,
+        }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -180,6 +195,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker reconnects to Redis for as long as it is down; a publish (after a commit) gives up
+# within about a second and is logged, and the sweep re-drives what it would have queued.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -21,6 +22,18 @@ def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         env["SITE_URL"] = f"http://{shown}:{port}"
     return env
+
+
+def worker_command(name: str, *, concurrency: int = 4, loglevel: str = "INFO") -> list[str]:
+    # Prefork: the pool a Redis outage does not take down; the worker reconnects for as long
+    # as the broker is gone (CELERY_BROKER_CONNECTION_MAX_RETRIES), and runstack restarts it
+    # if it exits anyway.
+    return [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", loglevel,
+            "--concurrency", str(concurrency), "--pool", "prefork", "-n", f"{name}@%h"]
+
+
+def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
 
 
 class Command(BaseCommand):
@@ -42,12 +55,10 @@ class Command(BaseCommand):
         python = sys.executable
         commands = {
             "web": [python, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"],
-            "worker": [python, "-m", "celery", "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "4",
-                       "--pool", "threads", "-n", f"worker-{os.getpid()}@%h"],
-            "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "WARNING",
-                     "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            "worker": worker_command(f"worker-{os.getpid()}"),
+            "beat": beat_command(settings.VAR_DIR / "celerybeat-schedule"),
         }
-        processes = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
+        children = {name: Child(name, command, env) for name, command in commands.items()}
         time.sleep(1.5)
         self.stdout.write(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
@@ -66,19 +77,56 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         try:
             while not stopping:
-                for name, process in processes.items():
-                    if process.poll() is not None:
-                        self.stderr.write(f"{name} exited with {process.returncode}; stopping.")
-                        stopping = True
+                for child in children.values():
+                    exited = child.restart_if_exited()
+                    if exited is not None:
+                        self.stderr.write(f"{child.name} exited with {exited}; restarted it.")
                 time.sleep(0.5)
         finally:
-            for process in processes.values():
-                if process.poll() is None:
-                    process.terminate()
-            for process in processes.values():
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            for child in children.values():
+                child.terminate()
+            for child in children.values():
+                child.wait()
             if embedded is not None:
                 embedded.shutdown()
+
+
+class Child:
+    """One process of the stack, started again when it exits (a crash, a lost broker): the
+    stack stays up. Restarts back off from one second to thirty while it keeps exiting."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        self.name, self.command, self.env = name, command, env
+        self.backoff = 1.0
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        self.started_at = time.monotonic()
+        self.restart_at: float | None = None
+        return subprocess.Popen(self.command, env=self.env)
+
+    def restart_if_exited(self) -> int | None:
+        """Restart an exited child once its backoff has passed; its exit code when it did."""
+        code = self.process.poll()
+        if code is None:
+            if time.monotonic() - self.started_at > 60:
+                self.backoff = 1.0  # ran for a minute: the next crash restarts at once
+            return None
+        now = time.monotonic()
+        if self.restart_at is None:
+            self.restart_at = now + self.backoff
+            self.backoff = min(self.backoff * 2, 30.0)
+        if now < self.restart_at:
+            return None
+        self.process = self._start()
+        return code
+
+    def terminate(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+
+    def wait(self) -> None:
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

@@ -1,0 +1,61 @@
+"""Answer 503 with Retry-After, never 500, when every pooled database connection is busy.
+
+A request that waited DB_POOL_TIMEOUT seconds for a connection raised psycopg_pool's
+PoolTimeout (wrapped in Django's OperationalError). Raised in a view, `process_exception`
+sees it; raised in a middleware below this one, Django has already turned it into a 500
+response, so the `got_request_exception` signal marks the request and this middleware swaps
+that response for the 503.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from django.core.signals import got_request_exception
+from django.dispatch import receiver
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+RETRY_AFTER_SECONDS = 2
+MESSAGE = "The service is busy right now; please retry in a few seconds."
+
+
+def is_database_busy(error: BaseException | None) -> bool:
+    """True for a pool timeout, however Django wrapped it."""
+    from psycopg_pool import PoolTimeout
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, PoolTimeout):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def busy_response(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        response: HttpResponse = JsonResponse({"error": {"code": "busy", "message": MESSAGE, "details": {}}}, status=503)
+    else:
+        response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+class DatabaseBusyMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if getattr(request, "_database_busy", False):
+            return busy_response(request)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        return busy_response(request) if is_database_busy(exception) else None
+
+
+@receiver(got_request_exception)
+def _note_database_busy(sender, request: HttpRequest | None = None, **kwargs) -> None:
+    if request is not None and is_database_busy(sys.exc_info()[1]):
+        request._database_busy = True  # type: ignore[attr-defined]

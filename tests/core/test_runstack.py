@@ -1,0 +1,31 @@
+"""`make run`'s stack: a process that exits is started again, the rest keep running."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from clusters.management.commands.runstack import Child, worker_command
+
+
+def test_a_process_of_the_stack_that_exits_is_started_again(tmp_path):
+    runs = tmp_path / "runs"
+    child = Child("flaky", [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x'); raise SystemExit(3)"],
+                  os.environ.copy())
+    codes = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(codes) < 2:
+        code = child.restart_if_exited()
+        if code is not None:
+            codes.append(code)
+        time.sleep(0.05)
+    child.terminate()
+    child.wait()
+    assert codes == [3, 3]
+    assert runs.read_text().count("x") >= 2  # it ran again after each exit
+
+
+def test_the_worker_runs_a_pool_that_survives_a_redis_outage():
+    command = worker_command("w")
+    assert command[command.index("--pool") + 1] == "prefork"
