@@ -207,7 +207,7 @@ def create_cluster(
             Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
             record_event(
                 cluster, "created",
-                f"Reserved {machine_count} × {machine_type} at ${cluster.price_per_hour:,.2f}/h; software: "
+                f"Reserved {machine_count} machines ({machine_type}) at ${cluster.price_per_hour:,.2f}/h; software: "
                 f"{cluster.get_software_display()}.",
                 actor=actor,
             )
@@ -468,7 +468,9 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             node.released_at, node.step = now, "released"
         Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step"])
         inventory.release_hosts([node.host_id for node in nodes])
-        record_event(cluster, "failed", f"{message} Every machine was released; nothing was charged.", reason=reason)
+        record_event(
+            cluster, "failed", f"{message.rstrip('. ')}. Every machine was released; nothing was charged.", reason=reason
+        )
         cluster_emails.notify_failed(cluster)
         _after_commit_changed(cluster.pk)
         return True

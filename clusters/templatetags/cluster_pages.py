@@ -17,6 +17,7 @@ register = template.Library()
 
 STEP_LABELS = {
     "booting": "Starting the machine",
+    "boot": "Starting the machine",
     "joining network": "Joining the private network",
     "waiting for peers": "Waiting to reach every other machine",
     "reaches every peer": "Reaches every other machine",

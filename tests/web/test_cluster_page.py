@@ -113,3 +113,7 @@ def test_nodes_are_explained_once_instead_of_a_terminate_button_per_row(member_c
 
 def test_the_actions_anchor_the_degraded_email_links_to_exists(member_client, cluster):
     assert 'id="actions"' in member_client.get(cluster.get_absolute_url()).text
+
+
+def test_a_failed_clusters_event_reads_as_sentences(failed):
+    assert failed.events.get(event="failed").message.startswith("node-1 failed to start. Every machine was released")
