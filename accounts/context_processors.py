@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+from django.conf import settings
+
 from accounts.models import Membership
+
+
+def dev_mail(request):
+    """In development, where emails land (the file backend): pages about emails say so."""
+    if settings.DEBUG and settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+        return {"dev_mail_dir": settings.EMAIL_FILE_PATH}
+    return {}
 
 
 def tenancy(request):

@@ -7,9 +7,13 @@ from django import forms
 from accounts.models import Role
 
 
-class AddMemberForm(forms.Form):
-    username = forms.CharField(max_length=150)
+class InviteForm(forms.Form):
+    email = forms.EmailField(max_length=254, widget=forms.EmailInput(attrs={"placeholder": "teammate@example.com"}))
     role = forms.ChoiceField(choices=Role.choices, initial=Role.DEVELOPER)
+
+
+class WorkspaceNameForm(forms.Form):
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"placeholder": "e.g. Acme Research"}))
 
 
 class RoleForm(forms.Form):

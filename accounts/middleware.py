@@ -1,6 +1,10 @@
 from __future__ import annotations
 
-from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, resolve_tenancy
+from django.shortcuts import redirect
+from django.urls import reverse
+from django_htmx.http import HttpResponseClientRedirect
+
+from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, NoWorkspace, resolve_tenancy
 
 
 class CurrentWorkspaceMiddleware:
@@ -18,3 +22,9 @@ class CurrentWorkspaceMiddleware:
                 request.session.get(ENVIRONMENT_SESSION_KEY),
             )
         return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, NoWorkspace) and request.user.is_authenticated:
+            url = reverse("accounts:welcome")
+            return HttpResponseClientRedirect(url) if getattr(request, "htmx", False) else redirect(url)
+        return None

@@ -111,3 +111,41 @@ class SSHKey(models.Model):
             raise ValidationError({"public_key": exc.messages}) from None
         self.public_key = key.line
         self.fingerprint = key.fingerprint
+
+
+class Invitation(models.Model):
+    """An Owner's or Manager's invitation of an email address into their workspace with a
+    role. The emailed link carries a signed token naming this row (nothing secret is stored);
+    the row's status and expiry decide whether the link still works."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACCEPTED = "accepted", "Accepted"
+        REVOKED = "revoked", "Revoked"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.DEVELOPER)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["workspace", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.workspace} as {self.get_role_display()} ({self.status})"
+
+    @property
+    def is_expired(self) -> bool:
+        from django.utils import timezone
+
+        return self.expires_at <= timezone.now()
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.PENDING and not self.is_expired

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 
-from accounts.models import Environment, Membership, Role, SSHKey, Workspace
+from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
+
+# A new workspace's default environment: enough for a few days of a small cluster, low
+# enough that a mistake is noticed. The Owner changes it on the Environments page.
+DEFAULT_MONTHLY_BUDGET = Decimal("1000.00")
 
 
 @transaction.atomic
-def create_workspace(*, name: str, owner, monthly_budget: Decimal = Decimal("1000.00")) -> Workspace:
+def create_workspace(*, name: str, owner, monthly_budget: Decimal = DEFAULT_MONTHLY_BUDGET) -> Workspace:
+    """A workspace with `owner` as its Owner, one default environment and a zero balance."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "Name your workspace."})
     workspace = Workspace.objects.create(name=name)
     Membership.objects.create(workspace=workspace, user=owner, role=Role.OWNER)
     Environment.objects.create(workspace=workspace, name="default", is_default=True, monthly_budget=monthly_budget)
@@ -20,17 +31,13 @@ def create_workspace(*, name: str, owner, monthly_budget: Decimal = Decimal("100
 
 
 @transaction.atomic
-def add_member(*, by: Membership, username: str, role: str) -> Membership:
-    if not by.can_manage_members:
-        raise PermissionDenied("Only Owners and Managers manage members.")
-    if role == Role.OWNER and by.role != Role.OWNER:
-        raise ValidationError({"role": "Only the Owner can make another Owner."})
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None:
-        raise ValidationError({"username": f"No user named {username!r}. They need an account first."})
-    if Membership.objects.filter(workspace=by.workspace, user=user).exists():
-        raise ValidationError({"username": f"{username} is already a member."})
-    return Membership.objects.create(workspace=by.workspace, user=user, role=role)
+def rename_workspace(*, by: Membership, name: str) -> None:
+    if not by.can_change_roles:
+        raise PermissionDenied("Only the Owner renames the workspace.")
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "Name your workspace."})
+    Workspace.objects.filter(pk=by.workspace_id).update(name=name)
 
 
 def _owner_count_locked(workspace: Workspace) -> int:
@@ -56,6 +63,80 @@ def remove_member(*, by: Membership, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError("A workspace keeps at least one Owner.")
     membership.delete()
+
+
+@transaction.atomic
+def leave_workspace(*, membership: Membership) -> None:
+    if membership.role == Role.OWNER and _owner_count_locked(membership.workspace) <= 1:
+        raise ValidationError("You are the only Owner: make another member Owner before you leave.")
+    Membership.objects.filter(pk=membership.pk).delete()
+
+
+# --- invitations ------------------------------------------------------------------------
+
+
+def verified_emails(user) -> set[str]:
+    from allauth.account.models import EmailAddress
+
+    return {e.lower() for e in EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)}
+
+
+@transaction.atomic
+def invite_member(*, by: Membership, email: str, role: str) -> Invitation:
+    """Invite an address into by's workspace with a role, and email it the link."""
+    from notifications import services as notifications
+    from notifications.kinds import Kind
+
+    if not by.can_manage_members:
+        raise PermissionDenied("Only Owners and Managers invite members.")
+    if role == Role.OWNER and by.role != Role.OWNER:
+        raise ValidationError({"role": "Only the Owner can make another Owner."})
+    email = get_user_model().objects.normalize_email(email.strip())
+    # One invitation at a time per address: the workspace row lock orders concurrent invites.
+    Workspace.objects.select_for_update().filter(pk=by.workspace_id).first()
+    if Membership.objects.filter(workspace_id=by.workspace_id, user__email__iexact=email).exists():
+        raise ValidationError({"email": f"{email} is already a member."})
+    open_ones = Invitation.objects.filter(
+        workspace_id=by.workspace_id, email__iexact=email, status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
+    )
+    if open_ones.exists():
+        raise ValidationError({"email": f"{email} has a pending invitation. Revoke it to send a new one."})
+    invitation = Invitation.objects.create(
+        workspace_id=by.workspace_id, email=email, role=role, invited_by=by.user,
+        expires_at=timezone.now() + dt.timedelta(days=settings.INVITATION_MAX_AGE_DAYS),
+    )
+    notifications.notify(
+        Kind.INVITATION, recipients=[email], context={"invitation_id": invitation.pk},
+        dedupe_key=f"invitation:{invitation.pk}", workspace_id=by.workspace_id,
+    )
+    return invitation
+
+
+def revoke_invitation(*, by: Membership, invitation: Invitation) -> None:
+    if not by.can_manage_members:
+        raise PermissionDenied("Only Owners and Managers revoke invitations.")
+    revoked = Invitation.objects.filter(
+        pk=invitation.pk, workspace_id=by.workspace_id, status=Invitation.Status.PENDING,
+    ).update(status=Invitation.Status.REVOKED)
+    if not revoked:
+        raise ValidationError("This invitation was already accepted or revoked.")
+
+
+@transaction.atomic
+def accept_invitation(*, user, invitation: Invitation) -> Membership:
+    """Join the invitation's workspace with its role. Only for the address it was sent to
+    (verified on the user's account), once, before it expires."""
+    if invitation.email.lower() not in verified_emails(user):
+        raise PermissionDenied(f"This invitation was sent to {invitation.email}, not to your account's address.")
+    if Membership.objects.filter(workspace_id=invitation.workspace_id, user=user).exists():
+        raise ValidationError("You are already a member of this workspace.")
+    # Compare-and-set: of two tabs (or two people) accepting at once, one wins.
+    accepted = Invitation.objects.filter(
+        pk=invitation.pk, status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
+    ).update(status=Invitation.Status.ACCEPTED, accepted_by=user, accepted_at=timezone.now())
+    if not accepted:
+        raise ValidationError("This invitation was already used, revoked or has expired.")
+    return Membership.objects.create(workspace_id=invitation.workspace_id, user=user, role=invitation.role)
 
 
 def add_ssh_key(*, workspace: Workspace, name: str, public_key: str, created_by) -> SSHKey:

@@ -43,8 +43,13 @@ def resolve_tenancy(user, workspace_id: int | None, environment_id: int | None) 
     return Tenancy(membership=membership, environment=environment)
 
 
+class NoWorkspace(Http404):
+    """The signed-in user belongs to no workspace. CurrentWorkspaceMiddleware answers it with
+    the page where they name one (or accept an invitation), never with a 404."""
+
+
 def require_tenancy(request: HttpRequest) -> Tenancy:
     tenancy = getattr(request, "tenancy", None)
     if tenancy is None:
-        raise Http404("You are not a member of any workspace.")
+        raise NoWorkspace("You are not a member of any workspace.")
     return tenancy

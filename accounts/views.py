@@ -1,16 +1,21 @@
 from __future__ import annotations
 
+from allauth.account.adapter import get_adapter
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from accounts import services
-from accounts.forms import AddMemberForm, BudgetForm, EnvironmentForm, RoleForm, SSHKeyForm
-from accounts.models import Environment, Membership, SSHKey
+from accounts.adapter import INVITATION_SESSION_KEY
+from accounts.forms import BudgetForm, EnvironmentForm, InviteForm, RoleForm, SSHKeyForm, WorkspaceNameForm
+from accounts.invitations import invitation_from_token, invitation_token
+from accounts.models import Environment, Invitation, Membership, SSHKey
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, require_tenancy
 
 
@@ -58,19 +63,147 @@ def switch_environment(request):
 @login_required
 def members(request):
     tenancy = require_tenancy(request)
-    form = AddMemberForm(request.POST or None)
+    form = InviteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            services.add_member(by=tenancy.membership, **form.cleaned_data)
+            invitation = services.invite_member(by=tenancy.membership, **form.cleaned_data)
         except PermissionDenied as exc:
             raise Http404(str(exc)) from None
         except ValidationError as exc:
             _apply_errors(form, exc)
         else:
-            messages.success(request, f"Added {form.cleaned_data['username']}.")
+            messages.success(request, f"Invited {invitation.email} as {invitation.get_role_display()}: we emailed them a link.")
             return redirect("accounts:members")
     memberships = tenancy.workspace.memberships.select_related("user").order_by("role", "user__username")
-    return render(request, "accounts/members.html", {"form": form, "memberships": memberships})
+    invitations = []
+    if tenancy.membership.can_manage_members:
+        invitations = Invitation.objects.filter(
+            workspace=tenancy.workspace, status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
+        ).select_related("invited_by")
+    return render(request, "accounts/members.html", {
+        "form": form, "memberships": memberships, "invitations": invitations,
+        "invitation_days": settings.INVITATION_MAX_AGE_DAYS,
+    })
+
+
+@login_required
+@require_POST
+def invitation_revoke(request, invitation_id: int):
+    tenancy = require_tenancy(request)
+    invitation = get_object_or_404(Invitation, pk=invitation_id, workspace=tenancy.workspace)
+    try:
+        services.revoke_invitation(by=tenancy.membership, invitation=invitation)
+        messages.success(request, f"Revoked the invitation of {invitation.email}; its link no longer works.")
+    except PermissionDenied as exc:
+        raise Http404(str(exc)) from None
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("accounts:members")
+
+
+def invitation(request, token: str):
+    """The emailed link. Anonymous: sign up (the address is taken as verified, since the link
+    reached it) or sign in, then come back here. Signed in as the invited address: accept."""
+    invitation = invitation_from_token(token)
+    if invitation is None:
+        raise Http404("This invitation link is not valid.")
+    context = {"invitation": invitation, "token": token}
+    if not invitation.is_open:
+        request.session.pop(INVITATION_SESSION_KEY, None)
+        return render(request, "accounts/invitation.html", {**context, "state": "closed"}, status=410)
+    if not request.user.is_authenticated:
+        request.session[INVITATION_SESSION_KEY] = token
+        get_adapter(request).stash_verified_email(request, invitation.email)
+        return render(request, "accounts/invitation.html", {**context, "state": "anonymous"})
+    if invitation.email.lower() not in services.verified_emails(request.user):
+        return render(request, "accounts/invitation.html", {**context, "state": "someone_else"}, status=403)
+    if request.method == "POST":
+        try:
+            membership = services.accept_invitation(user=request.user, invitation=invitation)
+        except (PermissionDenied, ValidationError) as exc:
+            messages.error(request, " ".join(getattr(exc, "messages", [str(exc)])))
+            return redirect("accounts:invitation", token=token)
+        request.session.pop(INVITATION_SESSION_KEY, None)
+        request.session[WORKSPACE_SESSION_KEY] = membership.workspace_id
+        request.session.pop(ENVIRONMENT_SESSION_KEY, None)
+        messages.success(request, f"You joined {invitation.workspace.name} as {membership.get_role_display()}.")
+        return redirect("clusters:list")
+    return render(request, "accounts/invitation.html", {**context, "state": "ready"})
+
+
+def _open_invitations_for(user):
+    return Invitation.objects.filter(
+        email__in=services.verified_emails(user), status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
+    ).exclude(workspace__memberships__user=user).select_related("workspace")
+
+
+def _create_workspace(request, form: WorkspaceNameForm):
+    """The create form's POST: a new workspace with the user as Owner, and switch to it."""
+    try:
+        workspace = services.create_workspace(name=form.cleaned_data["name"], owner=request.user)
+    except ValidationError as exc:
+        _apply_errors(form, exc)
+        return None
+    request.session[WORKSPACE_SESSION_KEY] = workspace.pk
+    request.session.pop(ENVIRONMENT_SESSION_KEY, None)
+    messages.success(request, f"Created {workspace.name}. You are its Owner.")
+    return redirect("clusters:list")
+
+
+@login_required
+def welcome(request):
+    """Where a person with no workspace always lands: name one, or accept an invitation."""
+    if request.tenancy is not None and request.method == "GET":
+        return redirect("clusters:list")
+    form = WorkspaceNameForm(request.POST or None, prefix="create")
+    if request.method == "POST" and form.is_valid() and (response := _create_workspace(request, form)):
+        return response
+    invitations = [(i, invitation_token(i)) for i in _open_invitations_for(request.user)]
+    return render(request, "accounts/welcome.html", {"create_form": form, "invitations": invitations})
+
+
+@login_required
+def workspaces(request):
+    """The user's account: workspaces (switch, create, rename, leave), password and two-factor."""
+    tenancy = require_tenancy(request)
+    posted = request.POST if request.method == "POST" else None
+    create_form = WorkspaceNameForm(posted if posted and "create-name" in posted else None, prefix="create")
+    rename_form = WorkspaceNameForm(
+        posted if posted and "rename-name" in posted else None, prefix="rename", initial={"name": tenancy.workspace.name},
+    )
+    if create_form.is_bound and create_form.is_valid() and (response := _create_workspace(request, create_form)):
+        return response
+    if rename_form.is_bound and rename_form.is_valid():
+        try:
+            services.rename_workspace(by=tenancy.membership, name=rename_form.cleaned_data["name"])
+        except PermissionDenied as exc:
+            raise Http404(str(exc)) from None
+        except ValidationError as exc:
+            _apply_errors(rename_form, exc)
+        else:
+            messages.success(request, f"Renamed the workspace to {rename_form.cleaned_data['name'].strip()}.")
+            return redirect("accounts:workspaces")
+    invitations = [(i, invitation_token(i)) for i in _open_invitations_for(request.user)]
+    return render(request, "accounts/workspaces.html", {
+        "create_form": create_form, "rename_form": rename_form, "invitations": invitations,
+        "memberships": Membership.objects.filter(user=request.user).select_related("workspace"),
+    })
+
+
+@login_required
+@require_POST
+def workspace_leave(request, workspace_id: int):
+    membership = get_object_or_404(Membership, user=request.user, workspace_id=workspace_id)
+    try:
+        services.leave_workspace(membership=membership)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("accounts:workspaces")
+    if request.session.get(WORKSPACE_SESSION_KEY) == workspace_id:
+        request.session.pop(WORKSPACE_SESSION_KEY, None)
+        request.session.pop(ENVIRONMENT_SESSION_KEY, None)
+    messages.success(request, f"You left {membership.workspace.name}.")
+    return redirect("clusters:list")
 
 
 @login_required

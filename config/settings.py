@@ -47,6 +47,9 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
     "accounts",
     "offers",
     "clusters",
@@ -69,6 +72,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "accounts.middleware.CurrentWorkspaceMiddleware",
 ]
 
@@ -88,6 +92,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "accounts.context_processors.tenancy",
                 "clusters.context_processors.cluster_rules",
+                "accounts.context_processors.dev_mail",
             ],
         },
     }
@@ -128,11 +133,44 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "clusters:list"
 LOGOUT_REDIRECT_URL = "login"
+
+# Accounts (django-allauth, see docs/accounts.md): people sign up with an email address and
+# sign in with it or with their username (operators and the seeded `demo` have usernames).
+ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"email", "username"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_CONFIRM_EMAIL_ON_GET = False  # a mail scanner following the link must not verify it
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_LOGIN_ON_PASSWORD_RESET = False
+ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
+ACCOUNT_EMAIL_SUBJECT_PREFIX = ""
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG or TESTING else "https"
+# Signing up with a taken address says so on the field: a customer who forgot they have an
+# account learns it at once. Sign-up and reset are rate-limited, which bounds what probing learns.
+ACCOUNT_PREVENT_ENUMERATION = False
+ACCOUNT_SESSION_REMEMBER = None  # the sign-in form offers "Remember me"
+# allauth's own limits (login_failed: 10/min per address and 5 per 5 min per account, signup,
+# password reset, confirmation emails), counted in the default cache (Redis in production).
+ACCOUNT_RATE_LIMITS_ENABLED = env_bool("ACCOUNT_RATE_LIMITS_ENABLED", True)
+if not ACCOUNT_RATE_LIMITS_ENABLED:
+    ACCOUNT_RATE_LIMITS = False
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = "Runcrate Clusters"
+# Invitations to a workspace expire after this many days.
+INVITATION_MAX_AGE_DAYS = env_int("INVITATION_MAX_AGE_DAYS", 7)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

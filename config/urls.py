@@ -1,16 +1,21 @@
+from allauth.account import views as allauth_views
+from allauth.account.decorators import secure_admin_login
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
 admin.site.site_header = "Runcrate Clusters operations"
 admin.site.site_title = "Runcrate operations"
 admin.site.index_title = "Operations"
+# Operators sign in through allauth too: the same rate limits and two-factor step.
+admin.site.login = secure_admin_login(admin.site.login)
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="clusters:list", permanent=False)),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # allauth's sign-in and sign-out under the names the rest of the product uses.
+    path("login/", allauth_views.login, name="login"),
+    path("logout/", allauth_views.logout, name="logout"),
+    path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
     path("offers/", include("offers.urls")),
     path("account/", include("accounts.urls")),

@@ -23,6 +23,7 @@ class Kind(models.TextChoices):
     AUTO_RECHARGE_FAILED = "auto_recharge_failed", "Auto-recharge failed"
     QUOTE_RECEIVED = "quote_received", "Quote request (to sales)"
     QUOTE_CONFIRMATION = "quote_confirmation", "Quote request confirmation"
+    INVITATION = "invitation", "Invitation to a workspace"
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,14 @@ SPECS: dict[str, KindSpec] = {
     Kind.AUTO_RECHARGE_FAILED: KindSpec("Auto-recharge of ${amount} failed", _BILLING, critical=True),
     Kind.QUOTE_RECEIVED: KindSpec("Quote request: {quote.machines} × {quote.gpu} from {quote_from}", _QUOTE, critical=True),
     Kind.QUOTE_CONFIRMATION: KindSpec("We received your quote request", _QUOTE, critical=True),
+    Kind.INVITATION: KindSpec("{inviter} invited you to {workspace_name} on Runcrate Clusters",
+                              "accounts.invitations.invitation_context", critical=True),
 }
 
 CRITICAL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.critical)
 # What a user sees on the settings page; sales' own copy is not a user's choice.
 OPTIONAL_KINDS = [kind for kind in Kind if not SPECS[kind].critical]
-USER_FACING_CRITICAL_KINDS = [kind for kind in Kind if SPECS[kind].critical and kind != Kind.QUOTE_RECEIVED]
+# Sent to addresses, not to members: nothing a member could turn on or off.
+USER_FACING_CRITICAL_KINDS = [
+    kind for kind in Kind if SPECS[kind].critical and kind not in (Kind.QUOTE_RECEIVED, Kind.INVITATION)
+]

@@ -21,6 +21,14 @@ class UserFactory(factory.django.DjangoModelFactory):
     # force_login's session hash would then not match the stored password).
     password = factory.django.Password("pw")
 
+    @factory.post_generation
+    def verified_email(self, create, extracted, **kwargs):
+        """The address counts as verified (as after sign-up) unless verified_email=False."""
+        if create and self.email and extracted is not False:
+            from allauth.account.models import EmailAddress
+
+            EmailAddress.objects.get_or_create(user=self, email=self.email, defaults={"verified": True, "primary": True})
+
 
 class WorkspaceFactory(factory.django.DjangoModelFactory):
     class Meta:

@@ -202,7 +202,7 @@ def create_and_watch(browser, stack: Stack) -> None:
     page.on("dialog", answer)
     try:
         page.goto("/login/")
-        page.fill("#id_username", "carol")
+        page.fill("#id_login", "carol")
         page.fill("#id_password", "pw")
         page.click("button[type=submit]")
         page.wait_for_url("**/clusters/")

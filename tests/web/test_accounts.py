@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.urls import reverse
 
-from accounts.models import Environment, Membership, Role, SSHKey, Workspace
+from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY
 from clusters import services
 from tests.factories import MembershipFactory, UserFactory
@@ -40,28 +40,33 @@ class TestMembers:
         text = outsider_client.get(self.URL).text
         assert "mallory" in text and "alice" not in text
 
-    def test_the_owner_adds_a_member(self, owner, workspace):
-        UserFactory(username="newbie")
-        response = client_for(owner).post(self.URL, {"username": "newbie", "role": "developer"})
+    def test_the_owner_invites_by_email_with_a_role(self, owner, workspace):
+        response = client_for(owner).post(self.URL, {"email": "newbie@example.org", "role": "developer"})
         assert response.status_code == 302
-        assert Membership.objects.get(workspace=workspace, user__username="newbie").role == Role.DEVELOPER
+        invitation = Invitation.objects.get(workspace=workspace)
+        assert (invitation.email, invitation.role, invitation.status) == ("newbie@example.org", Role.DEVELOPER, "pending")
+        assert "newbie@example.org" in client_for(owner).get(self.URL).text
 
-    def test_a_manager_adds_a_member_but_not_an_owner(self, manager, workspace):
-        UserFactory(username="newbie")
-        response = client_for(manager).post(self.URL, {"username": "newbie", "role": "owner"})
+    def test_a_manager_invites_but_not_an_owner(self, manager, workspace):
+        response = client_for(manager).post(self.URL, {"email": "newbie@example.org", "role": "owner"})
         assert "Only the Owner can make another Owner." in response.text
-        assert not Membership.objects.filter(user__username="newbie").exists()
+        assert not Invitation.objects.exists()
 
-    def test_an_unknown_user_is_an_error_on_the_form(self, owner):
-        response = client_for(owner).post(self.URL, {"username": "ghost", "role": "developer"})
-        assert "No user named &#x27;ghost&#x27;" in response.text
+    def test_a_bad_address_is_an_error_on_the_form(self, owner):
+        response = client_for(owner).post(self.URL, {"email": "not-an-address", "role": "developer"})
+        assert response.status_code == 200 and 'class="field-error"' in response.text
+        assert not Invitation.objects.exists()
 
-    def test_a_developer_cannot_add_members(self, developer_client, workspace):
-        UserFactory(username="newbie")
-        assert "Add a member" not in developer_client.get(self.URL).text
-        response = developer_client.post(self.URL, {"username": "newbie", "role": "developer"})
+    def test_a_member_cannot_be_invited_again(self, owner, developer):
+        response = client_for(owner).post(self.URL, {"email": developer.email.upper(), "role": "developer"})
+        assert "is already a member" in response.text
+        assert not Invitation.objects.exists()
+
+    def test_a_developer_cannot_invite(self, developer_client, workspace):
+        assert "Invite a teammate" not in developer_client.get(self.URL).text
+        response = developer_client.post(self.URL, {"email": "newbie@example.org", "role": "developer"})
         assert response.status_code == 404
-        assert not Membership.objects.filter(user__username="newbie").exists()
+        assert not Invitation.objects.exists()
 
     def test_only_the_owner_changes_roles(self, owner, manager, developer, workspace):
         dave = Membership.objects.get(user=developer)
@@ -281,9 +286,12 @@ class TestBilling:
         assert client.get(self.URL).status_code == 302
 
 
-def test_a_user_without_a_workspace_gets_404_not_a_crash(db):
+@pytest.mark.parametrize("url", [reverse("clusters:list"), reverse("accounts:members"), reverse("billing:overview")])
+def test_a_user_without_a_workspace_is_sent_to_name_one_not_a_404(db, url):
     client = client_for(UserFactory(username="loner"))
-    assert client.get(reverse("clusters:list")).status_code == 404
+    response = client.get(url)
+    assert response.status_code == 302 and response["Location"] == reverse("accounts:welcome")
+    assert client.get(url, HTTP_HX_REQUEST="true")["HX-Redirect"] == reverse("accounts:welcome")
 
 
 def test_a_cluster_created_by_one_member_is_managed_by_another(developer, owner, environment, machine_type):

@@ -62,7 +62,7 @@ class Command(BaseCommand):
         time.sleep(1.5)
         self.stdout.write(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
-            f"  Sign in as demo / demo (Owner of the funded 'Demo Lab' workspace).\n"
+            f"  Sign in as demo / demo (Owner of the funded 'Demo Lab' workspace), or sign up at http://{host}:{port}/signup/\n"
             f"  Redis: {'embedded at ' + env['REDIS_URL'] if embedded else env['REDIS_URL']}\n"
             f"  Emails are written to {settings.EMAIL_FILE_PATH}/ · Operators' admin: http://{host}:{port}/admin/\n"
             f"  Press Ctrl-C to stop.\n"

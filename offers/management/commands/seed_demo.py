@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -71,6 +72,9 @@ class Command(BaseCommand):
             demo.set_password("demo")
             demo.is_staff = demo.is_superuser = True
             demo.save()
+        # The demo signs in without a verification email (email verification is mandatory).
+        EmailAddress.objects.get_or_create(user=demo, email__iexact=demo.email,
+                                           defaults={"email": demo.email, "verified": True, "primary": True})
         membership = Membership.objects.filter(user=demo).select_related("workspace").first()
         workspace = membership.workspace if membership else create_workspace(name="Demo Lab", owner=demo)
         billing.post_entry(

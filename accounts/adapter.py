@@ -1,0 +1,46 @@
+"""How django-allauth fits the product: where people land after signing in, and how its
+emails (verification, password reset, security notices) are laid out and sent."""
+
+from __future__ import annotations
+
+import logging
+
+from allauth.account.adapter import DefaultAccountAdapter
+from django.conf import settings
+from django.contrib import messages
+from django.urls import reverse
+
+log = logging.getLogger(__name__)
+
+INVITATION_SESSION_KEY = "invitation_token"
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    def get_login_redirect_url(self, request) -> str:
+        # Someone who opened an invitation, then signed up or in, goes back to accept it.
+        token = request.session.get(INVITATION_SESSION_KEY)
+        if token:
+            return reverse("accounts:invitation", args=[token])
+        return super().get_login_redirect_url(request)
+
+    def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
+        """allauth's emails in the product's email layout (templates/account/email/*, extending
+        emails/base.*), sent at once rather than through notifications.notify(): they carry
+        one-time keys that must not be stored in a Notification row, and the person is waiting
+        for them on the page."""
+        context = {
+            "dashboard_url": settings.SITE_URL + reverse("clusters:list"),
+            "critical": True,
+            **context,
+        }
+        link = context.get("activate_url") or context.get("password_reset_url")
+        if settings.DEBUG and link:
+            # `make run` writes emails to var/mail/; the console says which link to open.
+            log.warning("Email to %s (%s): %s", email, template_prefix.rsplit("/", 1)[-1], link)
+        try:
+            super().send_mail(template_prefix, email, context)
+        except OSError:  # SMTP down or refusing: the page says so instead of a server error
+            log.exception("Could not send %s to %s", template_prefix, email)
+            request = getattr(self, "request", None)
+            if request is not None:
+                messages.error(request, "We could not send the email just now. Try again in a few minutes.")

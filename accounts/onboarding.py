@@ -1,0 +1,40 @@
+"""A new workspace's getting-started checklist: what is done is read from the data itself
+(a credit, a key, a cluster), so it ticks itself off and never needs to be kept in step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.urls import reverse
+
+from accounts.models import Membership
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    done: bool
+    url: str | None  # None: this member cannot do it (credits are for Owners and Managers)
+    hint: str = ""
+
+
+def getting_started(membership: Membership) -> list[Step] | None:
+    """The checklist for this member's workspace, or None once every step is done."""
+    from billing.models import LedgerEntry
+    from clusters.models import Cluster
+
+    workspace = membership.workspace
+    has_credit = workspace.credit_balance > 0 or LedgerEntry.objects.filter(
+        workspace=workspace, amount__gt=0, state=LedgerEntry.State.COMPLETED,
+    ).exists()
+    steps = [
+        Step("Add credits", has_credit, reverse("billing:overview") if membership.can_see_billing else None,
+             "A cluster needs one hour of its price in credit, and never less than $10."),
+        Step("Add an SSH key", workspace.ssh_keys.exists(), reverse("accounts:ssh_keys"),
+             "Every machine of a new cluster gets the workspace's keys."),
+        Step("Create a cluster", Cluster.objects.filter(environment__workspace=workspace).exists(), reverse("offers:list"),
+             "Pick a GPU and a machine count; the offers page lists what can start now."),
+    ]
+    if all(step.done for step in steps):
+        return None
+    return steps

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django import template
+
+from accounts.onboarding import getting_started as checklist
+
+register = template.Library()
+
+
+@register.inclusion_tag("accounts/_getting_started.html", takes_context=True)
+def getting_started(context):
+    tenancy = context.get("tenancy")
+    steps = checklist(tenancy.membership) if tenancy else None
+    return {"steps": steps, "done": sum(step.done for step in steps or [])}
