@@ -23,6 +23,9 @@ class AccountAdapter(DefaultAccountAdapter):
             return reverse("accounts:invitation", args=[token])
         return super().get_login_redirect_url(request)
 
+    def get_signup_redirect_url(self, request) -> str:
+        return self.get_login_redirect_url(request)
+
     def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
         """allauth's emails in the product's email layout (templates/account/email/*, extending
         emails/base.*), sent at once rather than through notifications.notify(): they carry

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.models import Role, Workspace
+from accounts.models import Workspace
 from billing import emails
 from billing.models import AutoRecharge, AutoRechargeAttempt, BillingNotice, LedgerEntry, StripeEvent, TopUp
 from billing.services import post_entry, to_cents

