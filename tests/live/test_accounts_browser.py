@@ -250,7 +250,14 @@ def set_up_two_factor_and_sign_in(browser, stack) -> None:
         sign_in(page, "grace@example.org", "pw")
         page.wait_for_url("**/clusters/")
 
-        page.goto("/2fa/totp/activate/")
+        page.goto("/account/workspaces/")
+        page.click("a:has-text('Two-factor authentication')")
+        page.click("a:has-text('Activate')")
+        # Turning on two-factor asks for the password again, even right after signing in.
+        page.wait_for_url("**/reauthenticate/**")
+        page.fill("#id_password", "pw")
+        page.click("button[type=submit]")
+        page.wait_for_url("**/2fa/totp/activate/")
         # The QR code is an image (data: URI) and no page script is inline (CSP).
         assert page.get_attribute("img.qr", "src").startswith("data:image/svg+xml")
         assert page.locator("script:not([src])").count() == 0
