@@ -271,7 +271,7 @@ def set_up_two_factor_and_sign_in(browser, stack) -> None:
         page.click("button:has-text('Turn on two-factor')")
         page.locator("#recovery-code-list").wait_for()
         codes = page.inner_text("#recovery-code-list").split()
-        assert len(codes) == 10 and page.locator("[data-copy-target=recovery-code-list]").count() == 1
+        assert len(codes) == 10 and page.locator("#copy-recovery-codes[data-copy]").count() == 1
         assert page.locator("script:not([src])").count() == 0
 
         page.click("button:has-text('Sign out')")

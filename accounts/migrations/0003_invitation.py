@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ('accounts', '0002_canonical_ssh_keys'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

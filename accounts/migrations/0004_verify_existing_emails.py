@@ -17,7 +17,7 @@ def verify_existing(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("accounts", "0002_invitation"),
+        ("accounts", "0003_invitation"),
         ("account", "0009_emailaddress_unique_primary_email"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
