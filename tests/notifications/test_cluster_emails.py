@@ -148,3 +148,17 @@ def test_the_quote_confirmation_does_not_call_itself_a_notice_about_an_account()
     for name in ("emails/quote_confirmation.txt", "emails/quote_confirmation.html"):
         text = render_to_string(name, {"quote": quote, "critical": True})
         assert "about your account" not in text and "because this address asked for a quote" in text
+
+
+def test_failure_emails_carry_no_server_paths_or_bare_exit_codes(smtp, environment, machine_type, owner, settings, monkeypatch):
+    from clusters.providers import simulated
+    from clusters.providers.base import BootReport, BootState
+
+    detail = f"sshd exited; see {settings.VAR_DIR}/local-machines/h1/ssh.log (exit status 255)"
+    monkeypatch.setattr(simulated.SimulatedProvider, "boot_status", lambda self, node: BootReport(BootState.FAILED, detail=detail))
+    cluster = create(environment, machine_type, owner, count=2)
+    assert cluster.status == Status.FAILED
+    [message] = smtp.messages
+    for body in (text_of(message), html_of(message)):
+        assert str(settings.VAR_DIR) not in body and "exit status" not in body
+        assert "sshd exited" in body
