@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -20,16 +20,20 @@ from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, req
 
 
 def _next_url(request, default: str = "clusters:list"):
+    """Back to the page the switcher was on: a path on this site, nothing else. (redirect()
+    would take a bare word for a view name to reverse, and fail on one that is not.)"""
     target = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        return redirect(target)
+    local = target.startswith("/") and not target.startswith(("//", "/\\"))
+    if local and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return HttpResponseRedirect(target)
     return redirect(default)
 
 
 def _posted_id(request, name: str) -> int:
-    """A switcher's posted id; anything but a whole number is an object that does not exist."""
+    """A switcher's posted id; anything but a whole number a bigint holds is an object that
+    does not exist."""
     value = request.POST.get(name, "")
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise Http404(f"No such {name}.")
     return int(value)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import stripe
 from django.conf import settings
@@ -50,8 +50,26 @@ def cents(amount: Decimal) -> int:
     return int(to_cents(amount) * 100)
 
 
+def _finite(amount) -> Decimal:
+    """A finite Decimal, or PaymentError: NaN, Infinity and text are refused, not quantized
+    (quantizing them, or 1e308, raises InvalidOperation deep in the money code)."""
+    try:
+        amount = Decimal(amount)
+    except (InvalidOperation, TypeError, ValueError):
+        raise PaymentError("Enter an amount in dollars, e.g. 50.") from None
+    if not amount.is_finite():
+        raise PaymentError("Enter an amount in dollars, e.g. 50.")
+    return amount
+
+
 def _validate_amount(amount: Decimal) -> Decimal:
-    amount = to_cents(Decimal(amount))
+    amount = _finite(amount)
+    # Bounds before rounding: a huge amount either way is refused, never quantized.
+    if amount > MAXIMUM_TOP_UP:
+        raise PaymentError(f"The largest top-up is ${MAXIMUM_TOP_UP:,.0f}; contact sales for more.")
+    if amount < MINIMUM_TOP_UP:
+        raise PaymentError(f"The smallest top-up is ${MINIMUM_TOP_UP:,.2f}.")
+    amount = to_cents(amount)
     if amount < MINIMUM_TOP_UP:
         raise PaymentError(f"The smallest top-up is ${MINIMUM_TOP_UP:,.2f}.")
     if amount > MAXIMUM_TOP_UP:
@@ -142,19 +160,37 @@ def verify_event(payload: bytes, signature: str | None) -> dict:
     return event
 
 
+class MalformedEvent(ValueError):
+    """A signed event whose object is not what its type promises: recorded and answered 200
+    (Stripe would otherwise redeliver it for days), never applied."""
+
+
 def handle_event(event: dict) -> str:
     """Apply one verified event once; returns what happened (for logs and tests)."""
-    obj = (event.get("data") or {}).get("object") or {}
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    event_id, event_type = str(event["id"])[:255], str(event["type"])[:100]
+    object_id = str(obj.get("id", ""))[:255] if isinstance(obj, dict) else ""
     with transaction.atomic():
         try:
             # The unique event id makes a redelivery a no-op; a concurrent duplicate waits
             # on this insert until the first commits, then fails it.
             with transaction.atomic():
-                StripeEvent.objects.create(event_id=event["id"], type=event["type"], object_id=str(obj.get("id", ""))[:255])
+                StripeEvent.objects.create(event_id=event_id, type=event_type, object_id=object_id)
         except IntegrityError:
             return "duplicate"
-        handler = HANDLERS.get(event["type"])
-        return handler(obj) if handler else "ignored"
+        handler = HANDLERS.get(event_type)
+        if handler is None:
+            return "ignored"
+        try:
+            if not isinstance(obj, dict):
+                raise MalformedEvent("its data.object is not an object")
+            # A savepoint: a handler that fails half-way leaves nothing behind but the event row.
+            with transaction.atomic():
+                return handler(obj)
+        except (MalformedEvent, KeyError, TypeError, AttributeError, InvalidOperation) as exc:
+            log.error("Stripe event %s (%s) is malformed and was not applied: %r", event_id, event_type, exc)
+            return "malformed"
 
 
 def _credit_session(session: dict) -> str:
@@ -234,7 +270,13 @@ def _payment_intent_succeeded(intent: dict) -> str:
     metadata = intent.get("metadata") or {}
     if metadata.get("purpose") != "auto_recharge":
         return "ignored"
-    return _credit_auto_recharge(int(metadata["workspace_id"]), intent["id"], Decimal(intent["amount"]) / 100)
+    workspace_id, amount = str(metadata.get("workspace_id", "")), intent.get("amount")
+    known = workspace_id.isascii() and workspace_id.isdigit() and len(workspace_id) <= 18
+    if not known or not Workspace.objects.filter(pk=int(workspace_id)).exists():
+        raise MalformedEvent(f"no workspace {workspace_id[:40]!r}")
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0 or not isinstance(intent.get("id"), str):
+        raise MalformedEvent("no positive whole amount in cents, or no id")
+    return _credit_auto_recharge(int(workspace_id), intent["id"], Decimal(amount) / 100)
 
 
 HANDLERS = {
@@ -310,9 +352,12 @@ def _fail_auto_recharge(recharge: AutoRecharge, attempt: AutoRechargeAttempt, me
 
 def save_auto_recharge(*, workspace: Workspace, enabled: bool, threshold: Decimal, amount: Decimal) -> AutoRecharge:
     amount = _validate_amount(amount)
-    threshold = to_cents(Decimal(threshold))
+    threshold = _finite(threshold)
     if threshold < 0:
         raise PaymentError("The threshold cannot be negative.")
+    if threshold > MAXIMUM_TOP_UP:
+        raise PaymentError(f"The threshold can be at most ${MAXIMUM_TOP_UP:,.0f}.")
+    threshold = to_cents(threshold)
     recharge, _ = AutoRecharge.objects.get_or_create(workspace=workspace)
     if enabled and not recharge.has_card:
         raise PaymentError("Save a card first: auto-recharge charges it when the balance falls under the threshold.")

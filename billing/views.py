@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import logging
+import re
 from decimal import Decimal, InvalidOperation
 
 import stripe
@@ -25,6 +26,7 @@ from billing.models import AutoRecharge, LedgerEntry, TopUp
 
 log = logging.getLogger(__name__)
 USAGE_LINES_PER_PAGE = 50
+MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
 
 
 def _month(request) -> dt.date:
@@ -33,11 +35,11 @@ def _month(request) -> dt.date:
     if not value:
         now = timezone.now()
         return dt.date(now.year, now.month, 1)
-    try:
-        year, month = (int(part) for part in value.split("-"))
-        return dt.date(year, month, 1)
-    except ValueError:
-        raise Http404("Months look like 2026-03.") from None
+    match = MONTH.fullmatch(value)
+    # The year stops before 9999: the month's end is the first day of the next month.
+    if not match or not 1 <= int(match["month"]) <= 12 or not 2000 <= int(match["year"]) < 9999:
+        raise Http404("Months look like 2026-03.")
+    return dt.date(int(match["year"]), int(match["month"]), 1)
 
 
 def _spend_chart(

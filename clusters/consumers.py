@@ -32,6 +32,14 @@ def _environment_visible(user, environment_id: int) -> bool:
     return Membership.objects.filter(user=user, workspace__environments__pk=environment_id).exists()
 
 
+BIGINT_MAX = 2**63 - 1
+
+
+class UnknownPathConsumer(AsyncWebsocketConsumer):
+    async def connect(self):
+        await self.close(code=4404)
+
+
 class _LiveConsumer(AsyncWebsocketConsumer):
     group: str | None = None
     closed_for_outage = False
@@ -85,6 +93,8 @@ class ClusterConsumer(_LiveConsumer):
 
     async def allowed(self, user) -> bool:
         self.cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
+        if self.cluster_id > BIGINT_MAX:
+            return False
         self.group = cluster_group(self.cluster_id)
         return await _cluster_visible(user, self.cluster_id)
 
@@ -110,6 +120,8 @@ class ClusterConsumer(_LiveConsumer):
 class EnvironmentConsumer(_LiveConsumer):
     async def allowed(self, user) -> bool:
         environment_id = int(self.scope["url_route"]["kwargs"]["environment_id"])
+        if environment_id > BIGINT_MAX:
+            return False
         self.group = environment_group(environment_id)
         return await _environment_visible(user, environment_id)
 

@@ -1,4 +1,6 @@
-"""Answer 503 with Retry-After, never 500, when every pooled database connection is busy.
+"""Request checks for every view: a 503 when the database pool is saturated, a 400 for NUL bytes.
+
+Answer 503 with Retry-After, never 500, when every pooled database connection is busy.
 
 A request that waited DB_POOL_TIMEOUT seconds for a connection raised psycopg_pool's
 PoolTimeout (wrapped in Django's OperationalError). Raised in a view, `process_exception`
@@ -9,11 +11,12 @@ that response for the 503.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from django.core.signals import got_request_exception
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 RETRY_AFTER_SECONDS = 2
 MESSAGE = "The service is busy right now; please retry in a few seconds."
@@ -59,3 +62,33 @@ class DatabaseBusyMiddleware:
 def _note_database_busy(sender, request: HttpRequest | None = None, **kwargs) -> None:
     if request is not None and is_database_busy(sys.exc_info()[1]):
         request._database_busy = True  # type: ignore[attr-defined]
+
+
+log = logging.getLogger(__name__)
+
+
+class RejectNulBytesMiddleware:
+    """A NUL byte in the query string or a posted form field is a 400.
+
+    PostgreSQL cannot store or compare a string holding NUL, so such a value reaching a
+    filter or a row is a 500 from the database driver; no legitimate client sends one.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if self._has_nul(request):
+            log.info("Refused a request with a NUL byte: %s %s", request.method, request.path)
+            return HttpResponseBadRequest("NUL bytes are not allowed in parameters.", content_type="text/plain")
+        return self.get_response(request)
+
+    @staticmethod
+    def _has_nul(request) -> bool:
+        if any("\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()):
+            return True
+        # Only urlencoded bodies: parsing multipart here would consume uploads, and JSON
+        # bodies (the API, Stripe's webhook) are read raw by their views.
+        if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
+            return any("\x00" in key or any("\x00" in value for value in values) for key, values in request.POST.lists())
+        return False
