@@ -10,6 +10,12 @@ from clusters.rules import MAX_MACHINES, MIN_MACHINES
 from offers.services import SORTS, machine_types_with_availability
 
 
+def is_id(value: str) -> bool:
+    """A row id as typed in a query string: ASCII digits a bigint holds ("²" is a digit to
+    str.isdigit() and not to int())."""
+    return value.isascii() and value.isdigit() and len(value) <= 18
+
+
 SOFTWARE_HELP = {
     Software.NONE: "Plain machines on the private network, names in /etc/hosts and the hostfile. "
                    "Ready as soon as every machine has joined.",
@@ -69,7 +75,7 @@ class CreateClusterForm(forms.Form):
         # Only offers that can start this size now (the picked one always, so a form sent
         # back with an error still shows it); the page greys out the rest as the count changes.
         offers = machine_types_with_availability().filter(free_hosts__gte=machines or MIN_MACHINES)
-        if keep_offer and str(keep_offer).isdigit():
+        if keep_offer and is_id(str(keep_offer)):
             offers = machine_types_with_availability().filter(
                 Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
             )

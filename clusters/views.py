@@ -16,7 +16,7 @@ from accounts.tenancy import require_tenancy
 from clusters import connect, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
-from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm
+from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm, is_id
 from clusters import queries
 from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
@@ -90,7 +90,7 @@ def cluster_create(request):
             messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
             return redirect(cluster)
     offer = form["offer"].value()
-    machine_type = form.fields["offer"].queryset.filter(pk=offer).first() if str(offer or "").isdigit() else None
+    machine_type = form.fields["offer"].queryset.filter(pk=offer).first() if is_id(str(offer or "")) else None
     context = {
         "form": form, "machine_type": machine_type,
         "free_hosts": free_host_count(machine_type) if machine_type else None,
@@ -151,7 +151,7 @@ def cluster_recreate(request, cluster_id: int):
     """One click on a failed cluster's page: the same cluster on the offer picked there."""
     failed = get_cluster_for_user(request, cluster_id)
     offer = request.POST.get("offer", "")
-    machine_type = MachineType.objects.filter(pk=int(offer), active=True).first() if offer.isdigit() else None
+    machine_type = MachineType.objects.filter(pk=int(offer), active=True).first() if is_id(offer) else None
     try:
         cluster = services.recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
     except ClusterError as error:
