@@ -104,7 +104,7 @@ def _event_cursor(request) -> int | None:
     raw = request.GET.get("before", "")
     if not raw:
         return None
-    if not raw.isdigit():
+    if not is_id(raw):
         raise Http404("?before= takes an event id.")
     return int(raw)
 
