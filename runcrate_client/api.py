@@ -24,11 +24,12 @@ import yaml
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0
-CONFIG_KEYS = ("api_key", "api_url", "environment")
+CONFIG_KEYS = ("api_key", "api_url", "environment", "workspace")
 ENV_VARS = {
     "api_key": "RUNCRATE_API_KEY",
     "api_url": "RUNCRATE_API_URL",
     "environment": "RUNCRATE_ENVIRONMENT",
+    "workspace": "RUNCRATE_WORKSPACE",
 }
 
 Record = dict[str, Any]
@@ -145,6 +146,7 @@ class ClientConfig:
     api_key: str | None
     api_url: str
     environment: str | None
+    workspace: str | None = None
     # Where each value came from ("argument", "RUNCRATE_API_KEY", "/path/config.yaml", "default").
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -155,11 +157,12 @@ class ClientConfig:
         api_url: str | None = None,
         environment: str | None = None,
         environ: Mapping[str, str] | None = None,
+        workspace: str | None = None,
     ) -> ClientConfig:
         environ = os.environ if environ is None else environ
         path = config_path(environ)
         from_file = read_config_file(path)
-        explicit = {"api_key": api_key, "api_url": api_url, "environment": environment}
+        explicit = {"api_key": api_key, "api_url": api_url, "environment": environment, "workspace": workspace}
         values: dict[str, str | None] = {}
         sources: dict[str, str] = {}
         for key in CONFIG_KEYS:
@@ -176,6 +179,7 @@ class ClientConfig:
             api_key=values["api_key"],
             api_url=url.rstrip("/"),
             environment=values["environment"],
+            workspace=values["workspace"],
             sources=sources,
         )
 
@@ -209,6 +213,7 @@ class RuncrateClient:
         environment: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        workspace: str | None = None,
     ) -> None:
         if not api_key:
             raise ConfigError(
@@ -224,11 +229,13 @@ class RuncrateClient:
         }
         if environment:
             headers["X-Environment"] = environment
+        if workspace:
+            headers["X-Workspace"] = workspace
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 
     @classmethod
     def from_config(cls, config: ClientConfig, timeout: float = DEFAULT_TIMEOUT) -> RuncrateClient:
-        return cls(config.api_key, config.api_url, config.environment, timeout)
+        return cls(config.api_key, config.api_url, config.environment, timeout, workspace=config.workspace)
 
     def close(self) -> None:
         self._http.close()
@@ -346,6 +353,24 @@ class RuncrateClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self._data("POST", "/clusters", json=payload, headers=headers)
 
+    def plan_cluster(
+        self,
+        name: str,
+        offer_id: str,
+        machines: int,
+        software: str = "none",
+        volume_id: str | None = None,
+        ssh_key_ids: list[str] | None = None,
+    ) -> Record:
+        """What creating this cluster would do (POST /clusters/plan): price, balance, runway and
+        every refusal in `problems`. Nothing is reserved or charged."""
+        payload: dict[str, Any] = {"name": name, "offer_id": offer_id, "machines": machines, "software": software}
+        if volume_id:
+            payload["volume_id"] = volume_id
+        if ssh_key_ids:
+            payload["ssh_key_ids"] = list(ssh_key_ids)
+        return self._data("POST", "/clusters/plan", json=payload)
+
     def list_clusters(self, limit: int | None = None, offset: int | None = None) -> Page:
         return self._page("/clusters", {"limit": limit, "offset": offset})
 
@@ -382,6 +407,30 @@ class RuncrateClient:
     def terminate_node(self, cluster_id: str, node_name: str) -> Record | None:
         """The API always refuses (409 node_terminate_refused): a node ends with its cluster."""
         return self._data("DELETE", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}")
+
+    # -- instances, SSH keys, environments, workspaces
+
+    def list_instances(self) -> list[Record]:
+        return list(self.iterate("/instances"))
+
+    def terminate_instance(self, instance_id: str) -> Record | None:
+        """The API always refuses (409 node_terminate_refused), naming the instance's cluster."""
+        return self._data("DELETE", f"/instances/{_seg(instance_id)}")
+
+    def list_ssh_keys(self) -> list[Record]:
+        return list(self.iterate("/ssh-keys"))
+
+    def create_ssh_key(self, name: str, public_key: str) -> Record:
+        return self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key})
+
+    def delete_ssh_key(self, key_id: str) -> Record | None:
+        return self._data("DELETE", f"/ssh-keys/{_seg(key_id)}")
+
+    def list_environments(self) -> list[Record]:
+        return list(self.iterate("/environments"))
+
+    def list_workspaces(self) -> list[Record]:
+        return list(self.iterate("/workspaces"))
 
     # -- billing and quotes
 

@@ -1,4 +1,4 @@
-"""Helpers to run the real `runcrate` CLI or MCP server against any API base URL (fake or live)."""
+"""Helpers to run the real `runcrate` CLI or MCP server against an API base URL (the live server in tests)."""
 
 from __future__ import annotations
 

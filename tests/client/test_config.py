@@ -30,7 +30,7 @@ def test_explicit_arguments_beat_environment_variables_which_beat_the_file(
     config = ClientConfig.resolve()
     assert (config.api_key, config.api_url, config.environment) == ("rc_live_env", "http://file:1", "env-env")
     assert config.sources == {"api_key": "RUNCRATE_API_KEY", "api_url": str(config_file),
-                              "environment": "RUNCRATE_ENVIRONMENT"}
+                              "environment": "RUNCRATE_ENVIRONMENT", "workspace": "default"}
 
     config = ClientConfig.resolve(api_key="rc_live_arg", api_url="http://arg:2/", environment="arg-env")
     assert (config.api_key, config.api_url, config.environment) == ("rc_live_arg", "http://arg:2", "arg-env")
@@ -62,10 +62,17 @@ def test_the_client_needs_a_key() -> None:
         RuncrateClient(None)
 
 
-def test_cli_config_set_and_show(cli) -> None:
-    result = cli("config", "set", "api_key", "rc_live_abcdefghijklmnopqrstuvwxyz", api_key=None)
-    assert result.returncode == 0, result.stderr
+def test_cli_config_set_and_show(config_file: Path) -> None:
+    from click.testing import CliRunner
+
+    from runcrate_client.cli import main
+
+    def cli(*args: str):
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    result = cli("config", "set", "api_key", "rc_live_abcdefghijklmnopqrstuvwxyz")
+    assert result.exit_code == 0, result.stderr
     assert "rc_live_abcd…wxyz" in result.stdout  # never echoed in full
-    result = cli("config", "show", api_key=None)
+    result = cli("config", "show")
     assert "rc_live_abcd…wxyz" in result.stdout
     assert "config.yaml" in result.stdout

@@ -3,7 +3,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runcrate_client.cli import offers_table, usage_table
+from runcrate_client.cli.billing import usage_table
+from runcrate_client.cli.clusters import offers_table
 from runcrate_client.formatting import format_money, format_time, render_table
 
 

@@ -26,3 +26,29 @@ def instant_offer(machine_type):
     assert not Host.objects.filter(machine_type=machine_type).exclude(boot_seconds=0, join_seconds=0,
                                                                      install_seconds=0).exists()
     return machine_type
+
+
+@pytest.fixture
+def cli(live_server, dashboard_key, tmp_path):
+    """The CLI in-process (fast) over real HTTP against the live server: cli("clusters", "ls")."""
+    from click.testing import CliRunner
+
+    from runcrate_client.cli import main
+    from tests.client.client_support import CliResult
+
+    def invoke(*args: str, api_key: str | None = dashboard_key, environment: str | None = None,
+               input: str | None = None, base_url: str | None = None, workspace: str | None = None) -> CliResult:
+        env = {"RUNCRATE_API_URL": base_url or live_server.url, "RUNCRATE_CONFIG": str(tmp_path / "none.yaml"),
+               "RUNCRATE_API_KEY": api_key, "RUNCRATE_ENVIRONMENT": environment, "RUNCRATE_WORKSPACE": workspace}
+        result = CliRunner().invoke(main, list(args), env=env, input=input, catch_exceptions=False)
+        return CliResult(result.exit_code, result.stdout, result.stderr)
+
+    return invoke
+
+
+@pytest.fixture
+def api_client(live_server, dashboard_key):
+    from runcrate_client.api import RuncrateClient
+
+    with RuncrateClient(dashboard_key, live_server.url) as client:
+        yield client

@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
+import time
+from decimal import Decimal
 from typing import Any
+
+import httpx
+import uvicorn
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
+from accounts.models import Workspace
+from tests.factories import machine_type_with_hosts
+
+from runcrate_client.api import ClientConfig
+from runcrate_client.mcp_server import PlanSigner, http_app
 from tests.client.client_support import REPO_ROOT, runcrate_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+TOOLS = {"list_gpu_types", "list_cluster_offers", "plan_cluster", "create_cluster", "cluster_status",
+         "list_clusters", "delete_cluster", "billing_balance", "cluster_usage", "list_instances",
+         "terminate_instance", "list_ssh_keys", "add_ssh_key", "delete_ssh_key", "list_environments",
+         "list_workspaces"}
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl laptop"
+
+
+def stdio(live_server, key: str, environment: str | None = None) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "runcrate_client.mcp_server"],
+                                 env=runcrate_env(live_server.url, key, environment), cwd=REPO_ROOT)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -40,8 +65,8 @@ async def test_an_agent_lists_plans_creates_follows_and_deletes_a_cluster(live_s
         plan = await call(client, "plan_cluster", **args)
         assert plan["can_create"] is True, plan["problems"]
         assert plan["plan"]["price_per_hour"] == "5.00"
-        assert plan["balance"]["required_to_start"] == "10.00"  # one hour is $5: the $10 floor applies
-        assert "left this month" in plan["balance"]["monthly_budget"]
+        assert plan["plan"]["balance"]["required"] == "10.00"  # one hour is $5: the $10 floor applies
+        assert plan["plan"]["budget"]["remaining"] == "5000.00"
 
         assert "plan_cluster" in await refused(client, "create_cluster", **args, confirmation_token="trust me")
         created = await call(client, "create_cluster", **args, confirmation_token=plan["confirmation_token"])
@@ -66,3 +91,77 @@ async def test_an_agent_lists_plans_creates_follows_and_deletes_a_cluster(live_s
         final = await call(client, "cluster_status", cluster_id=str(cluster_id))
         assert final["cluster"]["status"] == "terminated"
         assert "404" in await refused(client, "cluster_status", cluster_id="999999")
+
+
+@pytest.fixture
+def community_container_and_little_money(workspace):
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("8.00"))
+    return machine_type_with_hosts(2, kind="container", community=True)
+
+
+async def test_the_plan_is_the_servers_and_refusals_issue_no_token(live_server, dashboard_key,
+                                                                   community_container_and_little_money):
+    container = community_container_and_little_money
+    async with Client(stdio(live_server, dashboard_key)) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(tools) == TOOLS
+        assert all(len(tool.description or "") > 60 for tool in tools.values())
+        plan = await call(client, "plan_cluster", offer_id=str(container.pk), machines=2, name="k",
+                          software="kubernetes")
+        assert plan["can_create"] is False and "confirmation_token" not in plan
+        codes = {p.split(":")[0] for p in plan["problems"]}
+        assert codes == {"kubernetes_unsupported", "insufficient_credits"}
+        assert any("Community host" in w for w in plan["warnings"])
+        assert "not issued" in await refused(client, "create_cluster", offer_id=str(container.pk), machines=2,
+                                              name="k", confirmation_token="rcplan1.e30.bad")
+
+
+async def test_an_agent_adds_an_ssh_key_sees_instances_and_cannot_stop_one(live_server, dashboard_key, instant_offer):
+    async with Client(stdio(live_server, dashboard_key)) as client:
+        key = (await call(client, "add_ssh_key", name="laptop", public_key=ED25519))["ssh_key"]
+        assert [k["id"] for k in (await call(client, "list_ssh_keys"))["ssh_keys"]] == [key["id"]]
+        args = {"offer_id": str(instant_offer.pk), "machines": 2, "name": "keyed", "ssh_key_ids": [str(key["id"])]}
+        plan = await call(client, "plan_cluster", **args)
+        created = await call(client, "create_cluster", **args, confirmation_token=plan["confirmation_token"])
+        instances = (await call(client, "list_instances"))["instances"]
+        assert {i["cluster_id"] for i in instances} == {created["cluster"]["id"]}
+        refusal = await refused(client, "terminate_instance", instance_id=str(instances[0]["id"]))
+        assert "node_terminate_refused" in refusal and "'keyed'" in refusal
+        environments = (await call(client, "list_environments"))["environments"]
+        assert [e["name"] for e in environments if e["current"]] == ["default"]
+        assert (await call(client, "list_workspaces"))["workspaces"][0]["current"] is True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def mcp_http(live_server, dashboard_key):
+    config = ClientConfig.resolve(dashboard_key, live_server.url)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(http_app(config, PlanSigner(b"k" * 32)), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/mcp"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+async def test_the_http_transport_wants_the_same_key_and_serves_the_tools(mcp_http, dashboard_key):
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for authorization in (None, "Bearer rc_live_someone_else", f"Basic {dashboard_key}"):
+        sent = {**headers, **({"Authorization": authorization} if authorization else {})}
+        async with httpx.AsyncClient() as plain:
+            response = await plain.post(mcp_http, headers=sent, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {dashboard_key}"})
+    async with http, Client(streamable_http_client(mcp_http, http_client=http)) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+        assert (await call(client, "billing_balance"))["balance"]["credits_balance"] == "1000.00"

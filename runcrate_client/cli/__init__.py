@@ -1,0 +1,12 @@
+"""The `runcrate` command line, one module per command group (runcrate_client/cli/<group>.py);
+the root command, exit codes and shared options are in base.py."""
+
+from __future__ import annotations
+
+from runcrate_client.cli import account, billing, catalogue, clusters, config, instances, mcp, quotes, volumes  # noqa: F401
+from runcrate_client.cli.base import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    main(prog_name="runcrate")

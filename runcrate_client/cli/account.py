@@ -1,0 +1,86 @@
+"""runcrate ssh-keys, environments, workspaces: what a workspace holds besides clusters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runcrate_client.cli.base import (
+    RuncrateGroup,
+    State,
+    generic_table,
+    json_option,
+    listed_for_scripts,
+    main,
+    pass_state,
+    print_json,
+)
+from runcrate_client.formatting import format_money, render_table
+
+
+@main.group("ssh-keys", cls=RuncrateGroup)
+def ssh_keys() -> None:
+    """SSH public keys of the workspace; pass their ids to `clusters create --ssh-key`."""
+
+
+@ssh_keys.command("list")
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="Print ids only, one a line.")
+@pass_state
+def ssh_keys_list(state: State, as_json: bool, quiet: bool) -> None:
+    """The workspace's SSH keys."""
+    items = state.client().list_ssh_keys()
+    if listed_for_scripts(items, as_json=as_json, quiet=quiet,
+                          empty="No SSH keys. Add one with: runcrate ssh-keys add NAME ~/.ssh/id_ed25519.pub"):
+        return
+    click.echo(generic_table([{k: v for k, v in i.items() if k != "public_key"} for i in items],
+                             preferred=("id", "name", "fingerprint", "created_at")))
+
+
+@ssh_keys.command("add")
+@click.argument("name")
+@click.argument("public_key_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+@pass_state
+def ssh_keys_add(state: State, name: str, public_key_file: Path, as_json: bool) -> None:
+    """Add the public key in PUBLIC_KEY_FILE (e.g. ~/.ssh/id_ed25519.pub) under NAME."""
+    key = state.client().create_ssh_key(name, public_key_file.read_text().strip())
+    if as_json:
+        return print_json(key)
+    click.echo(f"Added SSH key {key.get('name')} (id {key.get('id')}, {key.get('fingerprint')}).")
+
+
+@ssh_keys.command("delete")
+@click.argument("key_id")
+@pass_state
+def ssh_keys_delete(state: State, key_id: str) -> None:
+    """Remove a key: running clusters keep it, new clusters no longer get it."""
+    state.client().delete_ssh_key(key_id)
+    click.echo(f"Deleted SSH key {key_id}.")
+
+
+@main.command("environments")
+@json_option
+@pass_state
+def environments(state: State, as_json: bool) -> None:
+    """Environments of the workspace with their monthly budgets and spend; `-e NAME` acts in one."""
+    items = state.client().list_environments()
+    if as_json:
+        return print_json(items)
+    rows = [["*" if e.get("current") else "", e.get("id"), e.get("name"), "yes" if e.get("is_default") else "",
+             format_money(e.get("monthly_budget")), format_money(e.get("month_to_date_spend")),
+             format_money(e.get("budget_remaining"))] for e in items]
+    click.echo(render_table(["", "ID", "NAME", "DEFAULT", "BUDGET", "SPENT THIS MONTH", "LEFT"], rows, right={4, 5, 6}))
+
+
+@main.command("workspaces")
+@json_option
+@pass_state
+def workspaces(state: State, as_json: bool) -> None:
+    """Workspaces you belong to, with your role; `-w NAME` acts in another one."""
+    items = state.client().list_workspaces()
+    if as_json:
+        return print_json(items)
+    rows = [["*" if w.get("current") else "", w.get("id"), w.get("name"), w.get("role")] for w in items]
+    click.echo(render_table(["", "ID", "NAME", "ROLE"], rows))

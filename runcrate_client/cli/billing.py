@@ -1,0 +1,97 @@
+"""runcrate billing: balance and usage."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+
+from runcrate_client.api import (
+    Record,
+)
+from runcrate_client.formatting import (
+    cell,
+    format_hours,
+    format_money,
+    format_time,
+    render_pairs,
+    render_table,
+)
+
+from runcrate_client.cli.base import (
+    RuncrateGroup,
+    State,
+    fail,
+    json_option,
+    main,
+    pass_state,
+    print_json,
+)
+
+
+@main.group(cls=RuncrateGroup)
+def billing() -> None:
+    """Credits, burn rate and usage per cluster."""
+
+
+@billing.command("balance")
+@json_option
+@pass_state
+def billing_balance(state: State, as_json: bool) -> None:
+    """Credits left, what running clusters cost per hour, and how long that lasts."""
+    data = state.client().billing_balance()
+    if as_json:
+        return print_json(data)
+    hours = data.get("hours_remaining")
+    pairs: list[tuple[str, Any]] = [
+        ("Credits", format_money(data.get("credits_balance"))),
+        ("Running clusters cost", format_money(data.get("active_usage_cost_per_hour")) + "/h"),
+        ("Hours remaining", format_hours(hours) if hours is not None else "- (nothing running)"),
+    ]
+    for key in ("monthly_budget", "budget_remaining", "monthly_budget_remaining"):
+        if data.get(key) is not None:
+            pairs.append((key.replace("_", " ").capitalize(), format_money(data[key])))
+    click.echo(render_pairs(pairs))
+
+
+@billing.command("usage")
+@click.option("--month", help="YYYY-MM (default: this month).")
+@json_option
+@pass_state
+def billing_usage(state: State, month: str | None, as_json: bool) -> None:
+    """One line per cluster ("Cluster usage <name>") with a row per machine under it."""
+    if month:
+        try:
+            datetime.strptime(month, "%Y-%m")
+        except ValueError:
+            fail(f"--month must look like 2025-01, not {month!r}")
+    items = list(state.client().iterate("/billing/usage", {"month": month}))
+    if as_json:
+        return print_json(items)
+    if not items:
+        return click.echo(f"No usage{' in ' + month if month else ' this month'}.")
+    click.echo(usage_table(items))
+
+
+def usage_table(items: list[Record]) -> str:
+    """Cluster lines flush left, their machine rows indented under them, every column aligned."""
+    from decimal import Decimal, InvalidOperation
+
+    rows: list[list[Any]] = []
+    total = Decimal(0)
+    for item in items:
+        rows.append([item.get("description") or f"Cluster usage {item.get('cluster_id')}", "", "", "", "", "",
+                     format_money(item.get("amount"))])
+        try:
+            total += Decimal(str(item.get("amount") or "0"))
+        except InvalidOperation:
+            pass
+        for row in item.get("rows") or []:
+            rows.append([
+                "    " + cell(row.get("node")), row.get("gpu"), format_time(row.get("start")),
+                format_time(row.get("end")) if row.get("end") else "running",
+                format_hours(row.get("hours")), format_money(row.get("rate")) + "/h", format_money(row.get("amount")),
+            ])
+    rows.append(["Total", "", "", "", "", "", format_money(total)])
+    return render_table(["DESCRIPTION", "GPU", "START", "END", "HOURS", "RATE", "AMOUNT"], rows, right={4, 5, 6})

@@ -1,0 +1,431 @@
+"""runcrate clusters: offers, plan/create, follow, grow, terminate."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from runcrate_client.api import (
+    ApiError,
+    Record,
+    RuncrateClient,
+    TransportError,
+)
+from runcrate_client.formatting import (
+    COMMUNITY_WARNING,
+    cell,
+    format_hours,
+    format_money,
+    format_time,
+    render_pairs,
+    render_table,
+)
+
+from runcrate_client.cli.base import (
+    EXIT_CLUSTER_FAILED,
+    EXIT_CONFLICT,
+    EXIT_OK,
+    EXIT_OTHER,
+    EXIT_PAYMENT,
+    EXIT_USAGE,
+    FAILED_STATES,
+    READY,
+    SOFTWARE_CHOICES,
+    ClustersGroup,
+    State,
+    fail,
+    json_option,
+    listed_for_scripts,
+    main,
+    pass_state,
+    print_json,
+    quiet_option,
+)
+
+
+@main.group(cls=ClustersGroup)
+def clusters() -> None:
+    """Find offers, create, follow and terminate clusters. Aliases: ls = list, rm = delete."""
+
+
+@clusters.command("offers")
+@click.option("--gpu", help="GPU model, e.g. H100.")
+@click.option("--machines", type=int, help="How many machines (the server checks the size).")
+@click.option("--include-community", is_flag=True, help="Also list community hosts (independent operators).")
+@json_option
+@quiet_option
+@pass_state
+def clusters_offers(
+    state: State, gpu: str | None, machines: int | None, include_community: bool, as_json: bool, quiet: bool
+) -> None:
+    """Offers that can start now for this many machines, cheapest whole cluster first."""
+    items = state.client().list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community).items
+    if as_json:
+        return print_json(items)
+    if quiet:
+        for item in items:
+            click.echo(item.get("id"))
+        return
+    if not items:
+        size = f" for {machines} machines" if machines else ""
+        return click.echo(f"No offers can start now{size}. Try fewer machines, another GPU, or `runcrate quote`.")
+    click.echo(offers_table(items))
+    if any(item.get("community") for item in items):
+        click.echo("\n" + COMMUNITY_WARNING)
+
+
+def offers_table(items: list[Record]) -> str:
+    rows = []
+    for item in items:
+        rows.append([
+            item.get("id"),
+            item.get("gpu"),
+            item.get("gpus_per_machine"),
+            item.get("machine_kind"),
+            item.get("location"),
+            item.get("interconnect"),
+            item.get("available_machines"),
+            format_money(item.get("price_per_cluster_hour")) + "/h",
+            format_money(item.get("price_per_machine_hour")) + "/h",
+            item.get("software"),
+            "! community" if item.get("community") else "",
+        ])
+    headers = ["ID", "GPU", "GPUS/MACHINE", "KIND", "LOCATION", "INTERCONNECT", "AVAILABLE",
+               "CLUSTER", "PER MACHINE", "SOFTWARE", ""]
+    return render_table(headers, rows, right={2, 6, 7, 8})
+
+
+@clusters.command("create")
+@click.option("--name", required=True, help="A name for the cluster.")
+@click.option("--offer", "offer_id", required=True, help="Offer id from `runcrate clusters offers`.")
+@click.option("--machines", required=True, type=int, help="How many machines (the server checks the size).")
+@click.option("--software", type=click.Choice(SOFTWARE_CHOICES, case_sensitive=False), default="none",
+              show_default=True, help="Software to install on every node.")
+@click.option("--volume", "volume_id", help="Volume id to sync into /shared/volume on the head node.")
+@click.option("--ssh-key", "ssh_key_ids", multiple=True, help="SSH key id to install (repeatable).")
+@click.option("--idempotency-key", help="Makes a retried create return the first result. Default: a fresh one.")
+@click.option("--watch", "then_watch", is_flag=True, help="Follow the cluster until it is ready or fails.")
+@click.option("--dry-run", is_flag=True, help="Only check and price it (the server's plan): nothing is reserved.")
+@json_option
+@quiet_option
+@pass_state
+def clusters_create(
+    state: State, name: str, offer_id: str, machines: int, software: str, volume_id: str | None,
+    ssh_key_ids: tuple[str, ...], idempotency_key: str | None, then_watch: bool, dry_run: bool, as_json: bool,
+    quiet: bool,
+) -> None:
+    """Reserve every machine of an offer at once and start a cluster.
+
+    Billing starts when every machine has joined; a cluster that never gets there costs nothing.
+    With --dry-run the server checks and prices it exactly as it would create it, and nothing is reserved.
+    """
+    if dry_run:
+        plan = state.client().plan_cluster(name=name, offer_id=offer_id, machines=machines, software=software.lower(),
+                                           volume_id=volume_id, ssh_key_ids=list(ssh_key_ids))
+        if as_json:
+            print_json(plan)
+        else:
+            click.echo(plan_summary(plan))
+        sys.exit(plan_exit_code(plan))
+    key = idempotency_key or str(uuid.uuid4())
+    try:
+        cluster = state.client().create_cluster(
+            name=name, offer_id=offer_id, machines=machines, software=software.lower(),
+            volume_id=volume_id, ssh_key_ids=list(ssh_key_ids), idempotency_key=key,
+        )
+    except TransportError as error:
+        # The request may have reached the server: the same key makes a rerun safe.
+        raise TransportError(f"{error}. If unsure whether it was created, rerun with --idempotency-key {key}") from error
+    if as_json:
+        print_json(cluster)
+    elif quiet:
+        click.echo(cluster.get("id"))
+    else:
+        click.echo(
+            f"Created cluster {cluster.get('id')} ({cluster.get('name')}): {machines} machines, "
+            f"status {cluster.get('status')}, {format_money(cluster.get('price_per_hour'))}/h once every machine is up."
+        )
+        if not then_watch:
+            click.echo(f"Follow it with: runcrate clusters watch {cluster.get('id')}")
+    if then_watch:
+        sys.exit(watch_cluster(state.client(), str(cluster.get("id")), interval=2.0, timeout=0, quiet=as_json or quiet))
+
+
+# Exit codes of a plan that a create would refuse, like the create's own answer would set them.
+PLAN_EXIT_CODES = {"insufficient_credits": EXIT_PAYMENT, "budget_reached": EXIT_PAYMENT,
+                   "offer_unavailable": EXIT_CONFLICT, "name_taken": EXIT_CONFLICT}
+
+
+def plan_exit_code(plan: Record) -> int:
+    problems = plan.get("problems") or []
+    if not problems:
+        return EXIT_OK
+    return PLAN_EXIT_CODES.get(str(problems[0].get("code")), EXIT_USAGE)
+
+
+def plan_summary(plan: Record) -> str:
+    offer = plan.get("offer") or {}
+    balance, budget, runway = plan.get("balance") or {}, plan.get("budget") or {}, plan.get("runway") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("Can create", "yes" if plan.get("can_create") else "no"),
+        ("Offer", f"{offer.get('gpus_per_machine')}x {offer.get('gpu')} {offer.get('machine_kind')} in "
+                  f"{offer.get('location')}" if offer else "-"),
+        ("Machines", f"{plan.get('machines')} ({plan.get('available_machines')} free now)"),
+        ("Software", plan.get("software")),
+        ("Price", f"{format_money(plan.get('price_per_hour'))}/h for the whole cluster "
+                  f"({format_money(plan.get('price_per_machine_hour'))}/h per machine)"),
+        ("Balance", f"{format_money(balance.get('credits_balance'))} (needs {format_money(balance.get('required'))})"),
+        ("Budget left", f"{format_money(budget.get('remaining'))} of {format_money(budget.get('monthly_budget'))} this month"),
+        ("Runway after create", (f"{format_hours(runway.get('hours'))} at "
+                                 f"{format_money(runway.get('per_hour_after_create'))}/h for everything running")
+                                if runway.get("hours") is not None else "-"),
+    ]
+    lines = [render_pairs(pairs)]
+    lines += [f"Warning: {w}" for w in plan.get("warnings") or []]
+    lines += [f"Refused ({p.get('code')}): {p.get('message')}" for p in plan.get("problems") or []]
+    if plan.get("can_create"):
+        lines.append("Nothing was reserved. Run the same command without --dry-run to create it.")
+    return "\n".join(lines)
+
+
+@clusters.command("list")
+@json_option
+@quiet_option
+@pass_state
+def clusters_list(state: State, as_json: bool, quiet: bool) -> None:
+    """Clusters in the environment, newest first."""
+    items = state.client().all_clusters()
+    if listed_for_scripts(items, as_json=as_json, quiet=quiet,
+                          empty="No clusters. Find an offer with `runcrate clusters offers --gpu H100 --machines 2`."):
+        return
+    rows = [
+        [c.get("id"), c.get("name"), c.get("status"), machine_count(c), offer_gpu(c),
+         format_money(c.get("price_per_hour")) + "/h", format_time(c.get("created_at"))]
+        for c in items
+    ]
+    click.echo(render_table(["ID", "NAME", "STATUS", "MACHINES", "GPU", "PRICE", "CREATED"], rows, right={3, 5}))
+
+
+def machine_count(cluster: Record) -> Any:
+    machines = cluster.get("machines")
+    if isinstance(machines, list):
+        return len(machines)
+    if machines is None and isinstance(cluster.get("nodes"), list):
+        return len(cluster["nodes"])
+    return machines
+
+
+def offer_gpu(cluster: Record) -> Any:
+    offer = cluster.get("offer")
+    if isinstance(offer, dict):
+        gpu = offer.get("gpu")
+        per = offer.get("gpus_per_machine")
+        return f"{per}x {gpu}" if gpu and per else gpu
+    return cluster.get("gpu")
+
+
+@clusters.command("info")
+@click.argument("cluster_id")
+@json_option
+@pass_state
+def clusters_info(state: State, cluster_id: str, as_json: bool) -> None:
+    """A cluster, its nodes and their private addresses."""
+    cluster = state.client().get_cluster(cluster_id)
+    if as_json:
+        return print_json(cluster)
+    click.echo(cluster_summary(cluster))
+
+
+def cluster_summary(cluster: Record) -> str:
+    offer = cluster.get("offer")
+    pairs: list[tuple[str, Any]] = [
+        ("ID", cluster.get("id")),
+        ("Name", cluster.get("name")),
+        ("Status", cluster.get("status")),
+    ]
+    if cluster.get("termination_reason"):
+        pairs.append(("Termination reason", cluster.get("termination_reason")))
+    pairs += [
+        ("Environment", cluster.get("environment")),
+        ("Machines", machine_count(cluster)),
+        ("GPU", offer_gpu(cluster)),
+    ]
+    if isinstance(offer, dict):
+        pairs += [("Location", offer.get("location")), ("Machine kind", offer.get("machine_kind")),
+                  ("Interconnect", offer.get("interconnect"))]
+        if offer.get("community"):
+            pairs.append(("Community", COMMUNITY_WARNING.removeprefix("! community: ")))
+    elif offer:
+        pairs.append(("Offer", offer))
+    pairs += [
+        ("Software", cluster.get("software")),
+        ("Price", format_money(cluster.get("price_per_hour")) + "/h"),
+        ("Billing started", format_time(cluster.get("billing_started_at"))),
+        ("Created", format_time(cluster.get("created_at"))),
+    ]
+    text = render_pairs(pairs)
+    nodes = cluster.get("nodes") or []
+    if nodes:
+        rows = [[n.get("name"), n.get("role"), n.get("status"), n.get("private_ip")] for n in nodes]
+        text += "\n\n" + render_table(["NODE", "ROLE", "STATUS", "PRIVATE IP"], rows)
+    return text
+
+
+@clusters.command("events")
+@click.argument("cluster_id")
+@json_option
+@pass_state
+def clusters_events(state: State, cluster_id: str, as_json: bool) -> None:
+    """What happened to a cluster, oldest first."""
+    items = state.client().all_cluster_events(cluster_id)
+    items.sort(key=lambda e: str(e.get("created_at") or ""))
+    if as_json:
+        return print_json(items)
+    if not items:
+        return click.echo("No events yet.")
+    rows = [[format_time(e.get("created_at")), e.get("actor"), e.get("event"), event_text(e)] for e in items]
+    click.echo(render_table(["TIME", "ACTOR", "EVENT", "MESSAGE"], rows))
+
+
+def event_text(event: Record) -> str:
+    message = cell(event.get("message"))
+    reason = event.get("reason")
+    return f"{message} ({reason})" if reason else message
+
+
+@clusters.command("watch")
+@click.argument("cluster_id")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between polls.")
+@click.option("--timeout", default=0.0, show_default=True, help="Give up after this many seconds (0: never).")
+@json_option
+@pass_state
+def clusters_watch(state: State, cluster_id: str, interval: float, timeout: float, as_json: bool) -> None:
+    """Follow a cluster until it is ready (exit 0) or failed/degraded/terminated (exit 7)."""
+    code = watch_cluster(state.client(), cluster_id, interval=interval, timeout=timeout, quiet=as_json)
+    if as_json:
+        print_json(state.client().get_cluster(cluster_id))
+    sys.exit(code)
+
+
+def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, timeout: float, quiet: bool = False) -> int:
+    """Poll a cluster, printing each change of cluster or node status and each new event.
+
+    Prints changes only (never redraws), so the output reads the same in a terminal, a log or a pipe.
+    """
+    say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
+    started = time.monotonic()
+    node_status: dict[str, str] = {}
+    cluster_status: str | None = None
+    seen_events: set[tuple[str, str, str]] = set()
+    while True:
+        cluster = client.get_cluster(cluster_id)
+        status = str(cluster.get("status"))
+        if status != cluster_status:
+            total = machine_count(cluster)
+            say(f"{_now()}  cluster {cluster.get('name') or cluster_id}: {cluster_status or '…'} -> {status}"
+                + (f" ({total} machines)" if total else ""))
+            cluster_status = status
+        for node in cluster.get("nodes") or []:
+            name = str(node.get("name"))
+            current = str(node.get("status"))
+            if node_status.get(name) != current:
+                ip = f" {node['private_ip']}" if node.get("private_ip") else ""
+                say(f"{_now()}    {name:<8} {node.get('role') or '':<6} {node_status.get(name, '…')} -> {current}{ip}")
+                node_status[name] = current
+        try:
+            events = client.cluster_events(cluster_id).items
+        except ApiError:
+            events = []
+        for event in sorted(events, key=lambda e: str(e.get("created_at") or "")):
+            key = (str(event.get("created_at")), str(event.get("event")), str(event.get("message")))
+            if key not in seen_events:
+                seen_events.add(key)
+                say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
+        if status == READY:
+            ready = sum(1 for s in node_status.values() if s == READY)
+            say(f"Cluster {cluster.get('name') or cluster_id} is ready"
+                + (f" ({ready}/{len(node_status)} nodes ready)" if ready else "")
+                + f"; billing since {format_time(cluster.get('billing_started_at'))}.")
+            return EXIT_OK
+        if status in FAILED_STATES:
+            reason = cluster.get("termination_reason")
+            hint = {
+                "degraded": f"machines stay up and billed: `runcrate clusters retry-install {cluster_id}` "
+                            f"or `runcrate clusters delete {cluster_id}`",
+                "failed": "every machine was released; nothing was billed",
+            }.get(status, "")
+            say(f"Cluster {cluster.get('name') or cluster_id} is {status}"
+                + (f" ({reason})" if reason else "") + (f": {hint}" if hint else "."))
+            return EXIT_CLUSTER_FAILED
+        if timeout and time.monotonic() - started > timeout:
+            say(f"Gave up after {timeout:g}s; the cluster is still {status}.")
+            return EXIT_OTHER
+        time.sleep(interval)
+
+
+def _now() -> str:
+    return datetime.now().strftime("%H:%M:%S")
+
+
+@clusters.command("delete")
+@click.argument("cluster_id")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@pass_state
+def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> None:
+    """Terminate a cluster: every machine stops and billing ends. Alias: rm."""
+    client = state.client()
+    if not yes:
+        cluster = client.get_cluster(cluster_id)
+        if not sys.stdin.isatty():
+            fail("refusing to terminate without confirmation; pass --yes", EXIT_USAGE)
+        question = (f"Terminate cluster {cluster.get('name')} ({cluster_id}), all {machine_count(cluster)} machines? "
+                    "Their disks are lost and billing stops")
+        if not click.confirm(question, default=False):
+            fail("not terminated", EXIT_OTHER)
+    result = client.delete_cluster(cluster_id)
+    if as_json:
+        return print_json(result)
+    status = (result or {}).get("status", "terminating") if isinstance(result, dict) else "terminating"
+    click.echo(f"Terminating cluster {cluster_id} (status {status}); billing stops for every machine.")
+
+
+@clusters.command("retry-install")
+@click.argument("cluster_id")
+@json_option
+@pass_state
+def clusters_retry_install(state: State, cluster_id: str, as_json: bool) -> None:
+    """Install the software again on a degraded cluster."""
+    result = state.client().retry_install(cluster_id)
+    if as_json:
+        return print_json(result)
+    click.echo(f"Retrying the install on cluster {cluster_id}. Follow it with: runcrate clusters watch {cluster_id}")
+
+
+@clusters.command("add-worker")
+@click.argument("cluster_id")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="How many workers to add (the server knows the limit).")
+@json_option
+@pass_state
+def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool) -> None:
+    """Add worker machines to a running cluster; each is billed from the moment it is up."""
+    result = state.client().add_workers(cluster_id, count)
+    if as_json:
+        return print_json(result)
+    click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}.")
+
+
+@clusters.command("terminate-node")
+@click.argument("cluster_id")
+@click.argument("node_name")
+@pass_state
+def clusters_terminate_node(state: State, cluster_id: str, node_name: str) -> None:
+    """Ask to stop one node. The API refuses: a node ends with its cluster (exit 6)."""
+    state.client().terminate_node(cluster_id, node_name)
+    click.echo(f"Node {node_name} of cluster {cluster_id} is terminating.")

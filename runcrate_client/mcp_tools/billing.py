@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+
+
+def register(mcp: MCPServer, tools: ToolContext) -> None:
+    client = tools.client
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
+    def billing_balance() -> dict[str, Any]:
+        """The workspace's credit balance, what its running clusters cost per hour, the hours that
+        balance lasts and the environment's budget. When credits run out, running clusters are terminated."""
+        return {"balance": client.billing_balance()}
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
+    def cluster_usage(month: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
+        """What clusters cost in a month (`month` as YYYY-MM; default: this month): one line per cluster,
+        "Cluster usage <name>" with its `amount`, and a row per machine (node, gpu, start, end, hours,
+        rate, amount). Pass cluster_id to get one cluster's line only."""
+        items = list(client.iterate("/billing/usage", {"month": month}))
+        if cluster_id:
+            items = [i for i in items if str(i.get("cluster_id")) == str(cluster_id)]
+        total = sum((Decimal(str(i.get("amount") or "0")) for i in items), Decimal(0))
+        return {"usage": items, "total": str(total), "month": month or "current"}
