@@ -47,7 +47,7 @@ def browse(stack: Stack, check, **context_options) -> None:
         page.set_default_timeout(30_000)
         try:
             page.goto("/login/")
-            page.fill("#id_username", "rita")
+            page.fill("#id_login", "rita")
             page.fill("#id_password", "pw")
             page.click("button[type=submit]")
             page.wait_for_url("**/clusters/")
