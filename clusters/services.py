@@ -634,7 +634,7 @@ def terminate_instance(instance: Node) -> None:
         "node_terminate_refused",
         f"Instance {instance.pk} is {instance.name} of cluster {cluster.name!r}: a cluster's machines start, bill "
         f"and stop together, so one cannot be terminated on its own. Terminate the cluster instead: on its page "
-        f"(Terminate cluster), with "runcrate clusters delete {cluster.pk}", or DELETE /api/v1/clusters/{cluster.pk}.",
+        f"(Terminate cluster), with 'runcrate clusters delete {cluster.pk}', or DELETE /api/v1/clusters/{cluster.pk}.",
         details={"cluster_id": cluster.pk, "cluster_name": cluster.name, "node": instance.name},
     )
 
