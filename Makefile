@@ -27,10 +27,14 @@ check: $(STAMP)
 	DEBUG=1 $(PY) manage.py check
 	SECRET_KEY=check-deploy-$$(date +%s)-not-a-real-secret-but-long-enough-for-the-check ALLOWED_HOSTS=clusters.runcrate.example $(PY) manage.py check --deploy --fail-level WARNING
 
-# Benchmarks print figures; they assert nothing. Metering wants PostgreSQL (DATABASE_URL).
+# Benchmarks print figures; they assert nothing. Every bench/*.py runs (bench/_*.py are their
+# shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
+BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
+
 bench: $(STAMP)
-	$(PY) bench/nodeops_bench.py
-	DEBUG=1 $(PY) bench/metering_bench.py
+	@status=0; for script in $(BENCHES); do \
+		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
+	done; exit $$status
 
 clean:
 	rm -rf var staticfiles .pytest_cache

@@ -2,27 +2,25 @@
 
     DATABASE_URL=postgres://… python bench/metering_bench.py [--sizes 100 1000 10000]
 
-Builds the machines inside one transaction and rolls it back at the end, so it leaves the
-database as it found it. The query count must be the same for every N.
+Runs in a database of its own (bench/_support.py), created from DATABASE_URL's server and
+dropped at the end, so a run meters only the machines it built: never the machines of a
+`make run` or of anyone else sharing the server. Each size is built inside one transaction
+rolled back afterwards. The query count must be the same for every N.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
 from decimal import Decimal
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DEBUG", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _support  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
+_support.setup_django()
 
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
@@ -104,10 +102,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     args = parser.parse_args()
-    print(f"database: {connection.vendor}")
+    with _support.own_database("metering"):
+        run(args.sizes)
+
+
+def run(sizes: list[int]) -> None:
+    print(f"database: {connection.vendor}, {connection.settings_dict['NAME']} (this bench's own)")
     print(f"{'machines':>9} {'metered':>8} {'entries':>8} {'queries':>8} {'seconds':>8} {'posted $':>12}")
     counts = set()
-    for size in args.sizes:
+    for size in sizes:
         machines, elapsed, queries, entries, posted = measure(size)
         counts.add(queries)
         print(f"{size:>9} {machines:>8} {entries:>8} {queries:>8} {elapsed:>8.3f} {posted:>12}")

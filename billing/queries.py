@@ -10,12 +10,13 @@ import datetime as dt
 from collections import defaultdict
 from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage
+from clusters.models import Cluster
 from billing.services import HOURS, posted_total, to_cents
 
 ZERO = Decimal("0.00")
@@ -114,11 +115,17 @@ class UsageLines:
         if environment is not None:
             usages = usages.filter(environment_id=environment.pk)
         self.usages = usages
-        self.lines = (
-            usages.values("cluster_id", "cluster__name", "cluster__environment_id", "cluster__created_at")
-            .annotate(machines=Count("id"), running=Count("id", filter=Q(ended_at__isnull=True)))
-            .order_by("cluster__created_at", "cluster_id")
+        # Paged over clusters, not machines: the slice is taken before anything is summed,
+        # so a page of 50 lines sums 50 clusters' machines whatever the workspace runs.
+        # The EXISTS is keyed by the cluster alone, so PostgreSQL probes each cluster's few
+        # machines by index instead of scanning the workspace's machines once per cluster.
+        in_month = MachineUsage.objects.filter(cluster_id=OuterRef("pk"), started_at__lt=self.end).filter(
+            Q(billed_until__gt=self.start) | Q(started_at__gte=self.start)
         )
+        clusters = Cluster.objects.filter(workspace_id=workspace.pk)
+        if environment is not None:
+            clusters = clusters.filter(environment_id=environment.pk)
+        self.lines = clusters.filter(Exists(in_month)).order_by("created_at", "id").values("id", "name", "environment_id")
 
     def count(self) -> int:
         return self.lines.count()
@@ -133,15 +140,15 @@ class UsageLines:
         if not isinstance(index, slice):
             return self[index:index + 1][0]
         lines = list(self.lines[index])
-        ids = [line["cluster_id"] for line in lines]
+        ids = [line["id"] for line in lines]
         return self._with_rows(lines, ids) if self.with_rows else self._with_amounts(lines, ids)
 
     def _line(self, line: dict, amount: Decimal) -> dict:
         return {
-            "cluster_id": line["cluster_id"],
-            "name": line["cluster__name"],
-            "environment_id": line["cluster__environment_id"],
-            "description": f"Cluster usage {line['cluster__name']}",
+            "cluster_id": line["id"],
+            "name": line["name"],
+            "environment_id": line["environment_id"],
+            "description": f"Cluster usage {line['name']}",
             "amount": amount,
         }
 
@@ -150,10 +157,15 @@ class UsageLines:
             _usage_entries(self.workspace_id, self.period).filter(cluster_id__in=ids)
             .values_list("cluster_id").annotate(total=Sum("amount")).values_list("cluster_id", "total")
         )
+        machines = {
+            row["cluster_id"]: row
+            for row in self.usages.filter(cluster_id__in=ids).values("cluster_id")
+            .annotate(machines=Count("id"), running=Count("id", filter=Q(ended_at__isnull=True)))
+        }
         current = self.end > timezone.now()
         return [
-            {**self._line(line, -(posted.get(line["cluster_id"]) or ZERO)), "machines": line["machines"],
-             "accruing": current and line["running"] > 0}
+            {**self._line(line, -(posted.get(line["id"]) or ZERO)), "machines": machines[line["id"]]["machines"],
+             "accruing": current and machines[line["id"]]["running"] > 0}
             for line in lines
         ]
 
@@ -163,7 +175,7 @@ class UsageLines:
         for usage in self.usages.filter(cluster_id__in=ids).order_by("cluster_id", "node__index", "id").values(*_ROW_FIELDS):
             rows[usage["cluster_id"]].append(_machine_row(usage, self.start, self.end, now))
         return [
-            {**self._line(line, sum((row["amount"] for row in rows[line["cluster_id"]]), ZERO)), "rows": rows[line["cluster_id"]]}
+            {**self._line(line, sum((row["amount"] for row in rows[line["id"]]), ZERO)), "rows": rows[line["id"]]}
             for line in lines
         ]
 
@@ -204,7 +216,7 @@ def usage_for_month(
     lines = usage_lines(workspace, year, month, environment, with_rows=True)
     if cluster_id is not None:
         lines.usages = lines.usages.filter(cluster_id=cluster_id)
-        lines.lines = lines.lines.filter(cluster_id=cluster_id)
+        lines.lines = lines.lines.filter(pk=cluster_id)
     return list(lines)
 
 

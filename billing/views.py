@@ -25,7 +25,7 @@ from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
 
 log = logging.getLogger(__name__)
-USAGE_LINES_PER_PAGE = 50
+USAGE_LINES_PER_PAGE = 25
 MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
 
 

@@ -17,7 +17,7 @@ from clusters.models import Cluster, ClusterEvent, Node, Status
 
 _CATALOGUE = ("machine_type__gpu", "machine_type__location", "environment")
 # Lists show a page of clusters; a page of nodes in a row would be a page of its own.
-CLUSTERS_PER_PAGE = 50
+CLUSTERS_PER_PAGE = 25
 # The detail page and its pushes carry the newest events; older ones load on demand.
 EVENTS_WINDOW = 20
 LIVE, ALL = "live", "all"

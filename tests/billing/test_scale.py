@@ -15,6 +15,7 @@ from api.keys import create_api_key
 from billing import queries
 from billing import services as billing
 from billing.models import MachineUsage
+from billing.views import USAGE_LINES_PER_PAGE
 from clusters.models import Cluster, Node, Status
 from offers.models import Host
 from tests.billing.conftest import T0, at, client_for
@@ -78,7 +79,7 @@ def test_the_billing_page_is_the_same_size_and_queries_with_twenty_or_three_hund
     assert few == many
     assert many_size < few_size * 1.05
     page = owner_client.get(url).text
-    assert page.count('class="usage-line"') == 50 and "Usage lines 1–50 of 300" in page
+    assert page.count('class="usage-line"') == USAGE_LINES_PER_PAGE and f"Usage lines 1–{USAGE_LINES_PER_PAGE} of 300" in page
     assert not [q for q in sql if "log_tail" in q or "node_secrets" in q or "clusters_node" in q]
 
 

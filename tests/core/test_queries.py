@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from clusters.models import Cluster, ClusterEvent, Node, Status
+from clusters.queries import CLUSTERS_PER_PAGE
 from offers.models import Host
 from tests.factories import HostFactory
 
@@ -74,7 +75,7 @@ def test_the_list_page_queries_and_size_do_not_grow_with_clusters(client, enviro
     many = count_queries(client, url)
     assert few == many
     page = client.get(url).text
-    assert page.count('id="cluster-row-') == 50
+    assert page.count('id="cluster-row-') == CLUSTERS_PER_PAGE
     assert len(page.encode()) < few_size * 1.05  # names grow a digit longer, nothing more
 
 
@@ -87,14 +88,14 @@ def test_the_list_page_reads_no_nodes(client, environment, machine_type):
 
 
 def test_the_list_pages_through_every_cluster_of_a_status_newest_first(client, environment, machine_type):
-    clusters = make_clusters(environment, machine_type, 240)  # every third one is ready: two pages
+    clusters = make_clusters(environment, machine_type, 3 * CLUSTERS_PER_PAGE + 6)  # every third one is ready
     ready = [c for c in clusters if c.status == Status.READY]
     shown = []
-    for number in (1, 2):
+    for number in (1, 2):  # a full page, then the two left over
         page = client.get(reverse("clusters:list"), {"status": "ready", "page": number}).text
         shown += [int(part.split('"')[0]) for part in page.split('id="cluster-row-')[1:]]
     assert shown == sorted((c.pk for c in ready), reverse=True)
-    assert "Page 1 of 2 · 80 clusters" in client.get(reverse("clusters:list"), {"status": "ready"}).text
+    assert f"Page 1 of 2 · {CLUSTERS_PER_PAGE + 2} clusters" in client.get(reverse("clusters:list"), {"status": "ready"}).text
     assert client.get(reverse("clusters:list"), {"status": "sleeping"}).status_code == 404
 
 

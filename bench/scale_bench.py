@@ -1,0 +1,293 @@
+"""The control plane at scale (issue 13): pages at 10 vs 1,000 clusters and live pushes at
+6 vs 5,000 events, each row a ratio measured in this one run.
+
+    DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/scale_bench.py [--repeat 25] [--pushes 40]
+
+Pages: two workspaces in one database, one with 10 clusters × 8 machines and one with 1,000,
+every machine running and metered; each page is fetched --repeat times (after a warm-up)
+through Django's full request stack, and the median is compared.
+
+Pushes: the real ASGI server (daphne) in its own process, the Redis channel layer, and a
+real WebSocket client (the `websockets` library) on the cluster page's socket. The clock
+starts before the service call that changes the status (retry install ↔ degraded, each one
+transaction with its live push queued on commit) and stops when the client holds the
+fragment showing the new status. Two clusters of 8 machines: one with 6 events, one with
+5,000. Figures printed here are what docs/scale.md quotes; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("API_RATE_LIMIT", "0")
+import _support  # noqa: E402
+
+_support.setup_django()
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from accounts.models import Role  # noqa: E402
+from api.keys import create_api_key  # noqa: E402
+from billing import services as billing  # noqa: E402
+from billing.models import MachineUsage  # noqa: E402
+from clusters import services  # noqa: E402
+from clusters.models import Cluster, ClusterEvent, Node, Software, Status  # noqa: E402
+from config.celery import app as celery_app  # noqa: E402
+from offers.models import Host  # noqa: E402
+from tests.factories import HostFactory, MachineTypeFactory, MembershipFactory, UserFactory, WorkspaceFactory  # noqa: E402
+
+MACHINES = 8
+LOG_TAIL = "".join(f"[12:00:{i % 60:02d}] install: a line of installer output, number {i}\n" for i in range(80))[-4000:]
+PAGE_GOAL = 1.5
+PUSH_GOAL_MS = 100.0
+
+
+def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime):
+    """A workspace with `clusters` running clusters of 8 machines, each with events and usage."""
+    owner = UserFactory(username=name)
+    membership = MembershipFactory(user=owner, role=Role.OWNER, workspace=WorkspaceFactory(name=name, credit_balance=Decimal("10000000")))
+    workspace = membership.workspace
+    environment = workspace.default_environment
+    environment.monthly_budget = Decimal("10000000")
+    environment.save(update_fields=["monthly_budget"])
+    hosts = Host.objects.bulk_create(
+        HostFactory.build(machine_type=machine_type, state=Host.State.RESERVED, name=f"{name}-{i}") for i in range(clusters * MACHINES)
+    )
+    made = Cluster.objects.bulk_create(
+        Cluster(
+            workspace=workspace, environment=environment, name=f"{name}-{i}", machine_type=machine_type,
+            machine_count=MACHINES, price_per_machine_hour=Decimal("2.4900"), provider="simulated", status=Status.READY,
+            software=Software.SLURM, status_changed_at=started, deadline_at=started, billing_started_at=started,
+            ready_at=started, node_secrets={"wireguard": "x" * 400},
+        )
+        for i in range(clusters)
+    )
+    nodes = Node.objects.bulk_create(
+        Node(cluster=cluster, index=i, host=hosts[c * MACHINES + i], state=Node.State.READY, address=f"127.0.0.1:{2200 + i}",
+             billing_started_at=started, joined_at=started, step="ready", log_tail=LOG_TAIL)
+        for c, cluster in enumerate(made)
+        for i in range(MACHINES)
+    )
+    MachineUsage.objects.bulk_create(
+        (MachineUsage(node=node, cluster_id=node.cluster_id, workspace=workspace, environment=environment,
+                      rate=Decimal("2.4900"), started_at=started, billed_until=started) for node in nodes),
+        batch_size=2000,
+    )
+    ClusterEvent.objects.bulk_create(
+        ClusterEvent(cluster=cluster, actor="system", event=event, message=f"{cluster.name}: {event}")
+        for cluster in made
+        for event in ("created", "joined", "ready")
+    )
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(owner)
+    key = create_api_key(workspace=workspace, created_by=owner, name="bench")[1]
+    return {"workspace": workspace, "client": client, "key": key, "owner": owner, "clusters": made}
+
+
+def get(client: Client, url: str, headers: dict) -> tuple[float, int]:
+    started = time.perf_counter()
+    response = client.get(url, **headers)
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 200, (url, response.status_code, response.content[:300])
+    return elapsed, len(response.content)
+
+
+def bench_pages(small: dict, large: dict, repeat: int) -> list[tuple[str, str, str, bool]]:
+    """Each page at both sizes, requests interleaved (small, large, small, …) so that whatever
+    else loads the machine weighs on both sides of the ratio alike."""
+    pages = [
+        ("`GET /clusters/`", "/clusters/", False),
+        ("`GET /billing/`", "/billing/", False),
+        ("`GET /api/v1/billing/usage` (50 a page)", "/api/v1/billing/usage?limit=50", True),
+    ]
+    rows = []
+    for label, url, api in pages:
+        sides = []
+        for data in (small, large):
+            client = Client(HTTP_HOST="127.0.0.1") if api else data["client"]
+            headers = {"HTTP_AUTHORIZATION": f"Bearer {data['key']}"} if api else {}
+            sides.append((client, headers))
+        samples: list[list[float]] = [[], []]
+        sizes = [0, 0]
+        for round_ in range(repeat + 2):
+            for side, (client, headers) in enumerate(sides):
+                elapsed, sizes[side] = get(client, url, headers)
+                if round_ >= 2:  # two warm-up rounds
+                    samples[side].append(elapsed)
+        t10, t1000 = (_support.median(s) for s in samples)
+        ratio = t1000 / t10
+        rows.append((
+            f"{label}, 1,000 vs 10 clusters",
+            f"{t1000 * 1000:.0f} ms vs {t10 * 1000:.0f} ms ({ratio:.2f}×), {sizes[1] / 1024:.0f} KB vs {sizes[0] / 1024:.0f} KB",
+            f"≤ {PAGE_GOAL}×", ratio <= PAGE_GOAL,
+        ))
+    return rows
+
+
+# --- pushes ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_web(database_url: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "1", "CHANNEL_PREFIX": os.environ["CHANNEL_PREFIX"]}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=_support.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        if process.poll() is not None:
+            raise SystemExit("daphne exited: " + process.stderr.read().decode()[-2000:])
+        time.sleep(0.2)
+    raise SystemExit("daphne did not start within 30 s")
+
+
+class Listener:
+    """A WebSocket client on the cluster page's socket; every message is kept with its arrival time."""
+
+    def __init__(self, port: int, cluster_id: int, cookie: str) -> None:
+        from websockets.sync.client import connect
+
+        self.socket = connect(
+            f"ws://127.0.0.1:{port}/ws/clusters/{cluster_id}/",
+            additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}", "Origin": f"http://127.0.0.1:{port}"},
+            max_size=None, open_timeout=10,
+        )
+        self.messages: queue.Queue[tuple[float, str]] = queue.Queue()
+        threading.Thread(target=self._receive, daemon=True).start()
+
+    def _receive(self) -> None:
+        try:
+            for message in self.socket:
+                self.messages.put((time.perf_counter(), message))
+        except Exception:  # noqa: BLE001 - closed at the end of the bench
+            pass
+
+    def wait_for(self, needle: str, timeout: float = 10.0) -> tuple[float, int]:
+        """Arrival time of the message containing `needle`, and its size in bytes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            arrived, message = self.messages.get(timeout=max(deadline - time.monotonic(), 0.01))
+            if needle in message:
+                return arrived, len(message.encode())
+
+    def drain(self) -> None:
+        time.sleep(0.2)
+        while not self.messages.empty():
+            self.messages.get_nowait()
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def degrade_and_retry(cluster: Cluster, listener: Listener, pushes: int) -> tuple[list[float], list[int]]:
+    """Status changes timed from the service call to the fragment on the socket."""
+    latencies, sizes = [], []
+    for i in range(pushes):
+        fresh = Cluster.objects.get(pk=cluster.pk)
+        started = time.perf_counter()
+        if fresh.status == Status.DEGRADED:
+            services.retry_install(fresh, actor="bench")
+            needle = 'data-testid="cluster-status">Installing<'
+        else:
+            services.mark_degraded(fresh, {"node-0": f"bench attempt {i}"})
+            needle = 'data-testid="cluster-status">Degraded<'
+        arrived, size = listener.wait_for(needle)
+        latencies.append((arrived - started) * 1000)
+        sizes.append(size)
+    return latencies, sizes
+
+
+def bench_pushes(database_url: str, owner, clusters: list[Cluster], pushes: int) -> list[tuple[str, str, str, bool]]:
+    # The retried install queues the reconciler; no worker runs in this bench, so the task
+    # goes to an in-memory broker instead of piling up on Redis.
+    celery_app.conf.broker_url = "memory://"
+    celery_app.conf.task_always_eager = False
+    short, long = clusters[0], clusters[1]
+    ClusterEvent.objects.filter(cluster=short).delete()
+    ClusterEvent.objects.bulk_create(ClusterEvent(cluster=short, actor="system", event="note", message=f"event {i}") for i in range(6))
+    ClusterEvent.objects.bulk_create(
+        (ClusterEvent(cluster=long, actor="system", event="note", message=f"event {i} of a long history") for i in range(4997)),
+        batch_size=2000,
+    )
+    Cluster.objects.filter(pk__in=[short.pk, long.pk]).update(status=Status.DEGRADED)
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(owner)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    port = free_port()
+    web = start_web(database_url, port)
+    results = {}
+    try:
+        for name, cluster in (("6", short), ("5000", long)):
+            listener = Listener(port, cluster.pk, cookie)
+            listener.wait_for('id="status-card"')  # the state on joining
+            listener.drain()
+            degrade_and_retry(cluster, listener, 4)  # warm-up: templates, connections
+            listener.drain()
+            results[name] = degrade_and_retry(cluster, listener, pushes)
+            listener.close()
+    finally:
+        os.killpg(web.pid, 15)
+        web.wait(timeout=10)
+    connection.close()
+    (lat6, size6), (lat5000, size5000) = results["6"], results["5000"]
+    p50 = {k: _support.percentile(v[0], 0.5) for k, v in results.items()}
+    p95 = {k: _support.percentile(v[0], 0.95) for k, v in results.items()}
+    bytes_ = {k: max(v[1]) for k, v in results.items()}
+    size_ratio = bytes_["5000"] / bytes_["6"]
+    return [(
+        "status change → fragment on the socket (8 machines), 6 vs 5,000 events",
+        f"p50 {p50['6']:.0f} / {p50['5000']:.0f} ms, p95 {p95['6']:.0f} / {p95['5000']:.0f} ms; "
+        f"{bytes_['6'] / 1024:.1f} KB / {bytes_['5000'] / 1024:.1f} KB a push ({size_ratio:.2f}×)",
+        f"p95 ≤ {PUSH_GOAL_MS:.0f} ms, size bounded",
+        max(p95.values()) <= PUSH_GOAL_MS and size_ratio <= 1.1,
+    )]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=30, help="requests per page and size (median)")
+    parser.add_argument("--pushes", type=int, default=40, help="status changes per event count")
+    args = parser.parse_args()
+    with _support.own_database("scale") as database_url:
+        started = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        if timezone.now() - started < dt.timedelta(hours=2):
+            started = timezone.now() - dt.timedelta(hours=2)  # a run just after midnight on the 1st
+        machine_type = MachineTypeFactory(price_per_machine_hour=Decimal("2.4900"))
+        build = time.perf_counter()
+        small = build_workspace("ten", 10, machine_type, started)
+        large = build_workspace("thousand", 1000, machine_type, started)
+        run = billing.meter_usage(timezone.now())
+        print(f"built 1,010 clusters, {run.machines} machines metered ({run.entries} ledger entries) "
+              f"in {time.perf_counter() - build:.1f} s on {connection.vendor}; pages {args.repeat}× each, "
+              f"{args.pushes} pushes per history")
+        rows = bench_pages(small, large, args.repeat)
+        rows += bench_pushes(database_url, small["owner"], small["clusters"], args.pushes)
+    print(_support.table(rows))
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
