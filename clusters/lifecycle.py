@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+import queue
 import threading
 import time
 
@@ -34,40 +35,67 @@ class Next(enum.Enum):
 
 
 class NodeOutput:
-    """Buffers what the nodes print and writes it at most once a second: a provider calls
-    back once per line, for every node at once, and must not wait on the database."""
+    """What the nodes print, written at most once a second. A provider calls back once per
+    line, for every node at once, from the runner's node threads: those only hand the line to
+    a queue, and one flusher thread (started by the first of them) writes it, so a node thread
+    never waits on the database or on a lock held across a write. Output from the pass's own
+    thread (the simulated provider) is written from that thread."""
 
     def __init__(self, cluster_id: int, nodes: list[Node], interval: float = 1.0) -> None:
         self.cluster_id = cluster_id
         self.ids = {node.name: node.pk for node in nodes}
         self.interval = interval
-        self.pending: dict[int, list[tuple[str, str]]] = {}
-        self.lock = threading.Lock()
-        self.flushed_at = time.monotonic()
         self.owner = threading.current_thread()
+        self.lines: queue.SimpleQueue[tuple[int, str, str]] = queue.SimpleQueue()
+        self.written_at = time.monotonic()
+        self._flusher: threading.Thread | None = None
+        self._starting = threading.Lock()
+        self._closing = threading.Event()
 
     def __call__(self, node_name: str, step: str, text: str) -> None:
         node_id = self.ids.get(node_name)
         if node_id is None:
             return
-        with self.lock:
-            for line in text.splitlines() or [""]:
-                self.pending.setdefault(node_id, []).append((step, line))
-            due = time.monotonic() - self.flushed_at >= self.interval
-        if due:
-            self.flush()
+        self.lines.put((node_id, step, text))
+        if threading.current_thread() is self.owner:
+            if time.monotonic() - self.written_at >= self.interval:
+                self._write()
+        elif self._flusher is None:
+            self._start_flusher()
 
-    def flush(self) -> None:
-        with self.lock:
-            pending, self.pending = self.pending, {}
-            self.flushed_at = time.monotonic()
+    def _start_flusher(self) -> None:
+        with self._starting:
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_until_closed, name=f"output-{self.cluster_id}",
+                                                 daemon=True)
+                self._flusher.start()
+
+    def _flush_until_closed(self) -> None:
         try:
-            services.append_node_logs(self.cluster_id, pending)
+            while not self._closing.wait(self.interval):
+                self._write()
         finally:
-            # A runner thread writes through a connection of its own; close it here rather
-            # than leave one open per short-lived thread until garbage collection.
-            if threading.current_thread() is not self.owner:
-                db_connections.close_all()
+            # The flusher writes through a connection of its own: give it back now.
+            db_connections.close_all()
+
+    def _write(self) -> None:
+        pending: dict[int, list[tuple[str, str]]] = {}
+        while True:
+            try:
+                node_id, step, text = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            for line in text.splitlines() or [""]:
+                pending.setdefault(node_id, []).append((step, line))
+        self.written_at = time.monotonic()
+        services.append_node_logs(self.cluster_id, pending)
+
+    def close(self) -> None:
+        """Stop the flusher and write whatever is left; the pass's thread calls it at step end."""
+        self._closing.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        self._write()
 
 
 class Heartbeat:
@@ -149,7 +177,7 @@ def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
             _record_step_error(cluster, exc)
             return True
         finally:
-            output.flush()
+            output.close()
         if outcome is not Next.AGAIN:
             return outcome is Next.WAIT
     return True

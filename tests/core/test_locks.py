@@ -76,3 +76,31 @@ def test_node_progress_of_a_whole_cluster_is_one_update(booting_cluster):
     updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "clusters_node"')]
     assert len(updates) == 1, updates
     assert set(Node.objects.filter(cluster=booting_cluster).values_list("step", flat=True)) == {"joining network"}
+
+
+def test_node_threads_hand_off_output_without_waiting_on_the_database(booting_cluster):
+    from clusters.lifecycle import NodeOutput
+
+    nodes = list(Node.objects.filter(cluster=booting_cluster).order_by("index"))
+    output = NodeOutput(booting_cluster.pk, nodes, interval=0)
+    finished = []
+
+    def node_thread(name: str) -> None:
+        for i in range(50):
+            output(name, "install", f"{name} line {i}")
+        finished.append(time.monotonic())
+
+    # The node rows are locked elsewhere: any write of the output waits until they are free.
+    with HeldLock(lambda: list(Node.objects.select_for_update(of=("self",)).filter(cluster=booting_cluster))) as held:
+        started = time.monotonic()
+        threads = [threading.Thread(target=node_thread, args=(n.name,)) for n in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=5)
+        assert len(finished) == len(nodes)
+        assert max(finished) - started < 1, "a node thread waited on the database"
+        held.release.set()
+        output.close()
+    tails = dict(Node.objects.filter(cluster=booting_cluster).values_list("index", "log_tail"))
+    assert all(f"node-{i} line 49" in tail for i, tail in tails.items()), tails

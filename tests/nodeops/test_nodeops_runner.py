@@ -68,3 +68,13 @@ def test_a_kept_connection_that_died_is_reopened(endpoints):
         time.sleep(0.2)
         result = runner.run(nodes, "echo again", step="second")["node-0"]
     assert result.ok and result.stdout == "again\n"
+
+
+def test_ssh_sockets_send_small_packets_at_once(endpoints):
+    import socket
+
+    with NodeRunner(RetryPolicy(connect_timeout=2, attempts=1), keep_connections=True) as runner:
+        assert runner.run(endpoints.targets()[:2], "true", step="nodelay")["node-0"].ok
+        sockets = [c.client.get_transport().sock for c in runner._connections.values()]
+        assert len(sockets) == 2
+        assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets)

@@ -70,10 +70,20 @@ declare -A reached=()
 if has_fault never_joins; then
     :
 elif is_sandbox; then
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}"
-        [ "$name" = "$NODE_NAME" ] && continue
-        if reach "$name"; then reached[$name]=ok; fi
+    # Every missing peer in each round (sandbox probes never block), not one peer until it
+    # answers: the check lasts as long as the slowest peer, and WAIT once however many never
+    # come up.
+    deadline=$((SECONDS + WAIT))
+    while :; do
+        missing=0
+        for entry in "${CLUSTER_NODES[@]}"; do
+            name="${entry%% *}"
+            [ "$name" = "$NODE_NAME" ] && continue
+            [ -n "${reached[$name]:-}" ] && continue
+            if probe "$name"; then reached[$name]=ok; else missing=1; fi
+        done
+        if [ "$missing" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
+        sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
     done
 else
     # Real peers may still be bringing their tunnel up: wait for all of them at once.
