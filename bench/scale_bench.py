@@ -54,6 +54,7 @@ MACHINES = 8
 LOG_TAIL = "".join(f"[12:00:{i % 60:02d}] install: a line of installer output, number {i}\n" for i in range(80))[-4000:]
 PAGE_GOAL = 1.5
 PUSH_GOAL_MS = 100.0
+SERVICE_MS: list[float] = []  # of each timed push, the part spent in the service call itself
 
 
 def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime):
@@ -205,6 +206,7 @@ class Listener:
 def degrade_and_retry(cluster: Cluster, listener: Listener, pushes: int) -> tuple[list[float], list[int]]:
     """Status changes timed from the service call to the fragment on the socket."""
     latencies, sizes = [], []
+    committed: list[float] = []
     for i in range(pushes):
         fresh = Cluster.objects.get(pk=cluster.pk)
         started = time.perf_counter()
@@ -214,9 +216,12 @@ def degrade_and_retry(cluster: Cluster, listener: Listener, pushes: int) -> tupl
         else:
             services.mark_degraded(fresh, {"node-0": f"bench attempt {i}"})
             needle = 'data-testid="cluster-status">Degraded<'
+        returned = time.perf_counter()
         arrived, size = listener.wait_for(needle)
         latencies.append((arrived - started) * 1000)
+        committed.append((returned - started) * 1000)
         sizes.append(size)
+    SERVICE_MS.extend(committed)
     return latencies, sizes
 
 
@@ -260,7 +265,8 @@ def bench_pushes(database_url: str, owner, clusters: list[Cluster], pushes: int)
     return [(
         "status change → fragment on the socket (8 machines), 6 vs 5,000 events",
         f"p50 {p50['6']:.0f} / {p50['5000']:.0f} ms, p95 {p95['6']:.0f} / {p95['5000']:.0f} ms; "
-        f"{bytes_['6'] / 1024:.1f} KB / {bytes_['5000'] / 1024:.1f} KB a push ({size_ratio:.2f}×)",
+        f"{bytes_['6'] / 1024:.1f} KB / {bytes_['5000'] / 1024:.1f} KB a push ({size_ratio:.2f}×); "
+        f"the service call itself p50 {_support.percentile(SERVICE_MS, 0.5):.0f} ms",
         f"p95 ≤ {PUSH_GOAL_MS:.0f} ms, size bounded",
         max(p95.values()) <= PUSH_GOAL_MS and size_ratio <= 1.1,
     )]
