@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from allauth.account.forms import LoginForm
 from django import forms
 
 from accounts.models import Role
@@ -32,3 +33,13 @@ class EnvironmentForm(forms.Form):
 
 class BudgetForm(forms.Form):
     monthly_budget = forms.DecimalField(min_value=Decimal("0"), max_digits=12, decimal_places=2)
+
+
+class SignInForm(LoginForm):
+    """allauth's sign-in form in the product's words."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["login"].label = "Email or username"
+        if "remember" in self.fields:
+            self.fields["remember"].label = "Keep me signed in on this computer"

@@ -149,6 +149,7 @@ LOGOUT_REDIRECT_URL = "login"
 # Accounts (django-allauth, see docs/accounts.md): people sign up with an email address and
 # sign in with it or with their username (operators and the seeded `demo` have usernames).
 ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_FORMS = {"login": "accounts.forms.SignInForm"}
 ACCOUNT_LOGIN_METHODS = {"email", "username"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_UNIQUE_EMAIL = True

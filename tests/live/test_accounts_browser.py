@@ -24,7 +24,7 @@ from accounts.models import Invitation, Membership, Role
 from clusters.models import Cluster
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
-from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, Stack
+from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, Stack, watch_policy
 from tests.notifications.conftest import SMTPServer, subject_of, text_of
 
 pytestmark = [
@@ -130,8 +130,10 @@ def test_a_stranger_signs_up_builds_a_cluster_and_a_teammate_joins_through_an_in
 
 
 def sign_up_build_and_invite(browser, stack, mail, key: str) -> None:
+    violations: list[str] = []
     try:
         ada = browser.new_context(base_url=stack.url)
+        watch_policy(ada, violations)
         page = ada.new_page()
         page.set_default_timeout(30_000)
 
@@ -192,6 +194,7 @@ def sign_up_build_and_invite(browser, stack, mail, key: str) -> None:
         # Bob, in his own browser, signs up through the link: his address is the invited one,
         # so no second verification email; he comes back to the invitation and joins.
         bob = browser.new_context(base_url=stack.url)
+        watch_policy(bob, violations)
         bob_page = bob.new_page()
         bob_page.set_default_timeout(30_000)
         bob_page.goto(accept_url)
@@ -214,6 +217,7 @@ def sign_up_build_and_invite(browser, stack, mail, key: str) -> None:
         response = bob_page.goto(accept_url)
         assert response.status == 410 and "no longer works" in bob_page.inner_text("#invitation")
         assert not [m for m in mail.inbox.to("bob@example.org") if "Confirm your email" in subject_of(m)]
+        assert violations == []
     except Exception:
         print("web log:\n" + stack.log("web") + "\nworker log:\n" + stack.log("worker"))
         raise
@@ -243,8 +247,10 @@ def test_two_factor_set_up_then_sign_in_asks_for_the_code(grace, stack):
 
 
 def set_up_two_factor_and_sign_in(browser, stack) -> None:
+    violations: list[str] = []
     try:
         context = browser.new_context(base_url=stack.url)
+        watch_policy(context, violations)
         page = context.new_page()
         page.set_default_timeout(30_000)
         sign_in(page, "grace@example.org", "pw")
@@ -293,6 +299,7 @@ def set_up_two_factor_and_sign_in(browser, stack) -> None:
         page.fill("#id_code", codes[0])
         page.click("button[type=submit]")
         page.wait_for_url("**/clusters/")
+        assert violations == []  # the QR code (a data: image) and every page pass the policy
     except Exception:
         print("web log:\n" + stack.log("web"))
         raise
