@@ -49,3 +49,9 @@ def test_terminating_an_instance_is_refused_naming_its_cluster_and_how_to_end_it
     assert f"DELETE /api/v1/clusters/{cluster.pk}" in refused.value.message
     assert refused.value.details == {"cluster_id": cluster.pk, "cluster_name": "train", "node": "node-1"}
     assert cluster.nodes.filter(released_at__isnull=True).count() == 2
+
+
+def test_deadline_messages_say_one_minute_not_one_minutes():
+    from clusters.lifecycle import _minutes
+
+    assert (_minutes(1), _minutes(25)) == ("1 minute", "25 minutes")
