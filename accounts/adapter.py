@@ -4,10 +4,12 @@ emails (verification, password reset, security notices) are laid out and sent.""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
 from django.conf import settings
 from django.contrib import messages
+from django.http import HttpRequest
 from django.urls import reverse
 
 log = logging.getLogger(__name__)
@@ -16,17 +18,17 @@ INVITATION_SESSION_KEY = "invitation_token"
 
 
 class AccountAdapter(DefaultAccountAdapter):
-    def get_login_redirect_url(self, request) -> str:
+    def get_login_redirect_url(self, request: HttpRequest) -> str:
         # Someone who opened an invitation, then signed up or in, goes back to accept it.
         token = request.session.get(INVITATION_SESSION_KEY)
         if token:
             return reverse("accounts:invitation", args=[token])
         return super().get_login_redirect_url(request)
 
-    def get_signup_redirect_url(self, request) -> str:
+    def get_signup_redirect_url(self, request: HttpRequest) -> str:
         return self.get_login_redirect_url(request)
 
-    def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
+    def send_mail(self, template_prefix: str, email: str, context: dict[str, Any]) -> None:
         """allauth's emails in the product's email layout (templates/account/email/*, extending
         emails/base.*), sent at once rather than through notifications.notify(): they carry
         one-time keys that must not be stored in a Notification row, and the person is waiting

@@ -1,19 +1,23 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
+from accounts.http import HtmxHttpRequest
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, NoWorkspace, resolve_tenancy
 
 
 class CurrentWorkspaceMiddleware:
     """Sets request.tenancy: the signed-in user's current workspace membership and environment."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HtmxHttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HtmxHttpRequest) -> HttpResponse:
         request.tenancy = None
         if request.user.is_authenticated:
             request.tenancy = resolve_tenancy(
@@ -23,7 +27,7 @@ class CurrentWorkspaceMiddleware:
             )
         return self.get_response(request)
 
-    def process_exception(self, request, exception):
+    def process_exception(self, request: HtmxHttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, NoWorkspace) and request.user.is_authenticated:
             url = reverse("accounts:welcome")
             return HttpResponseClientRedirect(url) if getattr(request, "htmx", False) else redirect(url)

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -19,7 +20,7 @@ DEFAULT_MONTHLY_BUDGET = Decimal("1000.00")
 
 
 @transaction.atomic
-def create_workspace(*, name: str, owner, monthly_budget: Decimal = DEFAULT_MONTHLY_BUDGET) -> Workspace:
+def create_workspace(*, name: str, owner: User, monthly_budget: Decimal = DEFAULT_MONTHLY_BUDGET) -> Workspace:
     """A workspace with `owner` as its Owner, one default environment and a zero balance."""
     name = name.strip()
     if not name:
@@ -75,7 +76,7 @@ def leave_workspace(*, membership: Membership) -> None:
 # --- invitations ------------------------------------------------------------------------
 
 
-def verified_emails(user) -> set[str]:
+def verified_emails(user: User) -> set[str]:
     from allauth.account.models import EmailAddress
 
     return {e.lower() for e in EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)}
@@ -123,7 +124,7 @@ def revoke_invitation(*, by: Membership, invitation: Invitation) -> None:
 
 
 @transaction.atomic
-def accept_invitation(*, user, invitation: Invitation) -> Membership:
+def accept_invitation(*, user: User, invitation: Invitation) -> Membership:
     """Join the invitation's workspace with its role. Only for the address it was sent to
     (verified on the user's account), once, before it expires."""
     if invitation.email.lower() not in verified_emails(user):
@@ -139,7 +140,7 @@ def accept_invitation(*, user, invitation: Invitation) -> Membership:
     return Membership.objects.create(workspace_id=invitation.workspace_id, user=user, role=invitation.role)
 
 
-def add_ssh_key(*, workspace: Workspace, name: str, public_key: str, created_by) -> SSHKey:
+def add_ssh_key(*, workspace: Workspace, name: str, public_key: str, created_by: User | None) -> SSHKey:
     key = SSHKey(workspace=workspace, name=name, public_key=public_key, created_by=created_by)
     key.full_clean(exclude=["fingerprint"])
     if SSHKey.objects.filter(workspace=workspace, fingerprint=key.fingerprint).exists():

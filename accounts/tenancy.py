@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import Http404, HttpRequest
 
-from accounts.models import Environment, Membership
+from accounts.models import Environment, Membership, Workspace
 
 WORKSPACE_SESSION_KEY = "workspace_id"
 ENVIRONMENT_SESSION_KEY = "environment_id"
@@ -18,11 +19,11 @@ class Tenancy:
     environment: Environment
 
     @property
-    def workspace(self):
+    def workspace(self) -> Workspace:
         return self.membership.workspace
 
 
-def resolve_tenancy(user, workspace_id: int | None, environment_id: int | None) -> Tenancy | None:
+def resolve_tenancy(user: User | AnonymousUser, workspace_id: int | None, environment_id: int | None) -> Tenancy | None:
     """The membership the user picked (or their first), and an environment of that workspace."""
     if not user.is_authenticated:
         return None
@@ -49,7 +50,7 @@ class NoWorkspace(Http404):
 
 
 def require_tenancy(request: HttpRequest) -> Tenancy:
-    tenancy = getattr(request, "tenancy", None)
+    tenancy: Tenancy | None = getattr(request, "tenancy", None)
     if tenancy is None:
         raise NoWorkspace("You are not a member of any workspace.")
     return tenancy

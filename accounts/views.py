@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 from allauth.account.adapter import get_adapter
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpResponseRedirect
+from django.db.models import QuerySet
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -14,12 +17,13 @@ from django.views.decorators.http import require_POST
 from accounts import services
 from accounts.adapter import INVITATION_SESSION_KEY
 from accounts.forms import BudgetForm, EnvironmentForm, InviteForm, RoleForm, SSHKeyForm, WorkspaceNameForm
+from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
 from accounts.models import Environment, Invitation, Membership, SSHKey
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, require_tenancy
 
 
-def _next_url(request, default: str = "clusters:list"):
+def _next_url(request: AuthenticatedHttpRequest, default: str = "clusters:list") -> HttpResponseRedirect:
     """Back to the page the switcher was on: a path on this site, nothing else. (redirect()
     would take a bare word for a view name to reverse, and fail on one that is not.)"""
     target = request.POST.get("next", "")
@@ -29,7 +33,7 @@ def _next_url(request, default: str = "clusters:list"):
     return redirect(default)
 
 
-def _posted_id(request, name: str) -> int:
+def _posted_id(request: AuthenticatedHttpRequest, name: str) -> int:
     """A switcher's posted id; anything but a whole number a bigint holds is an object that
     does not exist."""
     value = request.POST.get(name, "")
@@ -38,7 +42,7 @@ def _posted_id(request, name: str) -> int:
     return int(value)
 
 
-def _apply_errors(form, error: ValidationError) -> None:
+def _apply_errors(form: forms.Form, error: ValidationError) -> None:
     if hasattr(error, "error_dict"):
         for field, errors in error.message_dict.items():
             form.add_error(field if field in form.fields else None, errors)
@@ -48,7 +52,7 @@ def _apply_errors(form, error: ValidationError) -> None:
 
 @login_required
 @require_POST
-def switch_workspace(request):
+def switch_workspace(request: AuthenticatedHttpRequest) -> HttpResponse:
     membership = get_object_or_404(Membership, user=request.user, workspace_id=_posted_id(request, "workspace"))
     request.session[WORKSPACE_SESSION_KEY] = membership.workspace_id
     request.session.pop(ENVIRONMENT_SESSION_KEY, None)
@@ -57,7 +61,7 @@ def switch_workspace(request):
 
 @login_required
 @require_POST
-def switch_environment(request):
+def switch_environment(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     environment = get_object_or_404(Environment, workspace=tenancy.workspace, pk=_posted_id(request, "environment"))
     request.session[ENVIRONMENT_SESSION_KEY] = environment.pk
@@ -65,7 +69,7 @@ def switch_environment(request):
 
 
 @login_required
-def members(request):
+def members(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = InviteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -79,7 +83,7 @@ def members(request):
             messages.success(request, f"Invited {invitation.email} as {invitation.get_role_display()}: we emailed them a link.")
             return redirect("accounts:members")
     memberships = tenancy.workspace.memberships.select_related("user").order_by("role", "user__username")
-    invitations = []
+    invitations: QuerySet[Invitation] | list[Invitation] = []
     if tenancy.membership.can_manage_members:
         invitations = Invitation.objects.filter(
             workspace=tenancy.workspace, status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
@@ -92,7 +96,7 @@ def members(request):
 
 @login_required
 @require_POST
-def invitation_revoke(request, invitation_id: int):
+def invitation_revoke(request: AuthenticatedHttpRequest, invitation_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     invitation = get_object_or_404(Invitation, pk=invitation_id, workspace=tenancy.workspace)
     try:
@@ -105,7 +109,7 @@ def invitation_revoke(request, invitation_id: int):
     return redirect("accounts:members")
 
 
-def invitation(request, token: str):
+def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     """The emailed link. Anonymous: sign up (the address is taken as verified, since the link
     reached it) or sign in, then come back here. Signed in as the invited address: accept."""
     invitation = invitation_from_token(token)
@@ -135,13 +139,13 @@ def invitation(request, token: str):
     return render(request, "accounts/invitation.html", {**context, "state": "ready"})
 
 
-def _open_invitations_for(user):
+def _open_invitations_for(user: User) -> QuerySet[Invitation]:
     return Invitation.objects.filter(
         email__in=services.verified_emails(user), status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),
     ).exclude(workspace__memberships__user=user).select_related("workspace")
 
 
-def _create_workspace(request, form: WorkspaceNameForm):
+def _create_workspace(request: AuthenticatedHttpRequest, form: WorkspaceNameForm) -> HttpResponse | None:
     """The create form's POST: a new workspace with the user as Owner, and switch to it."""
     try:
         workspace = services.create_workspace(name=form.cleaned_data["name"], owner=request.user)
@@ -155,7 +159,7 @@ def _create_workspace(request, form: WorkspaceNameForm):
 
 
 @login_required
-def welcome(request):
+def welcome(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Where a person with no workspace always lands: name one, or accept an invitation."""
     if request.tenancy is not None and request.method == "GET":
         return redirect("clusters:list")
@@ -167,7 +171,7 @@ def welcome(request):
 
 
 @login_required
-def workspaces(request):
+def workspaces(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The user's account: workspaces (switch, create, rename, leave), password and two-factor."""
     tenancy = require_tenancy(request)
     posted = request.POST if request.method == "POST" else None
@@ -196,7 +200,7 @@ def workspaces(request):
 
 @login_required
 @require_POST
-def workspace_leave(request, workspace_id: int):
+def workspace_leave(request: AuthenticatedHttpRequest, workspace_id: int) -> HttpResponse:
     membership = get_object_or_404(Membership, user=request.user, workspace_id=workspace_id)
     try:
         services.leave_workspace(membership=membership)
@@ -212,7 +216,7 @@ def workspace_leave(request, workspace_id: int):
 
 @login_required
 @require_POST
-def member_role(request, membership_id: int):
+def member_role(request: AuthenticatedHttpRequest, membership_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     membership = get_object_or_404(Membership, pk=membership_id, workspace=tenancy.workspace)
     form = RoleForm(request.POST)
@@ -230,7 +234,7 @@ def member_role(request, membership_id: int):
 
 @login_required
 @require_POST
-def member_remove(request, membership_id: int):
+def member_remove(request: AuthenticatedHttpRequest, membership_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     membership = get_object_or_404(Membership, pk=membership_id, workspace=tenancy.workspace)
     try:
@@ -242,7 +246,7 @@ def member_remove(request, membership_id: int):
 
 
 @login_required
-def ssh_keys(request):
+def ssh_keys(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = SSHKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -259,7 +263,7 @@ def ssh_keys(request):
 
 @login_required
 @require_POST
-def ssh_key_delete(request, key_id: int):
+def ssh_key_delete(request: AuthenticatedHttpRequest, key_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     key = get_object_or_404(SSHKey, pk=key_id, workspace=tenancy.workspace)
     services.delete_ssh_key(workspace=tenancy.workspace, key=key)
@@ -268,7 +272,7 @@ def ssh_key_delete(request, key_id: int):
 
 
 @login_required
-def environments(request):
+def environments(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = EnvironmentForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -289,7 +293,7 @@ def environments(request):
 
 @login_required
 @require_POST
-def environment_budget(request, environment_id: int):
+def environment_budget(request: AuthenticatedHttpRequest, environment_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     environment = get_object_or_404(Environment, pk=environment_id, workspace=tenancy.workspace)
     form = BudgetForm(request.POST)

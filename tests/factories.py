@@ -1,15 +1,31 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import factory
+import factory.django
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from accounts.models import Environment, Membership, Role, Workspace
 from offers.models import GPUModel, Host, Location, MachineType
 
+T = TypeVar("T")
 
-class UserFactory(factory.django.DjangoModelFactory):
+
+class ModelFactory(factory.django.DjangoModelFactory[T]):
+    """Calling a factory returns its model's instance, and mypy is told so."""
+
+    class Meta:
+        abstract = True
+
+    if TYPE_CHECKING:
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> T: ...  # type: ignore[misc]
+
+
+class UserFactory(ModelFactory[User]):
     class Meta:
         model = get_user_model()
         skip_postgeneration_save = True
@@ -30,7 +46,7 @@ class UserFactory(factory.django.DjangoModelFactory):
             EmailAddress.objects.get_or_create(user=self, email=self.email, defaults={"verified": True, "primary": True})
 
 
-class WorkspaceFactory(factory.django.DjangoModelFactory):
+class WorkspaceFactory(ModelFactory[Workspace]):
     class Meta:
         model = Workspace
         skip_postgeneration_save = True
@@ -39,12 +55,14 @@ class WorkspaceFactory(factory.django.DjangoModelFactory):
     credit_balance = Decimal("1000.00")
 
     @factory.post_generation
-    def default_environment(self, create, extracted, **kwargs):
+    def default_environment(self, create: bool, extracted: object, **kwargs: object) -> None:
+        # factory_boy calls this with the created Workspace as `self`.
+        workspace = cast(Workspace, self)
         if create:
-            Environment.objects.create(workspace=self, name="default", is_default=True, monthly_budget=Decimal("5000"))
+            Environment.objects.create(workspace=workspace, name="default", is_default=True, monthly_budget=Decimal("5000"))
 
 
-class MembershipFactory(factory.django.DjangoModelFactory):
+class MembershipFactory(ModelFactory[Membership]):
     class Meta:
         model = Membership
 
@@ -53,7 +71,7 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     role = Role.OWNER
 
 
-class GPUModelFactory(factory.django.DjangoModelFactory):
+class GPUModelFactory(ModelFactory[GPUModel]):
     class Meta:
         model = GPUModel
         django_get_or_create = ("slug",)
@@ -63,7 +81,7 @@ class GPUModelFactory(factory.django.DjangoModelFactory):
     memory_gb = 80
 
 
-class LocationFactory(factory.django.DjangoModelFactory):
+class LocationFactory(ModelFactory[Location]):
     class Meta:
         model = Location
         django_get_or_create = ("code",)
@@ -73,7 +91,7 @@ class LocationFactory(factory.django.DjangoModelFactory):
     country = "US"
 
 
-class MachineTypeFactory(factory.django.DjangoModelFactory):
+class MachineTypeFactory(ModelFactory[MachineType]):
     class Meta:
         model = MachineType
 
@@ -88,7 +106,7 @@ class MachineTypeFactory(factory.django.DjangoModelFactory):
     provider = "simulated"
 
 
-class HostFactory(factory.django.DjangoModelFactory):
+class HostFactory(ModelFactory[Host]):
     class Meta:
         model = Host
 
