@@ -201,6 +201,9 @@ def sign_up_build_and_invite(browser, stack, mail, key: str) -> None:
         page.locator("#pending-invitations", has_text="bob@example.org").wait_for()
         invitation = wait_for_mail(mail, "bob@example.org", "invited you to Ada Lab")
         accept_url = link_in(invitation, "/account/invitations/")
+        # Ada's own session cannot use Bob's link.
+        response = page.goto(accept_url)
+        assert response.status == 403 and "for someone else" in page.inner_text("#invitation")
 
         # Bob, in his own browser, signs up through the link: his address is the invited one,
         # so no second verification email; he comes back to the invitation and joins.
