@@ -3,14 +3,14 @@ user's current workspace, 404 otherwise (never 403, which would confirm it exist
 
 from __future__ import annotations
 
-from django.http import Http404
+from django.http import Http404, HttpRequest
 
 from accounts.tenancy import require_tenancy
 from clusters.models import Cluster
 from clusters.queries import cluster_for_detail
 
 
-def get_cluster_for_user(request, cluster_id: int, *, detail: bool = False) -> Cluster:
+def get_cluster_for_user(request: HttpRequest, cluster_id: int, *, detail: bool = False) -> Cluster:
     tenancy = require_tenancy(request)
     queryset = Cluster.objects.filter(workspace_id=tenancy.workspace.pk)
     if detail:

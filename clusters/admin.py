@@ -1,4 +1,6 @@
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from clusters import services
 from clusters.models import Cluster, ClusterEvent, Node, Reason, Volume
@@ -8,16 +10,14 @@ class NodeInline(admin.TabularInline):
     model = Node
     extra = 0
     can_delete = False
-    fields = ["index", "host", "state", "address", "step", "joined_at", "billing_started_at", "billing_ended_at", "released_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("index", "host", "state", "address", "step", "joined_at", "billing_started_at", "billing_ended_at", "released_at")
 
 
 class EventInline(admin.TabularInline):
     model = ClusterEvent
     extra = 0
     can_delete = False
-    fields = ["created_at", "actor", "event", "message", "reason"]
-    readonly_fields = fields
+    fields = readonly_fields = ("created_at", "actor", "event", "message", "reason")
 
 
 @admin.register(Cluster)
@@ -31,7 +31,7 @@ class ClusterAdmin(admin.ModelAdmin):
     actions = ["terminate"]
 
     @admin.action(description="Terminate selected clusters (operator)")
-    def terminate(self, request, queryset):
+    def terminate(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
         count = sum(
             services.terminate_cluster(c, actor=f"operator {request.user.get_username()}", reason=Reason.OPERATOR)
             for c in queryset

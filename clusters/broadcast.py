@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -62,7 +63,7 @@ def broadcast_cluster(cluster_id: int, nodes: Iterable[int] | None = None) -> No
 # --- rendering, in the consumer --------------------------------------------------------
 
 
-def _push_context(cluster: Cluster, **extra) -> dict:
+def _push_context(cluster: Cluster, **extra: Any) -> dict[str, Any]:
     # Pushed HTML is shared by every viewer, so it carries no CSRF token of its own: its
     # forms post with hx-post, and htmx sends the page's token from <body hx-headers>.
     return {"cluster": cluster, "oob": True, "csrf_token": "NOTPROVIDED", **extra}

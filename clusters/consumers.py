@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.models import User
 from redis.exceptions import RedisError
 
 from accounts.models import Membership
@@ -23,12 +25,12 @@ TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot serve the sock
 
 
 @database_sync_to_async
-def _cluster_visible(user, cluster_id: int) -> bool:
+def _cluster_visible(user: User, cluster_id: int) -> bool:
     return Cluster.objects.filter(pk=cluster_id, workspace__memberships__user=user).exists()
 
 
 @database_sync_to_async
-def _environment_visible(user, environment_id: int) -> bool:
+def _environment_visible(user: User, environment_id: int) -> bool:
     return Membership.objects.filter(user=user, workspace__environments__pk=environment_id).exists()
 
 
@@ -36,7 +38,7 @@ BIGINT_MAX = 2**63 - 1
 
 
 class UnknownPathConsumer(AsyncWebsocketConsumer):
-    async def connect(self):
+    async def connect(self) -> None:
         await self.close(code=4404)
 
 
@@ -44,7 +46,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     group: str | None = None
     closed_for_outage = False
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # The consumer also listens on the channel layer; when Redis is down that read fails,
         # perhaps before `connect` runs. Close the socket cleanly ("try again later") instead
         # of letting the failure end the application with the handshake left hanging.
@@ -56,10 +58,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
                 self.closed_for_outage = True
                 await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
 
-    async def allowed(self, user) -> bool:
+    async def allowed(self, user: User) -> bool:
         return False
 
-    async def connect(self):
+    async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not await self.allowed(user):
             await self.close(code=4403)
@@ -79,11 +81,11 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     async def joined(self) -> None:
         """Runs once the socket is accepted and subscribed."""
 
-    async def disconnect(self, code):
+    async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def html_update(self, event):
+    async def html_update(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])
 
 
@@ -91,7 +93,7 @@ class ClusterConsumer(_LiveConsumer):
     # The newest event this socket has sent: each push adds only the events after it.
     last_event_id: int | None = None
 
-    async def allowed(self, user) -> bool:
+    async def allowed(self, user: User) -> bool:
         self.cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
         if self.cluster_id > BIGINT_MAX:
             return False
@@ -104,7 +106,7 @@ class ClusterConsumer(_LiveConsumer):
         messages, self.last_event_id = await database_sync_to_async(render_cluster_now)(self.cluster_id)
         await self.send_all(messages)
 
-    async def cluster_changed(self, event):
+    async def cluster_changed(self, event: dict[str, Any]) -> None:
         # Rendered here, per socket, not on the thread that committed the change: it only
         # said which nodes changed, and each page lacks different events.
         messages, self.last_event_id = await database_sync_to_async(render_cluster_changes)(
@@ -118,14 +120,14 @@ class ClusterConsumer(_LiveConsumer):
 
 
 class EnvironmentConsumer(_LiveConsumer):
-    async def allowed(self, user) -> bool:
+    async def allowed(self, user: User) -> bool:
         environment_id = int(self.scope["url_route"]["kwargs"]["environment_id"])
         if environment_id > BIGINT_MAX:
             return False
         self.group = environment_group(environment_id)
         return await _environment_visible(user, environment_id)
 
-    async def cluster_changed(self, event):
+    async def cluster_changed(self, event: dict[str, Any]) -> None:
         html = await database_sync_to_async(render_cluster_row)(event["cluster_id"])
         if html:
             await self.send(text_data=html)

@@ -9,6 +9,7 @@ context when the email is sent."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
@@ -92,7 +93,7 @@ def cluster_context(stored: dict) -> dict:
         "machine_type__gpu", "machine_type__location", "workspace", "environment", "created_by"
     ).get(pk=stored["cluster_id"])
     url = settings.SITE_URL + cluster.get_absolute_url()
-    context = {
+    context: dict[str, Any] = {
         "cluster": cluster,
         "nodes": list(cluster.nodes.all()),
         "software": cluster.get_software_display(),
@@ -104,16 +105,17 @@ def cluster_context(stored: dict) -> dict:
         "failure_reason": Reason(cluster.failure_reason).label if cluster.failure_reason else "",
         "termination_reason": Reason(cluster.termination_reason).label if cluster.termination_reason else "",
         "reason_short": {
-            Reason.BALANCE_EXHAUSTED: "your balance ran out",
-            Reason.BUDGET_REACHED: "the monthly budget was reached",
+            Reason.BALANCE_EXHAUSTED.value: "your balance ran out",
+            Reason.BUDGET_REACHED.value: "the monthly budget was reached",
         }.get(cluster.termination_reason, "billing limit reached"),
         "stopped_for_balance": cluster.termination_reason == Reason.BALANCE_EXHAUSTED,
         "stopped_for_budget": cluster.termination_reason == Reason.BUDGET_REACHED,
     }
     if cluster.billing_started_at:
         ended = cluster.billing_ended_at or cluster.terminated_at or timezone.now()
-        context["billed_seconds"] = (ended - cluster.billing_started_at).total_seconds()
-        context["duration"] = _duration(context["billed_seconds"])
+        billed_seconds = (ended - cluster.billing_started_at).total_seconds()
+        context["billed_seconds"] = billed_seconds
+        context["duration"] = _duration(billed_seconds)
         context["billing_ended_at"] = ended
     else:
         context["duration"] = ""

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django import forms
 from django.db.models import Q
 
-from accounts.models import SSHKey
+from accounts.models import Environment, SSHKey
 from clusters.models import Software, Volume
-from offers.models import MachineKind, MachineType
 from clusters.rules import MAX_MACHINES, MIN_MACHINES
+from offers.models import MachineKind, MachineType
 from offers.services import SORTS, machine_types_with_availability
 
 
@@ -30,7 +32,10 @@ SOFTWARE_HELP = {
 class OfferSelect(forms.Select):
     """Each offer option carries what the page needs to price it and to say what it allows."""
 
-    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+    def create_option(
+        self, name: str, value: Any, label: str | int, selected: bool, index: int,
+        subindex: int | None = None, attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         option = super().create_option(name, value, label, selected, index, subindex, attrs)
         machine_type = getattr(value, "instance", None)
         if machine_type is not None:
@@ -70,7 +75,10 @@ class CreateClusterForm(forms.Form):
         queryset=SSHKey.objects.none(), required=False, widget=forms.CheckboxSelectMultiple, label="SSH keys"
     )
 
-    def __init__(self, *args, environment, machines: int | None = None, keep_offer: str | None = None, **kwargs):
+    def __init__(
+        self, *args: Any, environment: Environment, machines: int | None = None, keep_offer: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         # Only offers that can start this size now (the picked one always, so a form sent
         # back with an error still shows it); the page greys out the rest as the count changes.
@@ -79,11 +87,13 @@ class CreateClusterForm(forms.Form):
             offers = machine_types_with_availability().filter(
                 Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
             )
-        self.fields["offer"].queryset = offers.order_by("gpu", "price_per_machine_hour", "id")
-        self.fields["offer"].label_from_instance = offer_label
-        self.fields["volume"].queryset = Volume.objects.filter(environment=environment)
+        self.offers = offers.order_by("gpu", "price_per_machine_hour", "id")
+        offer = cast(forms.ModelChoiceField, self.fields["offer"])
+        offer.queryset = self.offers
+        offer.label_from_instance = offer_label  # type: ignore[method-assign,assignment]
+        cast(forms.ModelChoiceField, self.fields["volume"]).queryset = Volume.objects.filter(environment=environment)
         keys = SSHKey.objects.filter(workspace_id=environment.workspace_id)
-        self.fields["ssh_keys"].queryset = keys
+        cast(forms.ModelChoiceField, self.fields["ssh_keys"]).queryset = keys
         # The workspace's only key is the one a customer means: start with it ticked.
         if not self.is_bound and "ssh_keys" not in self.initial:
             only = list(keys.values_list("pk", flat=True)[:2])
@@ -106,7 +116,7 @@ class OffersFilterForm(forms.Form):
     kind = forms.ChoiceField(choices=[("", "Any kind"), *MachineKind.choices], required=False)
     sort = forms.ChoiceField(choices=list(SORTS.items()), required=False)
 
-    def clean_machines(self):
+    def clean_machines(self) -> int | None:
         machines = self.cleaned_data["machines"]
         # Absent means the default size; present but cleared is a mistake to point out.
         if machines is None and "machines" in self.data:

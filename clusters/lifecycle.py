@@ -16,7 +16,6 @@ import time
 
 from django.db import connections as db_connections
 from django.db.models import Q
-
 from django.utils import timezone
 
 from clusters import services
@@ -163,7 +162,7 @@ def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
         if heartbeat.lost:
             return True
         cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
-        step = STEPS.get(cluster.status)
+        step = STEPS.get(Status(cluster.status))
         if step is None:
             return False
         nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
@@ -288,7 +287,7 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         return Next.DONE
     if outcome.pending:
         if timezone.now() - cluster.status_changed_at > INSTALL_TIMEOUT:
-            services.mark_degraded(cluster, {name: "not ready within 30 minutes" for name in outcome.pending})
+            services.mark_degraded(cluster, dict.fromkeys(outcome.pending, "not ready within 30 minutes"))
             return Next.DONE
         return Next.WAIT
     services.mark_ready(cluster)
@@ -314,7 +313,7 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
     for node in workers:
-        if node.state in (Node.State.BOOTING, Node.State.UP) and now - node.boot_requested_at > deadline:
+        if node.state in (Node.State.BOOTING, Node.State.UP) and node.boot_requested_at is not None and now - node.boot_requested_at > deadline:
             _release_worker(
                 cluster, node, provider, f"not up and joined within {_minutes(cluster.machine_type.boot_deadline_minutes)}"
             )

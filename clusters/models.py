@@ -65,11 +65,11 @@ class Volume(models.Model):
         return f"{self.name} ({self.size_gb} GB)"
 
 
-class ClusterQuerySet(models.QuerySet):
-    def live(self):
+class ClusterQuerySet(models.QuerySet["Cluster"]):
+    def live(self) -> ClusterQuerySet:
         return self.filter(status__in=LIVE_STATUSES)
 
-    def terminable(self):
+    def terminable(self) -> ClusterQuerySet:
         return self.filter(status__in=TERMINABLE_STATUSES)
 
 
@@ -191,9 +191,7 @@ class Cluster(models.Model):
             current = len(order) if self.status in (Status.TERMINATING, Status.TERMINATED) and self.ready_at else -1
         steps = []
         for i, name in enumerate(order):
-            if self.status == Status.FAILED and i == 0:
-                state = "failed"
-            elif self.status == Status.DEGRADED and name == "installing":
+            if self.status == Status.FAILED and i == 0 or self.status == Status.DEGRADED and name == "installing":
                 state = "failed"
             elif i < current or (i == current and name == "ready"):
                 state = "done"

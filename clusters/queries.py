@@ -13,7 +13,7 @@ from decimal import Decimal
 from django.core.paginator import Page, Paginator
 from django.db.models import F, Prefetch, QuerySet, Sum
 
-from clusters.models import Cluster, ClusterEvent, Node, Status
+from clusters.models import Cluster, ClusterEvent, ClusterQuerySet, Node, Status
 
 _CATALOGUE = ("machine_type__gpu", "machine_type__location", "environment")
 # Lists show a page of clusters; a page of nodes in a row would be a page of its own.
@@ -28,7 +28,7 @@ class UnknownStatus(ValueError):
     """A status filter that is neither live, all nor a cluster status."""
 
 
-def clusters_with_status(queryset: QuerySet[Cluster], status: str = LIVE) -> QuerySet[Cluster]:
+def clusters_with_status(queryset: ClusterQuerySet, status: str = LIVE) -> ClusterQuerySet:
     """live (the default), all, or one status; anything else raises UnknownStatus."""
     if status == ALL:
         return queryset
@@ -39,25 +39,25 @@ def clusters_with_status(queryset: QuerySet[Cluster], status: str = LIVE) -> Que
     return queryset.filter(status=status)
 
 
-def cluster_for_list(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+def cluster_for_list(queryset: ClusterQuerySet) -> ClusterQuerySet:
     """A cluster's row: the cluster and its catalogue entry, none of its nodes."""
     return queryset.select_related(*_CATALOGUE).defer("node_secrets")
 
 
-def with_nodes(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+def with_nodes(queryset: ClusterQuerySet) -> ClusterQuerySet:
     """Rows that list their nodes (the API's): prefetched once per page, without log tails."""
     return queryset.prefetch_related(
         Prefetch("nodes", queryset=Node.objects.defer("log_tail").order_by("index"))
     )
 
 
-def clusters_page(queryset: QuerySet[Cluster], number: int | str | None, per_page: int = CLUSTERS_PER_PAGE) -> Page:
+def clusters_page(queryset: ClusterQuerySet, number: int | str | None, per_page: int = CLUSTERS_PER_PAGE) -> Page:
     """One page of rows, newest first; a number past the end gives the last page."""
     paginator = Paginator(cluster_for_list(queryset).order_by("-created_at", "-id"), per_page)
     return paginator.get_page(number)
 
 
-def cluster_for_detail(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+def cluster_for_detail(queryset: ClusterQuerySet) -> ClusterQuerySet:
     """The detail page's cluster with its nodes (each one a row of the page)."""
     return queryset.select_related(*_CATALOGUE, "volume", "created_by").defer("node_secrets").prefetch_related(
         Prefetch("nodes", queryset=Node.objects.select_related("host").order_by("index")),

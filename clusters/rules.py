@@ -15,9 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 
+from accounts.models import Environment
 from clusters.errors import ClusterError, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
 from offers.models import MachineType
@@ -33,7 +35,7 @@ def minimum_balance() -> Decimal:
 
 
 def request_problems(
-    *, environment, name: str, machine_type: MachineType | None, machine_count: int | None, software: str,
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None, software: str,
     volume: Volume | None,
 ) -> Iterator[ClusterError]:
     """Every refusal of a cluster request that needs no lock, in the order a person fixes them."""
@@ -78,7 +80,7 @@ def machine_count_problem() -> ClusterError:
     )
 
 
-def check_request(**request) -> None:
+def check_request(**request: Any) -> None:
     """Raise the first refusal of `request_problems`."""
     for problem in request_problems(**request):
         raise problem

@@ -7,11 +7,12 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from dataclasses import dataclass
-from pathlib import Path
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -20,8 +21,18 @@ from accounts.models import Environment, SSHKey, Workspace
 from billing import services as billing
 from clusters import emails as cluster_emails
 from clusters import rules
-from clusters.errors import ClusterError, Conflict, InsufficientCredits
-from clusters.models import FINAL_STATUSES, TERMINABLE_STATUSES, Cluster, ClusterEvent, Node, Reason, Software, Status, Volume
+from clusters.errors import ClusterError, Conflict
+from clusters.models import (
+    FINAL_STATUSES,
+    TERMINABLE_STATUSES,
+    Cluster,
+    ClusterEvent,
+    Node,
+    Reason,
+    Software,
+    Status,
+    Volume,
+)
 from offers import services as inventory
 from offers.models import MachineType
 
@@ -46,7 +57,7 @@ def _after_commit_changed(cluster_id: int, *, advance: bool = False, nodes: Iter
         transaction.on_commit(lambda: tasks.queue_advance(cluster_id))
 
 
-def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields) -> bool:
+def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields: Any) -> bool:
     """Compare-and-set the status: only one caller can win a given transition."""
     now = timezone.now()
     updated = Cluster.objects.filter(pk=cluster.pk, status__in=list(allowed)).update(
@@ -63,7 +74,7 @@ def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields) -> b
 # --- create -----------------------------------------------------------------------------
 
 
-def validate_cluster_request(**request) -> None:
+def validate_cluster_request(**request: Any) -> None:
     """The checks that need no lock (clusters.rules); create_cluster repeats the money and
     inventory ones under locks."""
     rules.check_request(**request)
@@ -138,8 +149,8 @@ def plan_cluster(
     software: str = Software.NONE, volume: Volume | None = None,
 ) -> ClusterPlan:
     """create_cluster's checks without the locks or the reservation, every refusal collected."""
-    from clusters.queries import committed_rate
     from billing.services import month_to_date_spend, required_balance
+    from clusters.queries import committed_rate
 
     workspace = Workspace.objects.get(pk=environment.workspace_id)
     problems = list(rules.request_problems(
@@ -174,7 +185,7 @@ def plan_cluster(
 def create_cluster(
     *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
     software: str = Software.NONE, volume: Volume | None = None, ssh_keys: Iterable[SSHKey] = (),
-    created_by=None, actor: str = SYSTEM,
+    created_by: User | None = None, actor: str = SYSTEM,
 ) -> Cluster:
     validate_cluster_request(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
@@ -221,7 +232,7 @@ def create_cluster(
     return cluster
 
 
-def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, created_by=None, actor: str = SYSTEM) -> Cluster:
+def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, created_by: User | None = None, actor: str = SYSTEM) -> Cluster:
     """The customer's choice on a failed cluster's page: the same cluster (name, size,
     software, SSH keys, volume) on an offer that can start it now. Nothing is retried
     without this choice."""
@@ -317,7 +328,7 @@ def request_wake(cluster_id: int) -> None:
     )
 
 
-def mark_queued(cluster_ids: Iterable[int], at: dt.datetime) -> None:
+def mark_queued(cluster_ids: Iterable[int], at: dt.datetime | None) -> None:
     """Note that a pass is queued (to run from `at`), so the sweep does not queue another."""
     Cluster.objects.filter(pk__in=list(cluster_ids)).update(advance_queued_at=at)
 
@@ -355,8 +366,8 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         by_fields.setdefault(tuple(sorted(fields)), []).append(node)
     with transaction.atomic():
         # Node rows in id order (the lock order in docs/architecture.md).
-        for fields, nodes in by_fields.items():
-            Node.objects.bulk_update(sorted(nodes, key=lambda n: n.pk), list(fields))
+        for names, nodes in by_fields.items():
+            Node.objects.bulk_update(sorted(nodes, key=lambda n: n.pk), list(names))
         _after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 

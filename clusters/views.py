@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -12,24 +12,25 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from accounts.http import AuthenticatedHttpRequest
+from accounts.models import Environment
 from accounts.tenancy import require_tenancy
-from clusters import connect, services
+from clusters import connect, queries, services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm, is_id
-from clusters import queries
 from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
 from offers.models import NETWORK_CAVEAT, MachineType
 from offers.services import free_host_count
 
 
-def actor_label(request) -> str:
+def actor_label(request: AuthenticatedHttpRequest) -> str:
     return request.user.get_username()
 
 
 @login_required
-def cluster_list(request):
+def cluster_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     # ?show= is what the tabs said before the list took any status.
     status = request.GET.get("status") or request.GET.get("show") or queries.LIVE
@@ -42,14 +43,14 @@ def cluster_list(request):
     return render(request, "clusters/list.html", context)
 
 
-def _count(value, default: int = 4) -> int:
+def _count(value: Any, default: int = 4) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
         return default
 
 
-def spend_limits(environment, machine_type, machines: int) -> dict:
+def spend_limits(environment: Environment, machine_type: MachineType | None, machines: int) -> dict[str, Any]:
     """What the create form needs to warn before a cluster would outlast the money, from the
     same plan the API's POST /clusters/plan answers: the balance, what the workspace's clusters
     cost per hour (booting ones too), what is left of the budget, and the plan's own warnings
@@ -65,9 +66,9 @@ def spend_limits(environment, machine_type, machines: int) -> dict:
 
 
 @login_required
-def cluster_create(request):
+def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
-    initial = {key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume") if key in request.GET}
+    initial: dict[str, Any] = {key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume") if key in request.GET}
     if "ssh_keys" in request.GET:
         initial["ssh_keys"] = request.GET.getlist("ssh_keys")
     data = request.POST or None
@@ -77,12 +78,12 @@ def cluster_create(request):
         keep_offer=(data or initial).get("offer"),
     )
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
+        cleaned = form.cleaned_data
         try:
             cluster = services.create_cluster(
-                environment=tenancy.environment, name=data["name"], machine_type=data["offer"],
-                machine_count=data["machines"], software=data["software"], volume=data["volume"],
-                ssh_keys=data["ssh_keys"], created_by=request.user, actor=actor_label(request),
+                environment=tenancy.environment, name=cleaned["name"], machine_type=cleaned["offer"],
+                machine_count=cleaned["machines"], software=cleaned["software"], volume=cleaned["volume"],
+                ssh_keys=cleaned["ssh_keys"], created_by=request.user, actor=actor_label(request),
             )
         except ClusterError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
@@ -90,7 +91,7 @@ def cluster_create(request):
             messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
             return redirect(cluster)
     offer = form["offer"].value()
-    machine_type = form.fields["offer"].queryset.filter(pk=offer).first() if is_id(str(offer or "")) else None
+    machine_type = form.offers.filter(pk=offer).first() if is_id(str(offer or "")) else None
     context = {
         "form": form, "machine_type": machine_type,
         "free_hosts": free_host_count(machine_type) if machine_type else None,
@@ -100,7 +101,7 @@ def cluster_create(request):
     return render(request, "clusters/create.html", context)
 
 
-def _event_cursor(request) -> int | None:
+def _event_cursor(request: AuthenticatedHttpRequest) -> int | None:
     raw = request.GET.get("before", "")
     if not raw:
         return None
@@ -110,7 +111,7 @@ def _event_cursor(request) -> int | None:
 
 
 @login_required
-def cluster_detail(request, cluster_id: int):
+def cluster_detail(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id, detail=True)
     before = _event_cursor(request)
     events, older = queries.recent_events(cluster.pk, before=before)
@@ -125,7 +126,7 @@ def cluster_detail(request, cluster_id: int):
 
 
 @login_required
-def cluster_ssh_config(request, cluster_id: int):
+def cluster_ssh_config(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id, detail=True)
     response = HttpResponse(connect.ssh_config(cluster), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{cluster.name}.ssh_config"'
@@ -134,7 +135,7 @@ def cluster_ssh_config(request, cluster_id: int):
 
 @login_required
 @require_POST
-def cluster_terminate(request, cluster_id: int):
+def cluster_terminate(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     if request.POST.get("confirm_name", "").strip() != cluster.name:
         messages.error(request, f"Type the cluster's name ({cluster.name}) to confirm termination.")
@@ -147,7 +148,7 @@ def cluster_terminate(request, cluster_id: int):
 
 @login_required
 @require_POST
-def cluster_recreate(request, cluster_id: int):
+def cluster_recreate(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     """One click on a failed cluster's page: the same cluster on the offer picked there."""
     failed = get_cluster_for_user(request, cluster_id)
     offer = request.POST.get("offer", "")
@@ -166,7 +167,7 @@ def cluster_recreate(request, cluster_id: int):
 
 @login_required
 @require_POST
-def cluster_retry_install(request, cluster_id: int):
+def cluster_retry_install(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     try:
         services.retry_install(cluster, actor=actor_label(request))
@@ -178,7 +179,7 @@ def cluster_retry_install(request, cluster_id: int):
 
 @login_required
 @require_POST
-def cluster_add_workers(request, cluster_id: int):
+def cluster_add_workers(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     try:
         count = int(request.POST.get("count", "1"))
@@ -194,7 +195,7 @@ def cluster_add_workers(request, cluster_id: int):
 
 @login_required
 @require_POST
-def node_terminate(request, cluster_id: int, node_name: str):
+def node_terminate(request: AuthenticatedHttpRequest, cluster_id: int, node_name: str) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     if node_name not in {node.name for node in cluster.nodes.all()}:
         raise Http404(f"{cluster.name} has no node {node_name}.")
@@ -206,7 +207,7 @@ def node_terminate(request, cluster_id: int, node_name: str):
 
 
 @login_required
-def instances(request):
+def instances(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Every machine the workspace runs, in every environment; each belongs to a cluster."""
     tenancy = require_tenancy(request)
     listed = workspace_instances(tenancy.workspace.pk)
@@ -215,7 +216,7 @@ def instances(request):
 
 @login_required
 @require_POST
-def instance_terminate(request, instance_id: int):
+def instance_terminate(request: AuthenticatedHttpRequest, instance_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     instance = workspace_instance(tenancy.workspace.pk, instance_id)
     if instance is None:
@@ -229,14 +230,14 @@ def instance_terminate(request, instance_id: int):
     return redirect("clusters:instances")
 
 
-def _back_to(request, cluster):
+def _back_to(request: AuthenticatedHttpRequest, cluster: Cluster) -> HttpResponse:
     if request.htmx:
         return HttpResponseClientRedirect(cluster.get_absolute_url())
     return redirect(cluster)
 
 
 @login_required
-def volumes(request):
+def volumes(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = VolumeForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -257,7 +258,7 @@ def volumes(request):
 
 @login_required
 @require_POST
-def volume_delete(request, volume_id: int):
+def volume_delete(request: AuthenticatedHttpRequest, volume_id: int) -> HttpResponse:
     tenancy = require_tenancy(request)
     volume = get_object_or_404(Volume, pk=volume_id, environment__workspace=tenancy.workspace)
     try:

@@ -11,9 +11,9 @@ app.autodiscover_tasks()
 
 
 @worker_process_init.connect
-def _forget_the_parents_connection_pools(**kwargs) -> None:
+def _forget_the_parents_connection_pools(**kwargs: object) -> None:
     # A prefork child must not share the parent's pooled sockets (or its pool's threads,
     # which fork does not copy): forget them without closing, so the child opens its own.
     from django.db.backends.postgresql.base import DatabaseWrapper
 
-    DatabaseWrapper._connection_pools.clear()
+    DatabaseWrapper._connection_pools.clear()  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
 from django.core.signals import got_request_exception
 from django.dispatch import receiver
@@ -45,7 +46,7 @@ def busy_response(request: HttpRequest) -> HttpResponse:
 
 
 class DatabaseBusyMiddleware:
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
@@ -59,7 +60,7 @@ class DatabaseBusyMiddleware:
 
 
 @receiver(got_request_exception)
-def _note_database_busy(sender, request: HttpRequest | None = None, **kwargs) -> None:
+def _note_database_busy(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
     if request is not None and is_database_busy(sys.exc_info()[1]):
         request._database_busy = True  # type: ignore[attr-defined]
 
@@ -74,17 +75,17 @@ class RejectNulBytesMiddleware:
     filter or a row is a 500 from the database driver; no legitimate client sends one.
     """
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         if self._has_nul(request):
             log.info("Refused a request with a NUL byte: %s %s", request.method, request.path)
             return HttpResponseBadRequest("NUL bytes are not allowed in parameters.", content_type="text/plain")
         return self.get_response(request)
 
     @staticmethod
-    def _has_nul(request) -> bool:
+    def _has_nul(request: HttpRequest) -> bool:
         if any("\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()):
             return True
         # Only urlencoded bodies: parsing multipart here would consume uploads, and JSON

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
-
 from csp.constants import NONE, SELF, UNSAFE_INLINE
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_decimal, env_int, env_list, env_str
 
@@ -120,7 +119,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "db.sqlite3",
+            "NAME": str(VAR_DIR / "db.sqlite3"),
             "OPTIONS": {
                 # WAL lets the web, worker and beat processes read while one writes;
                 # IMMEDIATE takes the write lock up front instead of failing on upgrade.

@@ -8,7 +8,7 @@ admin.site.site_header = "Runcrate Clusters operations"
 admin.site.site_title = "Runcrate operations"
 admin.site.index_title = "Operations"
 # Operators sign in through allauth too: the same rate limits and two-factor step.
-admin.site.login = secure_admin_login(admin.site.login)
+admin.site.login = secure_admin_login(admin.site.login)  # type: ignore[method-assign]
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="clusters:list", permanent=False)),

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 
 from offers.models import GPUModel, Host, MachineType
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class FreeHosts(TypedDict):
+    free_hosts: int
 
 
 
@@ -38,7 +46,7 @@ class Offer:
         return choices
 
 
-def machine_types_with_availability() -> QuerySet[MachineType]:
+def machine_types_with_availability() -> QuerySet[WithAnnotations[MachineType, FreeHosts]]:
     return (
         MachineType.objects.filter(active=True)
         .select_related("gpu", "location")

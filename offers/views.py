@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import render
 
+from accounts.http import AuthenticatedHttpRequest
 from accounts.tenancy import require_tenancy
 from clusters.forms import OffersFilterForm
 from offers.models import NETWORK_CAVEAT, GPUModel, Location, MachineKind
@@ -10,7 +12,7 @@ from offers.services import SORTS, list_offers
 
 
 @login_required
-def offers(request):
+def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = OffersFilterForm(request.GET or None)
     gpus = list(GPUModel.objects.all())

@@ -13,12 +13,14 @@ import asyncio
 import ipaddress
 import os
 import signal
-import sys
+from collections.abc import Callable
 
 import asyncssh
 
 
-async def _pump(reader: asyncio.StreamReader, write, close=None) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, write: Callable[[bytes], object], close: Callable[[], object] | None = None,
+) -> None:
     while True:
         chunk = await reader.read(65536)
         if not chunk:
@@ -45,6 +47,9 @@ async def handle_process(process: asyncssh.SSHServerProcess) -> None:
         cwd=os.path.expanduser("~"),
         start_new_session=True,
     )
+    # PIPE for all three: the streams exist.
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    stdin = child.stdin
 
     async def feed_stdin() -> None:
         try:
@@ -52,13 +57,13 @@ async def handle_process(process: asyncssh.SSHServerProcess) -> None:
                 data = await process.stdin.read(65536)
                 if not data:
                     break
-                child.stdin.write(data)
-                await child.stdin.drain()
+                stdin.write(data)
+                await stdin.drain()
         except (BrokenPipeError, ConnectionResetError, asyncssh.BreakReceived):
             pass
         finally:
-            if not child.stdin.is_closing():
-                child.stdin.close()
+            if not stdin.is_closing():
+                stdin.close()
 
     stdin_task = asyncio.create_task(feed_stdin())
     await asyncio.gather(
@@ -111,4 +116,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

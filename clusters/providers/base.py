@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node

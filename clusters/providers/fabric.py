@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
 from clusters.nodeops import operations
@@ -18,6 +19,9 @@ from clusters.nodeops.operations import ClusterSecrets, StepResult
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster, Node
 
 
 def ssh_banner(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -38,16 +42,16 @@ class FabricProvider(Provider):
     retry_policy = RetryPolicy()
 
     @abc.abstractmethod
-    def target_for(self, node) -> NodeTarget:
+    def target_for(self, node: Node) -> NodeTarget:
         """How the control plane reaches this node over SSH, and the root its scripts act under."""
 
     # Where the provider attaches a cluster's volume on the head machine.
     VOLUME_MOUNT = "/mnt/runcrate-volume"
 
-    def volume_source(self, cluster) -> str | None:
+    def volume_source(self, cluster: Cluster) -> str | None:
         return self.VOLUME_MOUNT if cluster.volume_id else None
 
-    def spec_for(self, cluster, nodes) -> ClusterSpec:
+    def spec_for(self, cluster: Cluster, nodes: list[Node]) -> ClusterSpec:
         ordered = sorted(nodes, key=lambda n: n.index)
         return ClusterSpec(
             cluster_id=str(cluster.pk),
@@ -64,7 +68,7 @@ class FabricProvider(Provider):
     def _emit(self, name: str, step: str, text: str) -> None:
         self.on_output(name, step, text)
 
-    def _secrets(self, cluster, spec: ClusterSpec) -> ClusterSecrets:
+    def _secrets(self, cluster: Cluster, spec: ClusterSpec) -> ClusterSecrets:
         from clusters import services
 
         existing = ClusterSecrets.from_dict(cluster.node_secrets) if cluster.node_secrets else None
@@ -78,7 +82,7 @@ class FabricProvider(Provider):
 
     # -- machines ------------------------------------------------------------------
 
-    def boot_status(self, node) -> BootReport:
+    def boot_status(self, node: Node) -> BootReport:
         target = self.target_for(node)
         if ssh_banner(target.host, target.port):
             return BootReport(BootState.UP, address=f"{target.host}:{target.port}")
@@ -86,7 +90,7 @@ class FabricProvider(Provider):
 
     # -- node steps ------------------------------------------------------------------
 
-    def join_network(self, cluster, nodes) -> StepOutcome:
+    def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec)
         with self._runner() as runner:
@@ -105,7 +109,7 @@ class FabricProvider(Provider):
                     return _pending(result)
         return StepOutcome.done()
 
-    def install_software(self, cluster, nodes) -> StepOutcome:
+    def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         # Install on every live node, not just `nodes`: the head's configuration lists every
         # node, and the scripts are idempotent, so running them again on old nodes is safe.
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
@@ -114,7 +118,7 @@ class FabricProvider(Provider):
             result = operations.install_software(spec, secrets=secrets, runner=runner, on_output=self._emit)
         return _failed(result)
 
-    def check_ready(self, cluster, nodes) -> StepOutcome:
+    def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
         with self._runner() as runner:
             result = operations.check_ready(spec, runner=runner, on_output=self._emit)
@@ -125,7 +129,7 @@ class FabricProvider(Provider):
                 self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
         return outcome
 
-    def stop(self, cluster, nodes) -> None:
+    def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         if not nodes:
             return
         # A spec starts at the head, so build it from every live node even when only a
@@ -138,7 +142,7 @@ class FabricProvider(Provider):
             operations.stop(spec, runner=runner, on_output=self._emit, only=stopping)
 
     @staticmethod
-    def _live_nodes(cluster, nodes):
+    def _live_nodes(cluster: Cluster, nodes: list[Node]) -> list[Node]:
         live = [n for n in cluster.nodes.select_related("host").all() if n.released_at is None]
         return live or list(nodes)
 

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
@@ -27,9 +28,13 @@ from django.utils import timezone
 from clusters.nodeops import operations, sandbox
 from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
-from clusters.providers.base import BootReport, BootState
+from clusters.providers.base import BootReport, BootState, StepOutcome
 from clusters.providers.fabric import FabricProvider
 from offers.models import HostFault
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster, Node
+    from offers.models import Host
 
 
 def machines_dir() -> Path:
@@ -60,10 +65,10 @@ class LocalProvider(FabricProvider):
     through_gateway = False
     retry_policy = RetryPolicy(connect_timeout=5.0, attempts=3, backoff=0.5)
 
-    def _dir(self, host) -> Path:
+    def _dir(self, host: Host) -> Path:
         return machines_dir() / host.name
 
-    def target_for(self, node) -> NodeTarget:
+    def target_for(self, node: Node) -> NodeTarget:
         host = node.host
         return NodeTarget(
             name=node.name, index=node.index, host=host.address, port=host.port, user=getpass.getuser(),
@@ -71,7 +76,7 @@ class LocalProvider(FabricProvider):
             private_ip=node.private_ip,
         )
 
-    def boot(self, node) -> None:
+    def boot(self, node: Node) -> None:
         host = node.host
         if not ipaddress.ip_address(host.address).is_loopback:
             raise ValueError(f"local host {host.name} must have a loopback address, not {host.address!r}")
@@ -109,11 +114,11 @@ class LocalProvider(FabricProvider):
         (machine / "pid").write_text(str(process.pid))
         self._emit(node.name, "boot", f"{host.name}: {'sshd' if sshd else 'asyncssh'} on {host.address}:{host.port}")
 
-    def join_network(self, cluster, nodes):
+    def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         self._attach_volume(cluster, nodes)
         return super().join_network(cluster, nodes)
 
-    def _attach_volume(self, cluster, nodes) -> None:
+    def _attach_volume(self, cluster: Cluster, nodes: list[Node]) -> None:
         """Attach the volume to the head the way a block device would be: its data appears
         at VOLUME_MOUNT on node-0 (here a link into the volume's directory)."""
         volume = cluster.volume
@@ -126,7 +131,7 @@ class LocalProvider(FabricProvider):
             mount.parent.mkdir(parents=True, exist_ok=True)
             mount.symlink_to(volume.source_path)
 
-    def boot_status(self, node) -> BootReport:
+    def boot_status(self, node: Node) -> BootReport:
         host = node.host
         booted_for = timezone.now() - (node.boot_requested_at or timezone.now())
         if booted_for < dt.timedelta(seconds=host.boot_seconds):
@@ -137,7 +142,7 @@ class LocalProvider(FabricProvider):
             return BootReport(BootState.FAILED, detail=f"{host.name}'s SSH server exited; see {self._dir(host) / 'ssh.log'}")
         return super().boot_status(node)
 
-    def release(self, node) -> None:
+    def release(self, node: Node) -> None:
         host = node.host
         pid = self._pid(host)
         if pid:
@@ -151,13 +156,13 @@ class LocalProvider(FabricProvider):
                 pass
         shutil.rmtree(self._dir(host), ignore_errors=True)
 
-    def _pid(self, host) -> int | None:
+    def _pid(self, host: Host) -> int | None:
         try:
             return int((self._dir(host) / "pid").read_text())
         except (FileNotFoundError, ValueError):
             return None
 
-    def _running(self, host) -> bool:
+    def _running(self, host: Host) -> bool:
         pid = self._pid(host)
         if not pid:
             return False

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
 
 from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
 from offers.models import HostFault
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster, Node
 
 
 def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
@@ -26,10 +30,10 @@ def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
 class SimulatedProvider(Provider):
     name = "simulated"
 
-    def boot(self, node) -> None:
+    def boot(self, node: Node) -> None:
         self.on_output(node.name, "boot", f"boot requested on {node.host.name}")
 
-    def boot_status(self, node) -> BootReport:
+    def boot_status(self, node: Node) -> BootReport:
         host = node.host
         if not _elapsed(node.boot_requested_at, host.boot_seconds):
             return BootReport(BootState.BOOTING)
@@ -37,7 +41,7 @@ class SimulatedProvider(Provider):
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
         return BootReport(BootState.UP, address=f"sim://{host.name}")
 
-    def join_network(self, cluster, nodes) -> StepOutcome:
+    def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         if settings.SIMULATED_JOIN_WORK_SECONDS:
             self.on_output(nodes[0].name, "network", "joining the private network")
             time.sleep(settings.SIMULATED_JOIN_WORK_SECONDS)
@@ -50,7 +54,7 @@ class SimulatedProvider(Provider):
                 self.on_output(node.name, "network", f"{node.name} reaches all {len(nodes) - 1} peers over wg0")
         return outcome
 
-    def install_software(self, cluster, nodes) -> StepOutcome:
+    def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         outcome = StepOutcome()
         for node in nodes:
             if not _elapsed(cluster.status_changed_at, node.host.install_seconds):
@@ -61,9 +65,9 @@ class SimulatedProvider(Provider):
                 self.on_output(node.name, "install", f"{cluster.get_software_display()} installed")
         return outcome
 
-    def check_ready(self, cluster, nodes) -> StepOutcome:
+    def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         return StepOutcome.done()
 
-    def stop(self, cluster, nodes) -> None:
+    def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         for node in nodes:
             self.on_output(node.name, "stop", "stopped")

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 
 def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str]:
@@ -39,11 +40,11 @@ def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
 class Command(BaseCommand):
     help = "Start Redis (embedded when REDIS_URL is unset), the web server, a Celery worker and beat."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
 
-    def handle(self, *args, port: int, host: str, **options):
+    def handle(self, *args: Any, port: int, host: str, **options: Any) -> None:
         env = site_environment(os.environ.copy(), host, port)
         embedded = None
         if not env.get("REDIS_URL"):
@@ -69,7 +70,7 @@ class Command(BaseCommand):
         ))
         stopping = False
 
-        def stop(*_):
+        def stop(*_: object) -> None:
             nonlocal stopping
             stopping = True
 

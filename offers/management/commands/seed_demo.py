@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from accounts.models import Membership, Workspace
@@ -23,12 +24,12 @@ DEMO_CREDIT = Decimal("2500.00")
 class Command(BaseCommand):
     help = "Create the demo catalogue, host inventory and the demo/demo Owner of a funded workspace (idempotent)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--provider", default=settings.DEFAULT_PROVIDER, help="Provider for every machine type.")
         parser.add_argument("--boot-seconds", type=float, default=4.0, help="Simulated boot time per host.")
 
     @transaction.atomic
-    def handle(self, *args, provider: str, boot_seconds: float, **options):
+    def handle(self, *args: Any, provider: str, boot_seconds: float, **options: Any) -> None:
         gpus = {
             slug: GPUModel.objects.update_or_create(slug=slug, defaults={"name": name, "memory_gb": mem})[0]
             for slug, name, mem in catalogue.GPUS
