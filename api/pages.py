@@ -7,15 +7,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.tenancy import Tenancy, require_tenancy
 from api import keys
 from api.models import ApiKey
-
-NEW_KEY_SESSION_KEY = "api_new_key"
-
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What uses it, e.g. 'laptop CLI' or 'training agent'.")
@@ -42,10 +40,16 @@ def key_list(request):
         api_key, raw = keys.create_api_key(
             workspace=tenancy.workspace, created_by=request.user, name=form.cleaned_data["name"]
         )
-        # Shown once, on the page the redirect lands on, then gone from the session too.
-        request.session[NEW_KEY_SESSION_KEY] = {"id": api_key.pk, "key": raw}
-        return redirect("api:keys")
-    new_key = request.session.pop(NEW_KEY_SESSION_KEY, None)
+        # Shown once, in this very response: the plaintext is stored nowhere (not in the
+        # session, where a redirect that is never followed would leave it), and no cache
+        # or back button keeps the page.
+        response = _key_page(request, tenancy, ApiKeyForm(), new_key={"id": api_key.pk, "key": raw})
+        patch_cache_control(response, no_store=True, no_cache=True, private=True)
+        return response
+    return _key_page(request, tenancy, form)
+
+
+def _key_page(request, tenancy: Tenancy, form, new_key: dict | None = None):
     api_keys = [
         (api_key, can_manage(tenancy, api_key))
         for api_key in ApiKey.objects.filter(workspace=tenancy.workspace).select_related("created_by")

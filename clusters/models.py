@@ -123,6 +123,13 @@ class Cluster(models.Model):
                 condition=~Q(status=Status.FAILED) | Q(billing_started_at__isnull=True),
                 name="failed_cluster_never_billed",
             ),
+            # A name is the customer's handle on a cluster (CLI, API, SSH config): one live
+            # cluster per name in an environment, even when creates race (the check in
+            # clusters.rules reads before any lock; this is what holds).
+            models.UniqueConstraint(
+                fields=["environment", "name"], condition=Q(status__in=LIVE_STATUSES),
+                name="cluster_name_unique_among_live",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import Environment
-from clusters.errors import ClusterError, InsufficientCredits
+from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
 from offers.models import MachineType
 
@@ -45,7 +45,7 @@ def request_problems(
             field="name",
         )
     elif Cluster.objects.live().filter(environment=environment, name=name).exists():
-        yield ClusterError("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")
+        yield name_taken(name)
     if machine_count is None or not (MIN_MACHINES <= machine_count <= MAX_MACHINES):
         yield machine_count_problem()
     if machine_type is None or not machine_type.active:
@@ -112,3 +112,7 @@ def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCr
         field="__all__",
         details={"required": str(required), "available": str(balance)},
     )
+
+
+def name_taken(name: str) -> Conflict:
+    return Conflict("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")

@@ -228,6 +228,9 @@ def create_cluster(
         # it as the offer having gone, never as two clusters on one machine.
         if "host_held_by_one_live_node" in str(exc):
             raise Conflict("offer_unavailable", "Those machines were just taken. Try again.", field="offer") from None
+        if "cluster_name_unique_among_live" in str(exc):
+            # Another create with this name committed first.
+            raise rules.name_taken(name) from None
         raise
     return cluster
 

@@ -445,3 +445,10 @@ def test_a_quote_request_with_missing_fields_is_400(api):
     status, body = api.post("/quotes", {"gpu": "H100"})
     assert status == 400
     assert {"contact_name", "email", "machines"} <= set(error_of(body)["details"])
+
+
+def test_create_with_the_name_of_a_live_cluster_is_409_name_taken(api, machine_type, environment):
+    first_status, first = api.post("/clusters", create_body(machine_type, name="same"))
+    status, body = api.post("/clusters", create_body(machine_type, name="same"))
+    assert first_status == 201
+    assert status == 409 and error_of(body)["code"] == "name_taken"

@@ -34,6 +34,19 @@ def test_a_key_made_on_the_page_is_shown_once_and_stored_hashed(owner_client, wo
     assert raw.startswith(api_key.prefix)
 
 
+def test_the_new_key_is_in_the_post_response_only_never_in_the_session_or_a_cache(owner_client):
+    from django.contrib.sessions.models import Session
+
+    response = owner_client.post(reverse("api:keys"), {"name": "laptop"})
+
+    assert response.status_code == 200
+    raw = response.context["new_key"]["key"]
+    assert raw in response.content.decode()
+    assert "no-store" in response["Cache-Control"]
+    assert not any(raw in str(s.get_decoded()) for s in Session.objects.all())
+    assert raw not in owner_client.get(reverse("api:keys")).content.decode()
+
+
 def test_the_key_works_and_records_when_it_was_last_used(owner_client):
     raw = make_key_on_page(owner_client)
     assert ApiKey.objects.get().last_used_at is None

@@ -150,3 +150,18 @@ def test_two_owners_stepping_down_at_once_leave_one_owner(db):
     assert outcomes.count("demoted") == 1, outcomes
     assert any(isinstance(outcome, accounts.ValidationError) for outcome in outcomes), outcomes
     assert Membership.objects.filter(workspace=first.workspace, role=Role.OWNER).count() == 1
+
+
+def test_twelve_simultaneous_creates_with_one_name_make_exactly_one_cluster(db):
+    machine_type = machine_type_with_hosts(2 * THREADS)
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    environment = WorkspaceFactory(credit_balance=100000).default_environment
+    job = {"environment": environment, "name": "same", "machine_type": machine_type, "machine_count": 2}
+
+    results = create_at_once([job] * THREADS)
+
+    assert Cluster.objects.filter(environment=environment, name="same").count() == 1
+    refusals = [r for r in results if not isinstance(r, Cluster)]
+    assert len(refusals) == THREADS - 1
+    assert {(type(r).__name__, r.code, r.status, r.field) for r in refusals} == {("Conflict", "name_taken", 409, "name")}
+    assert_no_double_booking(machine_type)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from django.db import connection
 from django.test import Client
@@ -22,15 +24,19 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+_serial = itertools.count()
+
+
 def make_clusters(environment, machine_type, count: int, *, machines: int = 2, events: int = 3) -> list[Cluster]:
-    """Clusters in bulk (the service would take minutes for hundreds), each with nodes and events."""
+    """Clusters in bulk (the service would take minutes for hundreds), each with nodes and events.
+    Names stay unique across calls: live clusters of one environment never share a name."""
     now = timezone.now()
     hosts = Host.objects.bulk_create(
         HostFactory.build(machine_type=machine_type, state=Host.State.RESERVED) for _ in range(count * machines)
     )
     clusters = Cluster.objects.bulk_create(
         Cluster(
-            workspace_id=environment.workspace_id, environment=environment, name=f"c{i}", machine_type=machine_type,
+            workspace_id=environment.workspace_id, environment=environment, name=f"c{next(_serial)}", machine_type=machine_type,
             machine_count=machines, price_per_machine_hour=machine_type.price_per_machine_hour, provider="simulated",
             status=[Status.PROVISIONING, Status.READY, Status.DEGRADED][i % 3], status_changed_at=now, deadline_at=now,
             software="slurm",

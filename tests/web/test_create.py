@@ -197,3 +197,11 @@ def test_the_form_carries_the_numbers_for_the_money_warning(member_client, machi
     Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("5.00"))
     text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
     assert "the balance of $5.00 lasts 30 minutes" in text
+
+
+def test_the_name_of_a_live_cluster_is_an_error_on_the_name_field(member_client, machine_type, environment):
+    post(member_client, machine_type, name="same", machines=2)
+    response = post(member_client, machine_type, name="same", machines=2)
+    assert response.status_code == 200
+    assert response.context["form"].errors["name"] == ["A live cluster named 'same' already exists in this environment."]
+    assert environment.clusters.filter(name="same").count() == 1
