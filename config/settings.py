@@ -319,6 +319,10 @@ CONTENT_SECURITY_POLICY = {
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_PUBLISHABLE_KEY = env_str("STRIPE_PUBLISHABLE_KEY", "")
 STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
+# Without the webhook secret no payment could ever be credited (every event fails its
+# signature check): with Stripe keys set, production refuses to start instead.
+if (STRIPE_SECRET_KEY or STRIPE_PUBLISHABLE_KEY) and not STRIPE_WEBHOOK_SECRET and not (DEBUG or TESTING):
+    raise ImproperlyConfigured("STRIPE_WEBHOOK_SECRET must be set when STRIPE_SECRET_KEY or STRIPE_PUBLISHABLE_KEY is")
 
 if not DEBUG and not TESTING:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
