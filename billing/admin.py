@@ -1,5 +1,11 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
+from django.http import HttpRequest
 
 from billing import services
 from billing.models import LedgerEntry, MachineUsage
@@ -13,7 +19,7 @@ class AdjustmentForm(forms.ModelForm):
         fields = ["workspace", "amount", "description"]
         labels = {"amount": "Amount ($, negative to debit)", "description": "Reason"}
 
-    def clean_amount(self):
+    def clean_amount(self) -> Decimal:
         amount = self.cleaned_data["amount"]
         if amount == 0:
             raise forms.ValidationError("An adjustment moves the balance: enter an amount other than 0.")
@@ -26,15 +32,17 @@ class LedgerEntryAdmin(admin.ModelAdmin):
     list_filter = ["kind", "state"]
     search_fields = ["description", "workspace__name"]
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
+    def get_form(
+        self, request: HttpRequest, obj: LedgerEntry | None = None, change: bool = False, **kwargs: Any,
+    ) -> type[forms.ModelForm[LedgerEntry]]:
         if obj is None:
             kwargs["form"] = AdjustmentForm
         return super().get_form(request, obj, change=change, **kwargs)
 
-    def get_fields(self, request, obj=None):
+    def get_fields(self, request: HttpRequest, obj: LedgerEntry | None = None) -> Any:
         return ["workspace", "amount", "description"] if obj is None else super().get_fields(request, obj)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: LedgerEntry, form: Any, change: bool) -> None:
         # Never a bare save: the entry and the cached balance move together, under the
         # workspace lock, in billing's service. Django's admin log records who added it.
         entry = services.adjust_balance(
@@ -44,10 +52,10 @@ class LedgerEntryAdmin(admin.ModelAdmin):
         obj.__dict__.update({k: v for k, v in entry.__dict__.items() if not k.startswith("_")})
         messages.info(request, f"{obj.workspace} balance is now ${entry.balance_after:,.2f}.")
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: LedgerEntry | None = None) -> bool:
         return False  # the ledger is append-only
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: LedgerEntry | None = None) -> bool:
         return False
 
 

@@ -22,7 +22,7 @@ def queue_notice(notice_id: int) -> None:
         BillingNotice.Kind.BALANCE_LOW: Kind.BALANCE_LOW,
         BillingNotice.Kind.TOP_UP_RECEIVED: Kind.TOPUP_RECEIVED,
         BillingNotice.Kind.AUTO_RECHARGE_FAILED: Kind.AUTO_RECHARGE_FAILED,
-    }.get(notice.kind)
+    }.get(BillingNotice.Kind(notice.kind))
     if kind is None:
         return
     notify(

@@ -11,9 +11,11 @@ import json
 import logging
 import uuid
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import stripe
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -39,18 +41,18 @@ def stripe_enabled() -> bool:
 
 
 def stripe_client() -> stripe.StripeClient:
-    options = {}
+    options: dict[str, Any] = {}
     api_base = getattr(settings, "STRIPE_API_BASE", "")
     if api_base:
         options["base_addresses"] = {"api": api_base}
-    return stripe.StripeClient(settings.STRIPE_SECRET_KEY, max_network_retries=2, **options)
+    return stripe.StripeClient(settings.STRIPE_SECRET_KEY or "", max_network_retries=2, **options)
 
 
 def cents(amount: Decimal) -> int:
     return int(to_cents(amount) * 100)
 
 
-def _finite(amount) -> Decimal:
+def _finite(amount: Decimal | str | int | float) -> Decimal:
     """A finite Decimal, or PaymentError: NaN, Infinity and text are refused, not quantized
     (quantizing them, or 1e308, raises InvalidOperation deep in the money code)."""
     try:
@@ -80,13 +82,13 @@ def _validate_amount(amount: Decimal) -> Decimal:
 # --- Checkout ---------------------------------------------------------------------------------
 
 
-def create_top_up_session(*, workspace: Workspace, amount: Decimal, user, success_url: str, cancel_url: str) -> TopUp:
+def create_top_up_session(*, workspace: Workspace, amount: Decimal, user: User | None, success_url: str, cancel_url: str) -> TopUp:
     """A Checkout Session in payment mode for `amount`; the webhook credits it once paid."""
     amount = _validate_amount(amount)
     if not stripe_enabled():
         raise PaymentError("Card payments are not configured on this installation.")
     recharge = AutoRecharge.objects.filter(workspace=workspace).first()
-    params = {
+    params: dict[str, Any] = {
         "mode": "payment",
         "line_items": [{
             "quantity": 1,
@@ -103,7 +105,8 @@ def create_top_up_session(*, workspace: Workspace, amount: Decimal, user, succes
     if recharge and recharge.stripe_customer_id:
         params["customer"] = recharge.stripe_customer_id
     try:
-        session = stripe_client().v1.checkout.sessions.create(params=params)
+        # stripe's params are TypedDicts of Literals; these dicts are built from our values.
+        session = stripe_client().v1.checkout.sessions.create(params=params)  # type: ignore[arg-type]
     except stripe.StripeError as exc:
         log.warning("Checkout session for workspace %s failed: %s", workspace.pk, exc)
         raise PaymentError("The payment page could not be opened. Try again in a moment.") from exc
@@ -113,7 +116,7 @@ def create_top_up_session(*, workspace: Workspace, amount: Decimal, user, succes
     )
 
 
-def create_card_setup_session(*, workspace: Workspace, user, success_url: str, cancel_url: str) -> TopUp:
+def create_card_setup_session(*, workspace: Workspace, user: User | None, success_url: str, cancel_url: str) -> TopUp:
     """A Checkout Session in setup mode that saves a card for off-session auto-recharges."""
     if not stripe_enabled():
         raise PaymentError("Card payments are not configured on this installation.")
@@ -122,13 +125,13 @@ def create_card_setup_session(*, workspace: Workspace, user, success_url: str, c
     try:
         if not recharge.stripe_customer_id:
             customer = client.v1.customers.create(
-                params={"name": workspace.name, "email": getattr(user, "email", "") or None,
+                params={"name": workspace.name, "email": getattr(user, "email", "") or None,  # type: ignore[arg-type]
                         "metadata": {"workspace_id": str(workspace.pk)}},
             )
             AutoRecharge.objects.filter(pk=recharge.pk).update(stripe_customer_id=customer.id)
             recharge.stripe_customer_id = customer.id
         session = client.v1.checkout.sessions.create(
-            params={
+            params={  # type: ignore[arg-type]
                 "mode": "setup", "currency": "usd", "customer": recharge.stripe_customer_id,
                 "payment_method_types": ["card"],
                 "client_reference_id": str(workspace.pk),
@@ -332,7 +335,7 @@ def charge_auto_recharge(workspace_id: int) -> AutoRechargeAttempt | None:
     return attempt
 
 
-def _fail_auto_recharge(recharge: AutoRecharge, attempt: AutoRechargeAttempt, message: str, payment_intent_id=None) -> None:
+def _fail_auto_recharge(recharge: AutoRecharge, attempt: AutoRechargeAttempt, message: str, payment_intent_id: str | None = None) -> None:
     message = message[:250]
     with transaction.atomic():
         AutoRechargeAttempt.objects.filter(pk=attempt.pk).update(status=AutoRechargeAttempt.Status.FAILED, error=message)

@@ -8,30 +8,32 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any, overload
 
-from django.db.models import Count, Exists, OuterRef, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage
-from clusters.models import Cluster
 from billing.services import HOURS, posted_total, to_cents
+from clusters.models import Cluster
 
 ZERO = Decimal("0.00")
 
 
 def month_bounds(year: int, month: int) -> tuple[dt.datetime, dt.datetime]:
     """[first instant, first instant of the next month) in UTC."""
-    start = dt.datetime(year, month, 1, tzinfo=dt.timezone.utc)
-    end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.timezone.utc)
+    start = dt.datetime(year, month, 1, tzinfo=dt.UTC)
+    end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.UTC)
     return start, end
 
 
 def burn_rate(workspace: Workspace | int) -> Decimal:
     """Spend per hour now: the hourly price of every machine being billed."""
-    workspace_id = getattr(workspace, "pk", workspace)
+    workspace_id = workspace.pk if isinstance(workspace, Workspace) else workspace
     total = MachineUsage.objects.filter(workspace_id=workspace_id, ended_at__isnull=True).aggregate(s=Sum("rate"))["s"]
     return total or ZERO
 
@@ -54,7 +56,7 @@ def balance_summary(workspace: Workspace) -> dict:
     }
 
 
-def _usage_in_month(workspace_id: int, start: dt.datetime, end: dt.datetime):
+def _usage_in_month(workspace_id: int, start: dt.datetime, end: dt.datetime) -> QuerySet[MachineUsage]:
     """Machines with billable time in [start, end): started before its end, and either
     metered past its start or started within it."""
     return MachineUsage.objects.filter(workspace_id=workspace_id, started_at__lt=end).filter(
@@ -133,13 +135,17 @@ class UsageLines:
     def __len__(self) -> int:
         return self.count()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self[0:None])
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if not isinstance(index, slice):
             return self[index:index + 1][0]
-        lines = list(self.lines[index])
+        lines: list[dict[str, Any]] = [dict(line) for line in self.lines[index]]
         ids = [line["id"] for line in lines]
         return self._with_rows(lines, ids) if self.with_rows else self._with_amounts(lines, ids)
 
@@ -180,7 +186,7 @@ class UsageLines:
         ]
 
 
-def _usage_entries(workspace_id: int, period: dt.date):
+def _usage_entries(workspace_id: int, period: dt.date) -> QuerySet[LedgerEntry]:
     return LedgerEntry.objects.filter(
         workspace_id=workspace_id, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, period=period
     )
@@ -256,13 +262,13 @@ def spend_by_environment(workspace: Workspace, year: int, month: int) -> list[di
 def daily_spend(workspace: Workspace, year: int, month: int) -> list[tuple[dt.date, Decimal]]:
     """Usage posted per day of the month (UTC), every day present, for the spend chart."""
     start, end = month_bounds(year, month)
-    per_day = defaultdict(lambda: ZERO)
+    per_day: defaultdict[dt.date, Decimal] = defaultdict(lambda: ZERO)
     for day, total in (
         LedgerEntry.objects.filter(
             workspace_id=workspace.pk, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED,
             period=start.date(),
         )
-        .annotate(day=TruncDay("created_at", tzinfo=dt.timezone.utc))
+        .annotate(day=TruncDay("created_at", tzinfo=dt.UTC))
         .values_list("day")
         .annotate(total=Sum("amount"))
         .values_list("day", "total")
@@ -276,9 +282,11 @@ def daily_spend(workspace: Workspace, year: int, month: int) -> list[tuple[dt.da
 
 def months_with_activity(workspace: Workspace) -> list[dt.date]:
     """First days of the months that have ledger entries, newest first (the current month always)."""
-    periods = set(
+    periods: set[dt.date] = {
+        period for period in
         LedgerEntry.objects.filter(workspace_id=workspace.pk, period__isnull=False).values_list("period", flat=True).distinct()
-    )
+        if period is not None
+    }
     now = timezone.now()
     periods.add(dt.date(now.year, now.month, 1))
     return sorted(periods, reverse=True)

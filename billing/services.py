@@ -10,18 +10,23 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, Sum, Value
+from django.db.models import F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, month_start
 from clusters.errors import ClusterError
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster, Node
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +64,7 @@ def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> 
 
 
 def next_month_start(moment: dt.datetime) -> dt.datetime:
-    return dt.datetime(moment.year + (moment.month == 12), moment.month % 12 + 1, 1, tzinfo=dt.timezone.utc)
+    return dt.datetime(moment.year + (moment.month == 12), moment.month % 12 + 1, 1, tzinfo=dt.UTC)
 
 
 def required_balance(price_per_hour: Decimal) -> Decimal:
@@ -120,7 +125,7 @@ def adjust_balance(*, workspace_id: int, amount: Decimal, reason: str, actor: st
 # --- usage intervals ----------------------------------------------------------------------
 
 
-def start_usage(cluster, nodes, at: dt.datetime) -> None:
+def start_usage(cluster: Cluster, nodes: Iterable[Node], at: dt.datetime) -> None:
     """Open one usage interval per machine, all from `at` (the instant the last one joined,
     or, for a worker added later, the instant it was up)."""
     MachineUsage.objects.bulk_create(
@@ -136,7 +141,7 @@ def start_usage(cluster, nodes, at: dt.datetime) -> None:
     )
 
 
-def end_usage(cluster, at: dt.datetime) -> None:
+def end_usage(cluster: Cluster, at: dt.datetime) -> None:
     # A metering run that read the clock just before this terminate may already have billed
     # a few seconds past `at`; the interval then ends at its watermark so the posted amount
     # always equals the interval's rounded total.
@@ -157,7 +162,7 @@ class MeteringRun:
     workspaces: set[int] = field(default_factory=set)
 
 
-def _due_usages(now: dt.datetime, cluster_id: int | None):
+def _due_usages(now: dt.datetime, cluster_id: int | None) -> QuerySet[MachineUsage]:
     queryset = (
         MachineUsage.objects
         # SKIP LOCKED: rows a concurrent run holds are its to post; this run takes the rest
@@ -314,13 +319,13 @@ def check_budget(environment: Environment, at: dt.datetime | None = None) -> Non
 # --- enforcement ------------------------------------------------------------------------------
 
 
-def _terminable():
+def _terminable() -> list[str]:
     from clusters.models import Status
 
     return [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED]
 
 
-def _stop(cluster, reason: str) -> bool:
+def _stop(cluster: Cluster, reason: str) -> bool:
     # The owner's "stopped" email is sent by the cluster lifecycle hook that
     # terminate_cluster calls (clusters.emails.notify_terminated, deduplicated per cluster),
     # so billing sends no second one.

@@ -20,6 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from billing import payments, queries
 from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
@@ -29,7 +30,7 @@ USAGE_LINES_PER_PAGE = 25
 MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
 
 
-def _month(request) -> dt.date:
+def _month(request: AuthenticatedHttpRequest) -> dt.date:
     """?month=YYYY-MM, the current month by default; anything else is a 404."""
     value = request.GET.get("month")
     if not value:
@@ -66,7 +67,7 @@ def _spend_chart(
 
 @login_required
 @require_GET
-def billing_overview(request):
+def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     workspace = tenancy.workspace
     month = _month(request)
@@ -103,7 +104,7 @@ def billing_overview(request):
 
 @login_required
 @require_GET
-def header_money(request):
+def header_money(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The top bar's balance and runway, which every member sees: polled by each page."""
     from accounts.tenancy import require_tenancy
 
@@ -113,7 +114,7 @@ def header_money(request):
 
 @login_required
 @require_GET
-def usage_detail(request, cluster_id: int):
+def usage_detail(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     """One "Cluster usage <name>" line opened to its machines: an HTMX partial, or a page."""
     tenancy = require_billing_access(request)
     month = _month(request)
@@ -126,7 +127,7 @@ def usage_detail(request, cluster_id: int):
 
 @login_required
 @require_GET
-def export_csv(request):
+def export_csv(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     month = _month(request)
     response = HttpResponse(content_type="text/csv")
@@ -149,11 +150,11 @@ def export_csv(request):
     return response
 
 
-def _go(request, url: str):
+def _go(request: AuthenticatedHttpRequest, url: str) -> HttpResponse:
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
-def _amount(value) -> Decimal:
+def _amount(value: str | None) -> Decimal:
     try:
         return Decimal(str(value or "").strip().lstrip("$").replace(",", ""))
     except InvalidOperation:
@@ -162,7 +163,7 @@ def _amount(value) -> Decimal:
 
 @login_required
 @require_POST
-def top_up(request):
+def top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     back = request.build_absolute_uri(reverse("billing:overview"))
     try:
@@ -178,7 +179,7 @@ def top_up(request):
 
 @login_required
 @require_POST
-def dev_top_up(request):
+def dev_top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     try:
         entry = payments.dev_top_up(workspace=tenancy.workspace, amount=_amount(request.POST.get("amount")))
@@ -190,7 +191,7 @@ def dev_top_up(request):
 
 @login_required
 @require_POST
-def auto_recharge(request):
+def auto_recharge(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     try:
         payments.save_auto_recharge(
@@ -205,7 +206,7 @@ def auto_recharge(request):
 
 @login_required
 @require_POST
-def save_card(request):
+def save_card(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     back = request.build_absolute_uri(reverse("billing:overview"))
     try:
@@ -220,7 +221,7 @@ def save_card(request):
 
 @csrf_exempt
 @require_POST
-def stripe_webhook(request):
+def stripe_webhook(request: HtmxHttpRequest) -> HttpResponse:
     """Stripe calls this; the signature over the raw body is the only authentication."""
     try:
         event = payments.verify_event(request.body, request.headers.get("Stripe-Signature"))

@@ -7,8 +7,9 @@ class DeliveryInline(admin.TabularInline):
     model = Delivery
     extra = 0
     can_delete = False
-    readonly_fields = ["email", "user", "status", "attempts", "last_error", "last_attempt_at", "next_attempt_at", "subject", "sent_at"]
-    fields = readonly_fields
+    fields = readonly_fields = (
+        "email", "user", "status", "attempts", "last_error", "last_attempt_at", "next_attempt_at", "subject", "sent_at",
+    )
 
 
 @admin.register(Notification)

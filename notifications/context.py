@@ -6,6 +6,7 @@ links back to the dashboard."""
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django.conf import settings
 from django.urls import NoReverseMatch, reverse
@@ -13,19 +14,20 @@ from django.urls import NoReverseMatch, reverse
 from accounts.models import Workspace
 
 
-def _money(value) -> str:
+def _money(value: object) -> str:
     try:
         return f"{Decimal(str(value)):,.2f}"
     except (InvalidOperation, ValueError):
         return str(value)
 
 
-def billing_context(stored: dict) -> dict:
+def billing_context(stored: dict[str, Any]) -> dict[str, Any]:
     context = dict(stored)
     for key in ("balance", "amount", "threshold", "budget", "spent"):
         if key in context and context[key] is not None:
             context[key] = _money(context[key])
-    workspace = Workspace.objects.filter(pk=stored.get("workspace_id")).first() if stored.get("workspace_id") else None
+    workspace_id = stored.get("workspace_id")
+    workspace = Workspace.objects.filter(pk=workspace_id).first() if workspace_id else None
     context["workspace"] = workspace
     context.setdefault("workspace_name", workspace.name if workspace else "your workspace")
     context.setdefault("environment_name", stored.get("environment_name", "Your environment"))

@@ -3,7 +3,10 @@ in the shared layout (templates/emails/base.txt and base.html)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -13,7 +16,7 @@ from notifications.kinds import SPECS, Kind
 from notifications.models import Delivery
 
 
-def template_context(kind: str, stored: dict, *, user=None) -> dict:
+def template_context(kind: str, stored: dict[str, Any], *, user: User | None = None) -> dict[str, Any]:
     spec = SPECS[kind]
     context = {
         "kind": kind,
@@ -30,7 +33,7 @@ def template_context(kind: str, stored: dict, *, user=None) -> dict:
     return context
 
 
-def render(kind: str, stored: dict, *, user=None) -> tuple[str, str, str]:
+def render(kind: str, stored: dict[str, Any], *, user: User | None = None) -> tuple[str, str, str]:
     """(subject, text, html) for one notification."""
     context = template_context(kind, stored, user=user)
     subject = " ".join(SPECS[kind].subject.format(**context).split())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -102,12 +103,12 @@ def billing_contact_ids(workspace_id: int) -> list[int]:
 # --- preferences ------------------------------------------------------------------------
 
 
-def enabled_kinds(user) -> set[str]:
+def enabled_kinds(user: User) -> set[str]:
     off = set(NotificationPreference.objects.filter(user=user, enabled=False).values_list("kind", flat=True))
     return {kind for kind in OPTIONAL_KINDS if kind not in off}
 
 
-def set_preferences(user, enabled: Iterable[str]) -> None:
+def set_preferences(user: User, enabled: Iterable[str]) -> None:
     """Turn the optional kinds in `enabled` on and every other optional kind off."""
     enabled = set(enabled)
     with transaction.atomic():

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from notifications import services
 
 
 @shared_task(bind=True, acks_late=True, max_retries=None, soft_time_limit=60, time_limit=90)
-def send_notification(self, delivery_id: int) -> str:
+def send_notification(self: Any, delivery_id: int) -> str:
     # The attempt count lives on the Delivery row (it survives a re-queue by the sweep),
     # so the database, not Celery's retry counter, decides when to give up.
     outcome = services.send_delivery(delivery_id)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from django import forms
 from django.utils import timezone
 
@@ -21,9 +24,9 @@ class QuoteRequestForm(forms.ModelForm):
             "notes": forms.Textarea(attrs={"rows": 4}),
         }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["machines"].min_value = 1
+        self.fields["machines"].min_value = 1  # type: ignore[attr-defined]
         self.fields["machines"].widget.attrs.update({"min": 1, "max": MAX_MACHINES})
         self.fields["term_months"].widget.attrs.update({"min": 1, "max": MAX_TERM_MONTHS})
         self.fields["term_months"].help_text = f"Only for a reserved term: 1 to {MAX_TERM_MONTHS} months."
@@ -38,14 +41,14 @@ class QuoteRequestForm(forms.ModelForm):
             raise forms.ValidationError(f"For more than {MAX_MACHINES:,} machines, write to us directly.")
         return machines
 
-    def clean_start_date(self):
+    def clean_start_date(self) -> dt.date | None:
         start = self.cleaned_data.get("start_date")
         if start and start < timezone.now().date():
             raise forms.ValidationError("The start date is in the past.")
         return start
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         term, months = data.get("term"), data.get("term_months")
         if term == Term.RESERVED:
             if not months:

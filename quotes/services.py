@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from config import ratelimit
@@ -26,7 +27,7 @@ class InvalidQuoteRequest(Exception):
 def create_quote_request(
     *, contact_name: str, email: str, company: str = "", gpu: str, machines: int | str, network: str = "ethernet",
     term: str = "on_demand", term_months: int | str | None = None, start_date: dt.date | str | None = None,
-    notes: str = "", user=None, source_ip: str | None = None,
+    notes: str = "", user: User | None = None, source_ip: str | None = None,
 ) -> QuoteRequest:
     """Store a quote request and queue the two emails: one to SALES_EMAIL, one confirming to the
     requester. Raises InvalidQuoteRequest with per-field messages on bad input. Used by the
@@ -41,7 +42,7 @@ def create_quote_request(
         }
     )
     if not form.is_valid():
-        raise InvalidQuoteRequest({field: list(msgs) for field, msgs in form.errors.items()})
+        raise InvalidQuoteRequest({field: [str(m) for m in msgs] for field, msgs in form.errors.items()})
     from notifications import services as notifications
     from notifications.kinds import Kind
 
@@ -52,12 +53,12 @@ def create_quote_request(
         quote.save()
         context = {"quote_id": quote.pk}
         notifications.notify(
-            Kind.QUOTE_RECEIVED, recipients=[settings.SALES_EMAIL], context=context,
+            Kind.QUOTE_RECEIVED, recipients=[str(settings.SALES_EMAIL)], context=context,
             dedupe_key=f"quote:{quote.pk}:sales", reply_to=[quote.email],
         )
         notifications.notify(
             Kind.QUOTE_CONFIRMATION, recipients=[quote.email], context=context, dedupe_key=f"quote:{quote.pk}:confirmation",
-            reply_to=[settings.SALES_EMAIL],
+            reply_to=[str(settings.SALES_EMAIL)],
         )
     return quote
 

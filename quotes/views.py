@@ -1,21 +1,25 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from accounts.http import HtmxHttpRequest
 from offers.models import GPUModel
 from quotes import services
 from quotes.forms import QuoteRequestForm
 from quotes.models import Network
 
 
-def client_ip(request) -> str | None:
+def client_ip(request: HtmxHttpRequest) -> str | None:
     # REMOTE_ADDR is the client when the ASGI server runs with proxy headers on
     # (daphne --proxy-headers); trusting X-Forwarded-For here would let anyone dodge the limit.
     return request.META.get("REMOTE_ADDR") or None
 
 
-def _initial(request) -> dict:
+def _initial(request: HtmxHttpRequest) -> dict[str, Any]:
     """Pre-fill from the dashboard (?gpu=H100&machines=128&network=infiniband) and the user."""
     initial = {key: request.GET[key] for key in ("gpu", "machines", "network", "term", "term_months") if request.GET.get(key)}
     if request.user.is_authenticated:
@@ -29,7 +33,7 @@ def _initial(request) -> dict:
     return initial
 
 
-def quote_request(request):
+def quote_request(request: HtmxHttpRequest) -> HttpResponse:
     """Public (no login): reserved capacity, clusters beyond 64 machines, InfiniBand or RoCE."""
     form = QuoteRequestForm(request.POST or None, initial=_initial(request))
     status = 200
@@ -42,7 +46,7 @@ def quote_request(request):
             return redirect(reverse("quotes:thanks"))
         elif form.is_valid():
             try:
-                services.create_quote_request(**form.cleaned_data_for_service(), user=request.user, source_ip=client_ip(request))
+                services.create_quote_request(**form.cleaned_data_for_service(), user=request.user if request.user.is_authenticated else None, source_ip=client_ip(request))
             except services.InvalidQuoteRequest as exc:
                 for field, messages in exc.errors.items():
                     for message in messages:
@@ -56,5 +60,5 @@ def quote_request(request):
     return render(request, "quotes/request.html", {"form": form, "gpus": gpus}, status=status)
 
 
-def quote_thanks(request):
+def quote_thanks(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "quotes/thanks.html")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
 
 from billing.queries import balance_summary
@@ -8,7 +10,7 @@ register = template.Library()
 
 
 @register.inclusion_tag("billing/_runway_badge.html", takes_context=True)
-def runway(context):
+def runway(context: template.Context) -> dict[str, Any]:
     """Time left at the current spend, for the top bar (one query beyond the page's own)."""
     workspace = context.get("current_workspace")
     membership = context.get("current_membership")
