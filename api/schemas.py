@@ -283,10 +283,17 @@ class Node(Schema):
     private_ip: str | None = Field(description="10.77.0.x once the node joined the network.")
     step: str | None
     detail: str | None
+    ssh: str | None = Field(description="The Connect card's ssh line for this node, once the cluster is ready or degraded.")
 
     @staticmethod
     def resolve_status(node: Any) -> str:
         return node.state
+
+    @staticmethod
+    def resolve_ssh(node: Any) -> str | None:
+        from clusters import connect
+
+        return connect.ssh_line(node)
 
     @staticmethod
     def resolve_private_ip(node: Any) -> str | None:
@@ -324,6 +331,13 @@ class Cluster(Schema):
     terminated_at: OptionalTimestamp
     deadline_at: Timestamp
     nodes: list[Node]
+    ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
+
+    @staticmethod
+    def resolve_ssh_config(cluster: Any) -> str | None:
+        from clusters import connect
+
+        return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_termination_reason(cluster: Any) -> str | None:

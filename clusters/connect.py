@@ -9,6 +9,8 @@ from clusters.models import Cluster, Node, Status
 NODE_DOMAIN = "nodes.runcrate.example"
 PRIVATE_INTERFACE = "wg0"
 MASTER_PORT = 29500
+# The Connect card shows once every machine is up and joined.
+CONNECTABLE = (Status.READY, Status.DEGRADED)
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,14 @@ class NodeEndpoint:
         return f"ssh{jump}{port} {self.user}@{self.host}"
 
 
+def _gateway(cluster: Cluster) -> str:
+    # Local machines are reached on this computer's loopback (their own gateway port there):
+    # there is no site gateway to go through.
+    return "" if cluster.provider == "local" else cluster.machine_type.location.gateway_host
+
+
 def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
-    # Local machines live on this computer's loopback: there is no site gateway to go through.
-    gateway = "" if cluster.provider == "local" else cluster.machine_type.location.gateway_host
+    gateway = _gateway(cluster)
     live = [n for n in cluster.nodes.all() if n.released_at is None]
     return [_endpoint(node, gateway) for node in live]
 
@@ -56,6 +63,15 @@ def ssh_config(cluster: Cluster) -> str:
         lines += ["    ServerAliveInterval 30", ""]
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def ssh_line(node: Node) -> str | None:
+    """A live node's `ssh` line exactly as the Connect card shows it (the API's
+    `nodes[].ssh`); None until the card shows it (every machine up and joined)."""
+    cluster = node.cluster
+    if cluster.status not in CONNECTABLE or node.released_at is not None:
+        return None
+    return _endpoint(node, _gateway(cluster)).ssh_command
 
 
 def hostfile(cluster: Cluster) -> str:
@@ -90,7 +106,7 @@ def launch_lines(cluster: Cluster) -> dict[str, str]:
 
 def page_context(cluster: Cluster) -> dict | None:
     """What the Connect card shows; None until every machine is up and joined."""
-    if cluster.status not in (Status.READY, Status.DEGRADED):
+    if cluster.status not in CONNECTABLE:
         return None
     return {
         "endpoints": endpoints(cluster), "hostfile": hostfile(cluster),

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from clusters import services
 from clusters.models import Cluster, Node, Reason, Status
-from clusters.providers import BootState, Provider, get_provider
+from clusters.providers import BootState, Provider, StepOutcome, get_provider
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +277,23 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
 
 
+# A node whose install finished waits on its readiness check only: installing again on
+# every pass would restart the daemons it just started (and hide one that died).
+INSTALLED_STEP = "checking readiness"
+
+
+def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider):
+    if all(n.step == INSTALLED_STEP for n in nodes):
+        return StepOutcome()
+    outcome = provider.install_software(cluster, nodes)
+    if outcome.ok:
+        services.update_nodes(cluster.pk, [(n, {"step": INSTALLED_STEP}) for n in nodes])
+    return outcome
+
+
 def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     _mark_installing(cluster, nodes)
-    outcome = provider.install_software(cluster, nodes)
+    outcome = _install_once(cluster, nodes, provider)
     if outcome.ok:
         outcome = provider.check_ready(cluster, nodes)
     if outcome.failed:
@@ -333,9 +347,10 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         return Next.AGAIN
     installing = [n for n in workers if n.state in (Node.State.JOINED, Node.State.INSTALLING)]
     _mark_installing(cluster, installing)
-    outcome = provider.install_software(cluster, installing)
+    outcome = _install_once(cluster, installing, provider)
     if outcome.ok:
-        outcome = provider.check_ready(cluster, nodes)
+        # Only the arriving workers must be idle: the others may be running jobs.
+        outcome = provider.check_ready(cluster, installing)
     if outcome.failed:
         services.mark_degraded(cluster, outcome.failed, from_status=Status.READY)
         return Next.DONE

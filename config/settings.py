@@ -264,6 +264,11 @@ MINIMUM_CREATE_BALANCE = env_decimal("MINIMUM_CREATE_BALANCE", "10.00")
 # which SSH server they run ("openssh" when sshd is installed, else "asyncssh").
 LOCAL_MACHINES_DIR = env_str("LOCAL_MACHINES_DIR", str(VAR_DIR / "local-machines"))
 LOCAL_SSH_SERVER = env_str("LOCAL_SSH_SERVER", "openssh")
+# How the `local` provider runs machines: "namespaces" (real Linux nodes; needs Linux and
+# root), "sandbox" (loopback SSH endpoints), or "auto" (namespaces where this computer can).
+LOCAL_NODES = env_str("LOCAL_NODES", "auto")
+if LOCAL_NODES not in ("auto", "namespaces", "sandbox"):
+    raise ImproperlyConfigured(f"LOCAL_NODES must be auto, namespaces or sandbox, not {LOCAL_NODES!r}")
 # Where volumes keep their data (a mounted filesystem in production).
 VOLUMES_DIR = env_str("VOLUMES_DIR", str(VAR_DIR / "volumes"))
 

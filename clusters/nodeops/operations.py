@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
@@ -40,8 +42,10 @@ class StepResult:
     results: dict[str, NodeResult] = field(default_factory=dict)
     # join_network: the (a, b) node pairs, a before b, that cannot reach each other.
     failed_pairs: list[tuple[str, str]] = field(default_factory=list)
-    # check_ready: every node's readiness as the software reports it.
+    # check_ready: every node's readiness as the software reports it, and the nodes an
+    # acceptance job ran on every other node but failed on (a fault, not "not yet").
     readiness: dict[str, NodeReadiness] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
     detail: str = ""
 
     @property
@@ -112,20 +116,27 @@ class ClusterSecrets:
     wireguard: dict[str, WireGuardKey]
     munge_key: str  # base64 of 1024 random bytes (Slurm)
     kube_token: str  # kubeadm bootstrap token "abcdef.0123456789abcdef"
+    # The cluster's own SSH key: nodes reach each other as root (mpirun, the /shared mount).
+    ssh_private_key: str = ""
+    ssh_public_key: str = ""
 
     def to_dict(self) -> dict:
         return {
             "wireguard": {name: [key.private_key, key.public_key] for name, key in self.wireguard.items()},
             "munge_key": self.munge_key,
             "kube_token": self.kube_token,
+            "ssh_key": [self.ssh_private_key, self.ssh_public_key],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> ClusterSecrets:
+        private, public = data.get("ssh_key") or ("", "")
         return cls(
             wireguard={name: WireGuardKey(*pair) for name, pair in data["wireguard"].items()},
             munge_key=data["munge_key"],
             kube_token=data["kube_token"],
+            ssh_private_key=private,
+            ssh_public_key=public,
         )
 
 
@@ -140,11 +151,25 @@ def generate_secrets(spec: ClusterSpec, existing: ClusterSecrets | None = None) 
     wireguard = dict(existing.wireguard) if existing else {}
     for node in spec.nodes:
         wireguard.setdefault(node.name, WireGuardKey.generate())
+    private, public = (existing.ssh_private_key, existing.ssh_public_key) if existing else ("", "")
+    if not private:
+        private, public = _ssh_keypair(f"runcrate-cluster-{spec.cluster_id}")
     return ClusterSecrets(
         wireguard=wireguard,
         munge_key=existing.munge_key if existing else base64.b64encode(os.urandom(1024)).decode(),
         kube_token=existing.kube_token if existing else f"{_token(6)}.{_token(16)}",
+        ssh_private_key=private,
+        ssh_public_key=public,
     )
+
+
+def _ssh_keypair(comment: str) -> tuple[str, str]:
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return private.strip(), f"{public} {comment}"
 
 
 def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecrets) -> str:
@@ -165,7 +190,7 @@ def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecret
             f"# {peer.name}",
             f"PublicKey = {secrets.wireguard[peer.name].public_key}",
             f"AllowedIPs = {peer.private_ip}/32",
-            f"Endpoint = {_endpoint_host(peer.host)}:{WIREGUARD_PORT}",
+            f"Endpoint = {_endpoint_host(peer.wireguard_endpoint)}:{WIREGUARD_PORT}",
             "PersistentKeepalive = 25",
         ]
     return "\n".join(lines) + "\n"
@@ -303,11 +328,23 @@ def _head_then_workers(
 
 
 def set_names(
-    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+    spec: ClusterSpec,
+    *,
+    secrets: ClusterSecrets | None = None,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
 ) -> StepResult:
-    """Hostname node-i on every node, and /etc/hosts names for node-0..node-N-1."""
+    """Hostname node-i on every node, /etc/hosts names for node-0..node-N-1, the customer's
+    SSH keys, and the cluster's own key (root on one node reaches root on the others)."""
+    secrets = generate_secrets(spec, secrets)
+    extra = {
+        "RUNCRATE_CLUSTER_SSH_KEY": secrets.ssh_private_key,
+        "RUNCRATE_CLUSTER_SSH_PUBLIC_KEY": secrets.ssh_public_key,
+    }
     with _Session(runner) as session:
-        return StepResult("set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output))
+        return StepResult(
+            "set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output, extra)
+        )
 
 
 def join_network(
@@ -411,34 +448,58 @@ def install_software(
     secrets: ClusterSecrets | None = None,
     runner: NodeRunner | None = None,
     on_output: OutputCallback | None = None,
+    only: Iterable[str] | None = None,
 ) -> StepResult:
     """Install spec.software: the head first (controller / API server / GCS), then every
-    worker in parallel. A failed head skips the workers (reported as not run)."""
+    worker in parallel. A failed head skips the workers (reported as not run). `only`
+    names the nodes to install on (workers added to a running cluster); the others are
+    reconfigured in place and keep running what they run."""
     if spec.software == "none":
         return StepResult("install_software", detail="no software")
     secrets = generate_secrets(spec, secrets)
     extra = {"RUNCRATE_MUNGE_KEY": secrets.munge_key, "RUNCRATE_KUBE_TOKEN": secrets.kube_token}
+    script = f"install_{spec.software}.sh"
+    arriving = set(only) if only is not None else {node.name for node in spec.nodes}
+    live = [node for node in spec.nodes if node.name not in arriving]
     with _Session(runner) as session:
-        results = _head_then_workers(
-            spec, f"install_{spec.software}.sh", "install_software", session, on_output, extra
-        )
+        if not live:
+            results = _head_then_workers(spec, script, "install_software", session, on_output, extra)
+            return StepResult("install_software", results, detail=spec.software)
+        # Workers added to a running cluster: the live nodes only take the new node list
+        # (workers first, then the head, which tells its daemons), nothing restarts; then
+        # the new workers install and join.
+        reconfigure = {**extra, "RUNCRATE_RECONFIGURE": "1"}
+        results = _run(spec, [n for n in live if not n.is_head], script, "reconfigure", session, on_output, reconfigure)
+        if spec.head in live:
+            results.update(_run(spec, [spec.head], script, "reconfigure", session, on_output, reconfigure))
+        if all(result.ok for result in results.values()):
+            new = [node for node in spec.nodes if node.name in arriving]
+            results.update(_run(spec, new, script, "install_software", session, on_output, extra))
     return StepResult("install_software", results, detail=spec.software)
 
 
 def check_ready(
-    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
+    spec: ClusterSpec,
+    *,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
+    accept: Iterable[str] | None = None,
 ) -> StepResult:
     """Ask the software on the head about every node: Slurm `sinfo` (idle), Kubernetes
     `kubectl get nodes -o json` (Ready with GPUs allocatable), Ray `ray status` (alive).
-    `result.ready` when every node is; `result.readiness` has each node's state."""
+    `result.ready` when every node is; `result.readiness` has each node's state. Slurm on
+    real machines also runs an acceptance job on the nodes in `accept` (all by default):
+    those it did not reach are in `result.rejected`."""
     names = [node.name for node in spec.nodes]
     if spec.software == "none":
         return StepResult(
             "check_ready",
             readiness={name: NodeReadiness(name, True, "no software") for name in names},
         )
+    accepting = [node.name for node in spec.nodes if accept is None or node.name in set(accept)]
+    extra = {"RUNCRATE_ACCEPT_NODES": ",".join(accepting)}
     with _Session(runner) as session:
-        results = _run(spec, [spec.head], "check_ready.sh", "check_ready", session, on_output)
+        results = _run(spec, [spec.head], "check_ready.sh", "check_ready", session, on_output, extra)
     head = results[spec.head.name]
     if not head.ok:
         state = "unreachable" if head.unreachable else f"status command failed: {head.error}"
@@ -457,7 +518,16 @@ def check_ready(
             readiness = ray_readiness(status, names)
     except ValueError as error:  # e.g. kubectl printed something that is not JSON
         readiness = {name: NodeReadiness(name, False, f"unreadable status: {error}") for name in names}
-    return StepResult("check_ready", results, readiness=readiness, detail=spec.software)
+    result = StepResult("check_ready", results, readiness=readiness, detail=spec.software)
+    if "::begin-accept::" in head.stdout:
+        printed = {line.strip() for line in _between(head.stdout, "::begin-accept::", "::end-accept::").splitlines()}
+        result.rejected = {
+            name: f"the acceptance job `srun -N{len(accepting)} hostname` did not run on {name}"
+            for name in accepting if name not in printed
+        }
+        for name in result.rejected:
+            readiness[name] = NodeReadiness(name, False, "acceptance job failed")
+    return result
 
 
 def _between(text: str, begin: str, end: str) -> str:

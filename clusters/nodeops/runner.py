@@ -281,7 +281,8 @@ class NodeRunner:
                 port=node.port,
                 user=node.user,
                 config=_fabric_config(),
-                gateway=gateway,
+                # A node without an address of its own is reached through its ProxyCommand.
+                gateway=gateway or node.proxy_command or None,
                 connect_kwargs=self._connect_kwargs(node.key_filename),
             )
             try:

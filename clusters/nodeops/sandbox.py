@@ -255,6 +255,13 @@ Subsystem sftp internal-sftp
 {set_env}"""
 
 
+def sshd_command(sshd: str, config: Path) -> list[str]:
+    """How every sandbox sshd is started (tests, the bench and the `local` provider alike):
+    in the foreground, logging to stderr, and -r: no re-exec per connection (~15% less CPU
+    per connect). The config carries SKIP_USER_RC so sessions skip the user's ~/.bashrc."""
+    return [sshd, "-D", "-e", "-r", "-f", str(config)]
+
+
 def start_endpoints(
     count: int,
     workdir: str | os.PathLike[str],
@@ -354,8 +361,7 @@ def _start_openssh(pool: EndpointPool, host_key: Path, authorized_keys: Path) ->
         pool._logs.append(log)
         pool._processes.append(
             subprocess.Popen(
-                # -r: no re-exec per connection; saves ~15% CPU per connect in the sandbox.
-                [sshd, "-D", "-e", "-r", "-f", str(config)],
+                sshd_command(sshd, config),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

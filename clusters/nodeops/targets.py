@@ -43,6 +43,15 @@ class NodeTarget:
     key_filename: str | None
     root: str
     private_ip: str
+    # How the control plane reaches a machine without an address of its own (real nodes on
+    # one computer): an SSH ProxyCommand, used instead of dialing host:port.
+    proxy_command: str = ""
+    # Where the other nodes send this node's WireGuard traffic, when it is not `host`.
+    endpoint: str = ""
+
+    @property
+    def wireguard_endpoint(self) -> str:
+        return self.endpoint or self.host
 
     @property
     def is_head(self) -> bool:

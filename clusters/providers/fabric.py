@@ -40,6 +40,8 @@ class FabricProvider(Provider):
     # Whether the control plane reaches machines through the location's SSH gateway.
     through_gateway = True
     retry_policy = RetryPolicy()
+    # How long one join pass waits for peers (None: the operations' default).
+    join_wait_seconds: int | None = None
 
     @abc.abstractmethod
     def target_for(self, node: Node) -> NodeTarget:
@@ -94,10 +96,12 @@ class FabricProvider(Provider):
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec)
         with self._runner() as runner:
-            names = operations.set_names(spec, runner=runner, on_output=self._emit)
+            names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
             if not names.ok:
                 return _pending(names)
-            joined = operations.join_network(spec, secrets=secrets, runner=runner, on_output=self._emit)
+            joined = operations.join_network(
+                spec, secrets=secrets, runner=runner, on_output=self._emit, wait_seconds=self.join_wait_seconds
+            )
             if not joined.joined:
                 outcome = _pending(joined)
                 for a, b in joined.failed_pairs:
@@ -110,21 +114,31 @@ class FabricProvider(Provider):
         return StepOutcome.done()
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
-        # Install on every live node, not just `nodes`: the head's configuration lists every
-        # node, and the scripts are idempotent, so running them again on old nodes is safe.
+        # Install on `nodes`; every other live node already runs the software and is only
+        # reconfigured with the new node list (a worker was added): nothing that runs jobs
+        # is reinstalled or restarted.
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
         secrets = self._secrets(cluster, spec)
         with self._runner() as runner:
-            result = operations.install_software(spec, secrets=secrets, runner=runner, on_output=self._emit)
+            result = operations.install_software(
+                spec, secrets=secrets, runner=runner, on_output=self._emit, only={n.name for n in nodes}
+            )
         return _failed(result)
 
     def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        """Readiness of `nodes` (the head asks the software about them); the cluster's other
+        live nodes may be busy running jobs."""
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
+        asked = {n.name for n in nodes}
         with self._runner() as runner:
-            result = operations.check_ready(spec, runner=runner, on_output=self._emit)
+            result = operations.check_ready(spec, runner=runner, on_output=self._emit, accept=asked)
         outcome = StepOutcome()
         for name, readiness in result.readiness.items():
-            if not readiness.ready:
+            if name not in asked:
+                continue
+            if name in result.rejected:
+                outcome.failed[name] = result.rejected[name]
+            elif not readiness.ready:
                 outcome.pending.add(name)
                 self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
         return outcome

@@ -1,15 +1,25 @@
-"""`local`: every machine is a sandboxed SSH endpoint on this computer.
+"""`local`: every machine of the cluster runs on this computer.
 
-Booting a host starts its own SSH server (OpenSSH `sshd` when installed, else the pure
-Python asyncssh server) on the host's loopback address, with a fresh sandbox root that the
-node scripts act under. So the whole Fabric path — names, WireGuard config, /shared,
-Slurm/Kubernetes/Ray install and readiness — runs exactly as in production, on one
-computer, dialing nothing but 127.0.0.0/8. Per-host delays and faults work as in
-`simulated`: `boot_seconds`, and `fault` (fails to boot, never joins, install fails).
+Two modes, chosen once per process (`mode()`; setting `LOCAL_NODES`: auto, namespaces,
+sandbox):
+
+- **namespaces** (Linux, root, the packages): each host boots as a *real* Linux node
+  (clusters.nodeops.realnodes): its own network, UTS, mount and PID namespaces, eth0 on an
+  underlay bridge with no link to the host's interfaces, its own sshd with a host key made
+  at boot. The node scripts run unchanged, as on a production machine: wg-quick, Slurm,
+  Ray, the /shared mount. The control plane reaches each node's sshd through a ProxyCommand
+  into the node's network namespace; the customer reaches it through a gateway port on
+  the host's loopback address (`host.address:host.port`). Release kills the node's PID 1.
+- **sandbox** (macOS, no root): each host is an SSH server on its loopback address with a
+  sandbox root the node scripts act under, and stand-ins for what cannot run.
+
+Per-host delays and faults work in both: `boot_seconds`, and `fault` (fails to boot,
+never joins — its WireGuard traffic is dropped —, install fails).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import fcntl
 import getpass
@@ -25,7 +35,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
-from clusters.nodeops import operations, sandbox
+from clusters.nodeops import operations, realnodes, sandbox
 from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState, StepOutcome
@@ -34,11 +44,38 @@ from offers.models import HostFault
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
+    from clusters.nodeops.targets import ClusterSpec
+    from clusters.providers.base import OutputCallback
     from offers.models import Host
 
 
 def machines_dir() -> Path:
     return Path(settings.LOCAL_MACHINES_DIR)
+
+
+_MODE: dict[str, tuple[str, str]] = {}
+
+
+def mode() -> tuple[str, str]:
+    """("namespaces" | "sandbox", why): how this computer runs local machines."""
+    wanted = settings.LOCAL_NODES
+    if wanted not in _MODE:
+        if wanted == "sandbox":
+            _MODE[wanted] = ("sandbox", "LOCAL_NODES=sandbox")
+        else:
+            can, why = realnodes.capability()
+            if wanted == "namespaces" and not can:
+                raise RuntimeError(f"LOCAL_NODES=namespaces, but this computer cannot run real nodes: {why}")
+            _MODE[wanted] = ("namespaces", why) if can else ("sandbox", f"no real nodes here: {why}")
+    return _MODE[wanted]
+
+
+def describe_mode() -> str:
+    """The one line `make run` prints about its machines."""
+    kind, why = mode()
+    if kind == "namespaces":
+        return f"Local machines: real Linux nodes in namespaces ({why})."
+    return f"Local machines: loopback SSH sandboxes with stand-in software ({why})."
 
 
 def _keys() -> Path:
@@ -60,26 +97,50 @@ def _keys() -> Path:
 
 class LocalProvider(FabricProvider):
     name = "local"
-    sandbox = True
-    # Local machines are on this computer's loopback; a site's gateway is for customers.
+    # Local machines are on this computer; a site's gateway is for customers.
     through_gateway = False
     retry_policy = RetryPolicy(connect_timeout=5.0, attempts=3, backoff=0.5)
+
+    def __init__(self, on_output: OutputCallback | None = None) -> None:
+        super().__init__(on_output=on_output)
+        self.real = mode()[0] == "namespaces"
+        self.sandbox = not self.real
+        # Real nodes on one bridge answer within a second; a pass must not block for minutes.
+        self.join_wait_seconds = 10 if self.real else None
 
     def _dir(self, host: Host) -> Path:
         return machines_dir() / host.name
 
     def target_for(self, node: Node) -> NodeTarget:
         host = node.host
+        if self.real:
+            handle = realnodes.running(self._dir(host))
+            return NodeTarget(
+                name=node.name, index=node.index, host=handle.address if handle else host.address, port=22,
+                user="root", key_filename=str(_keys() / "client_ed25519"), root="", private_ip=node.private_ip,
+                # A node that is not running is reached by nothing: the connection fails at once.
+                proxy_command=handle.proxy_command if handle else "false",
+            )
         return NodeTarget(
             name=node.name, index=node.index, host=host.address, port=host.port, user=getpass.getuser(),
             key_filename=str(_keys() / "client_ed25519"), root=str(self._dir(host) / "root"),
             private_ip=node.private_ip,
         )
 
+    def spec_for(self, cluster: Cluster, nodes: list[Node]) -> ClusterSpec:
+        spec = super().spec_for(cluster, nodes)
+        if self.real and cluster.software == "kubernetes":
+            # No kubelet package reaches this computer: the one stand-in on real nodes.
+            spec = dataclasses.replace(spec, extra_env=(*spec.extra_env, ("RUNCRATE_KUBELET_STANDIN", "1")))
+        return spec
+
     def boot(self, node: Node) -> None:
         host = node.host
         if not ipaddress.ip_address(host.address).is_loopback:
             raise ValueError(f"local host {host.name} must have a loopback address, not {host.address!r}")
+        if self.real:
+            self._boot_real(node)
+            return
         if host.fault == HostFault.BOOT_FAILS:
             self._emit(node.name, "boot", f"{host.name}: power-on requested")
             return
@@ -101,9 +162,10 @@ class LocalProvider(FabricProvider):
             config = machine / "sshd_config"
             config.write_text(sandbox.SSHD_CONFIG.format(
                 host=host.address, port=host.port, host_key=keys / "ssh_host_ed25519_key",
-                authorized_keys=keys / "authorized_keys", set_env="",
+                authorized_keys=keys / "authorized_keys", set_env=sandbox.SKIP_USER_RC,
             ))
-            command = [sshd, "-D", "-e", "-f", str(config)]
+            # Started exactly as the sandbox endpoints of the tests and the bench are.
+            command = sandbox.sshd_command(sshd, config)
         else:
             command = [sys.executable, str(sandbox.ASYNCSSH_SERVER), "--host-key", str(keys / "ssh_host_ed25519_key"),
                        "--authorized-keys", str(keys / "authorized_keys"), f"{host.address}:{host.port}"]
@@ -114,8 +176,38 @@ class LocalProvider(FabricProvider):
         (machine / "pid").write_text(str(process.pid))
         self._emit(node.name, "boot", f"{host.name}: {'sshd' if sshd else 'asyncssh'} on {host.address}:{host.port}")
 
+    def _boot_real(self, node: Node) -> None:
+        host = node.host
+        state = self._dir(host)
+        if realnodes.running(state):
+            return
+        files = {}
+        if host.fault == HostFault.INSTALL_FAILS:
+            files["/etc/runcrate/fault"] = "install_fails\n"
+        binds = {}
+        volume = node.cluster.volume if node.index == 0 else None
+        if volume is not None and volume.source_path:
+            # Attached the way a block device would be: its data appears at VOLUME_MOUNT.
+            binds[self.VOLUME_MOUNT] = volume.source_path
+        try:
+            handle = realnodes.boot(
+                machines_dir(), state, key=host.name, hostname=host.name,
+                authorized_keys=(_keys() / "authorized_keys").read_text(),
+                boot_fails=host.fault == HostFault.BOOT_FAILS,
+                drop_wireguard=host.fault == HostFault.NEVER_JOINS,
+                files=files, binds=binds,
+            )
+        except RuntimeError as error:
+            # boot_status reports the machine as not running: the cluster fails as one.
+            self._emit(node.name, "boot", str(error))
+            return
+        realnodes.start_gateway(handle, host.address, host.port)
+        self._emit(node.name, "boot", f"{host.name}: real node (pid {handle.pid}), eth0 {handle.address}, "
+                                      f"sshd reached at {host.address}:{host.port}")
+
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
-        self._attach_volume(cluster, nodes)
+        if not self.real:
+            self._attach_volume(cluster, nodes)
         return super().join_network(cluster, nodes)
 
     def _attach_volume(self, cluster: Cluster, nodes: list[Node]) -> None:
@@ -138,12 +230,23 @@ class LocalProvider(FabricProvider):
             return BootReport(BootState.BOOTING)
         if host.fault == HostFault.BOOT_FAILS:
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
+        if self.real:
+            handle = realnodes.running(self._dir(host))
+            if handle is None:
+                return BootReport(BootState.FAILED, detail=f"{host.name} is not running; see {self._dir(host) / 'init.log'}")
+            if realnodes.sshd_answers(handle):
+                return BootReport(BootState.UP, address=f"{host.address}:{host.port}")
+            return BootReport(BootState.BOOTING)
         if not self._running(host):
             return BootReport(BootState.FAILED, detail=f"{host.name}'s SSH server exited; see {self._dir(host) / 'ssh.log'}")
         return super().boot_status(node)
 
     def release(self, node: Node) -> None:
         host = node.host
+        if self.real or realnodes.NodeHandle.load(self._dir(host)) is not None:
+            realnodes.release(machines_dir(), self._dir(host))
+            realnodes.Underlay(machines_dir()).teardown()
+            return
         pid = self._pid(host)
         if pid:
             try:

@@ -12,8 +12,12 @@ from tests.factories import MachineTypeFactory
 
 @pytest.fixture
 def local_machines(settings, tmp_path):
-    """The `local` provider with its machines under a temporary directory."""
+    """The `local` provider's loopback sandboxes (machines without namespaces) under a
+    temporary directory."""
+    from clusters.providers import local
+
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
+    settings.LOCAL_NODES = "sandbox"
     yield tmp_path / "machines"
     from clusters.providers.local import LocalProvider
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
-RAY_VERSION="${RUNCRATE_RAY_VERSION:-2.35.0}"
+RAY_VERSION="${RUNCRATE_RAY_VERSION:-2.60.0}"
 step "check"
 check_install_fault ray
 
@@ -55,22 +55,36 @@ FAKE
     exit 0
 fi
 
-step "packages"
-apt-get update -q
-apt_install python3-venv python3-pip
-if [ ! -x /opt/ray/bin/ray ]; then
-    python3 -m venv /opt/ray
+if is_reconfigure; then
+    # A worker was added: it joins the running head itself; live nodes keep their jobs.
+    log "ray keeps running; the new worker joins the head at $HEAD_IP:6379"
+    exit 0
 fi
-/opt/ray/bin/pip install -q "ray[default]==$RAY_VERSION"
-ln -sf /opt/ray/bin/ray /usr/local/bin/ray
+
+step "packages"
+# One virtualenv per machine; a machine image (or `make` on one computer) may bring it.
+if [ ! -x /opt/ray/bin/ray ]; then
+    apt_install python3-venv
+    python3 -m venv /opt/ray
+    /opt/ray/bin/pip install -q "ray[default]==$RAY_VERSION"
+fi
+write_file /etc/profile.d/ray.sh 0644 <<<'PATH="/opt/ray/bin:$PATH"'
 
 step "start"
-/opt/ray/bin/ray stop --force >/dev/null 2>&1 || true
+# Ray finds the machine's GPUs itself. Never `ray stop` here: a node that already runs Ray keeps its jobs.
 if is_head; then
-    /opt/ray/bin/ray start --head --node-ip-address="$HEAD_IP" --port=6379 \
-        --num-gpus="$GPUS" --disable-usage-stats
+    if /opt/ray/bin/ray status --address="$HEAD_IP:6379" >/dev/null 2>&1; then
+        log "ray head already running"
+    else
+        /opt/ray/bin/ray start --head --node-ip-address="$HEAD_IP" --port=6379 \
+            --include-dashboard=false --disable-usage-stats
+    fi
 else
-    /opt/ray/bin/ray start --address="$HEAD_IP:6379" --node-ip-address="$RUNCRATE_PRIVATE_IP" \
-        --num-gpus="$GPUS" --disable-usage-stats
+    if pgrep -x raylet >/dev/null; then
+        log "raylet already running"
+    else
+        /opt/ray/bin/ray start --address="$HEAD_IP:6379" --node-ip-address="$RUNCRATE_PRIVATE_IP" \
+            --disable-usage-stats
+    fi
 fi
 log "ray installed"

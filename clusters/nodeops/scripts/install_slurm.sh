@@ -8,26 +8,52 @@ step "check"
 check_install_fault slurm
 
 step "config"
+# Debian's slurmd is not built with NVML autodetection: GPUs are listed as device files, and
+# only those the machine has (a machine without /dev/nvidia* declares none).
+DEVICES=0
+if ! is_sandbox; then
+    for device in /dev/nvidia[0-9]*; do
+        [ -e "$device" ] && DEVICES=$((DEVICES + 1))
+    done
+    [ "$DEVICES" -ge "$GPUS" ] || log "found $DEVICES of $GPUS GPU devices; Slurm lists $DEVICES"
+    [ "$DEVICES" -le "$GPUS" ] || DEVICES="$GPUS"
+else
+    DEVICES="$GPUS"
+fi
+# With systemd, jobs are tracked and confined in cgroups it delegates; without it (a
+# container, real nodes on one computer) by their process tree.
+if has_systemd || is_sandbox; then
+    PROCTRACK=proctrack/cgroup TASK=task/cgroup,task/affinity
+else
+    PROCTRACK=proctrack/linuxproc TASK=task/none
+fi
 {
     printf 'ClusterName=%s\n' "runcrate-${RUNCRATE_CLUSTER_ID:-cluster}"
     printf 'SlurmctldHost=node-0(%s)\n' "${RUNCRATE_HEAD_IP:?}"
     printf 'AuthType=auth/munge\n'
     printf 'GresTypes=gpu\n'
-    printf 'ProctrackType=proctrack/cgroup\n'
-    printf 'TaskPlugin=task/cgroup,task/affinity\n'
+    printf 'ProctrackType=%s\n' "$PROCTRACK"
+    printf 'TaskPlugin=%s\n' "$TASK"
     printf 'SelectType=select/cons_tres\n'
     printf 'SelectTypeParameters=CR_Core_Memory\n'
     printf 'ReturnToService=2\n'
     printf 'SlurmctldPort=6817\nSlurmdPort=6818\n'
     printf 'StateSaveLocation=/var/spool/slurmctld\nSlurmdSpoolDir=/var/spool/slurmd\n'
+    printf 'SlurmctldPidFile=/run/slurmctld.pid\nSlurmdPidFile=/run/slurmd.pid\n'
+    printf 'SlurmctldLogFile=/var/log/slurm/slurmctld.log\nSlurmdLogFile=/var/log/slurm/slurmd.log\n'
     for entry in "${CLUSTER_NODES[@]}"; do
-        printf 'NodeName=%s NodeAddr=%s Gres=gpu:%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }" "$GPUS"
+        if [ "$DEVICES" -gt 0 ]; then
+            printf 'NodeName=%s NodeAddr=%s Gres=gpu:%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }" "$DEVICES"
+        else
+            printf 'NodeName=%s NodeAddr=%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }"
+        fi
     done
     printf 'PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
 } | write_file "$ROOT/etc/slurm/slurm.conf" 0644
-if [ "$GPUS" -gt 0 ]; then
-    # Explicit device files: Debian's slurmd is not built with NVML autodetection.
-    write_file "$ROOT/etc/slurm/gres.conf" 0644 <<<"Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
+if [ "$DEVICES" -gt 0 ]; then
+    write_file "$ROOT/etc/slurm/gres.conf" 0644 <<<"Name=gpu File=/dev/nvidia[0-$((DEVICES - 1))]"
+else
+    rm -f "$ROOT/etc/slurm/gres.conf"
 fi
 
 if is_sandbox; then
@@ -86,26 +112,55 @@ FAKE
     sim_register slurm
     log "sandbox: slurm.conf written, slurmd registered with node-0"
 else
+    if is_reconfigure; then
+        # A worker was added: every live node takes the new slurm.conf, then the controller
+        # re-reads it and tells every slurmd to. Running jobs keep running.
+        if is_head; then
+            step "reconfigure"
+            known="$(scontrol show nodes -o | grep -c '^NodeName=' || true)"
+            if [ "$known" != "$NODE_COUNT" ]; then
+                # Slurm before 23.11 cannot change its node count on `scontrol reconfigure`
+                # ("MaxNodeCount has changed, slurmctld must be restarted"). A controller
+                # restart keeps every job: they run under slurmd/slurmstepd on the nodes and
+                # slurmctld recovers them from its state directory.
+                service_restart slurmctld /run/slurmctld.pid slurmctld
+                waited=0
+                until scontrol ping >/dev/null 2>&1; do
+                    [ "$waited" -lt 100 ] || die "slurmctld did not answer after its restart"
+                    sleep 0.2
+                    waited=$((waited + 1))
+                done
+                log "slurmctld restarted with $NODE_COUNT nodes (was $known); running jobs kept"
+            fi
+            scontrol reconfigure
+            log "slurm.conf has $NODE_COUNT nodes; every slurmd reconfigured"
+        else
+            log "slurm.conf has $NODE_COUNT nodes"
+        fi
+        exit 0
+    fi
     step "packages"
-    apt-get update -q
     if is_head; then
-        apt_install munge slurm-wlm slurmctld slurmd
+        apt_install munge slurmctld slurmd slurm-client
     else
         apt_install munge slurmd slurm-client
     fi
     step "munge"
+    previous="$(base64 -w0 /etc/munge/munge.key 2>/dev/null || true)"
     printf '%s' "${RUNCRATE_MUNGE_KEY:?}" | base64 -d | write_file /etc/munge/munge.key 0400
-    chown munge:munge /etc/munge/munge.key
-    systemctl enable munge
-    systemctl restart munge
-    step "daemons"
-    mkdir -p /var/spool/slurmd /var/spool/slurmctld
-    if is_head; then
-        chown slurm:slurm /var/spool/slurmctld
-        systemctl enable slurmctld
-        systemctl restart slurmctld
+    mkdir -p /run/munge /var/lib/munge /var/log/munge
+    chown munge:munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
+    if [ "$previous" != "$RUNCRATE_MUNGE_KEY" ]; then
+        service_restart munge /run/munge/munged.pid runuser -u munge -- /usr/sbin/munged
+    else
+        service_start munge /run/munge/munged.pid runuser -u munge -- /usr/sbin/munged
     fi
-    systemctl enable slurmd
-    systemctl restart slurmd
-    log "slurm installed"
+    step "daemons"
+    mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
+    if is_head; then
+        chown slurm:slurm /var/spool/slurmctld /var/log/slurm
+        service_restart slurmctld /run/slurmctld.pid slurmctld
+    fi
+    service_restart slurmd /run/slurmd.pid slurmd
+    log "slurm installed: slurmctld on node-0, slurmd on $NODE_NAME"
 fi

@@ -22,13 +22,23 @@ else
     if is_sandbox; then
         log "sandbox: wg0.conf written, no interface brought up"
     else
-        command -v wg-quick >/dev/null 2>&1 || apt_install wireguard-tools
+        apt_install wireguard-tools
+        if ip link show wg0 >/dev/null 2>&1; then
+            : # already up (a peer was added): only its peers change
+        elif [ ! -d /sys/module/wireguard ] && ! modprobe wireguard 2>/dev/null; then
+            # No kernel module (an older kernel, or one built without it): wg-quick runs
+            # the userspace implementation over /dev/net/tun instead.
+            apt_install wireguard-go
+            export WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go
+            export WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1
+            log "no WireGuard kernel module: wg0 runs on wireguard-go"
+        fi
         if ip link show wg0 >/dev/null 2>&1; then
             wg syncconf wg0 <(wg-quick strip wg0)
         else
             wg-quick up wg0
         fi
-        systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true
+        if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
     fi
     write_file "$STATE_DIR/network" 0644 <<<up
 fi

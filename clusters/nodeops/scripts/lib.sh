@@ -120,9 +120,80 @@ joined() {
     printf '%s' "$out"
 }
 
-# apt_install PKG...: real machines only, quiet and non-interactive.
+# has_systemd: systemd is PID 1 (the test sd_booted(3) makes). Daemons are started with
+# systemctl then, and directly otherwise (containers, real nodes on one computer).
+has_systemd() {
+    [ -d /run/systemd/system ]
+}
+
+# apt_install PKG...: install only the packages `dpkg -s` says are missing, so a machine
+# that comes with them (an image, real nodes prepared by `make`) never needs the network.
 apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+    local package missing=()
+    for package in "$@"; do
+        dpkg -s "$package" 2>/dev/null | grep -qx 'Status: install ok installed' || missing+=("$package")
+    done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    log "installing ${missing[*]}"
+    if [ -z "${APT_UPDATED:-}" ]; then
+        apt-get update -q
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# service_running PIDFILE: the daemon whose pid is in PIDFILE is alive.
+service_running() {
+    local pid=""
+    read -r pid 2>/dev/null <"$1" || return 1
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# service_start UNIT PIDFILE COMMAND...: start a daemon unless it runs: `systemctl` when
+# systemd is PID 1, else COMMAND (which daemonizes and writes PIDFILE).
+service_start() {
+    local unit="$1" pidfile="$2"
+    shift 2
+    if has_systemd; then
+        systemctl enable --now "$unit"
+    elif ! service_running "$pidfile"; then
+        "$@"
+    fi
+}
+
+# service_stop UNIT PIDFILE: stop a daemon and wait until it is gone.
+service_stop() {
+    local unit="$1" pidfile="$2" pid="" waited=0
+    if has_systemd; then
+        systemctl stop "$unit"
+        return
+    fi
+    service_running "$pidfile" || return 0
+    read -r pid <"$pidfile"
+    kill "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 100 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    kill -9 "$pid" 2>/dev/null || true
+}
+
+# service_restart UNIT PIDFILE COMMAND...
+service_restart() {
+    local unit="$1" pidfile="$2"
+    if has_systemd; then
+        systemctl enable "$unit" >/dev/null 2>&1 || true
+        systemctl restart "$unit"
+        return
+    fi
+    service_stop "$unit" "$pidfile"
+    service_start "$@"
+}
+
+# is_reconfigure: this node already runs the software and only takes the new node list
+# (a worker was added); it must not restart anything that runs jobs.
+is_reconfigure() {
+    [ "${RUNCRATE_RECONFIGURE:-0}" = "1" ]
 }
 
 # Install fault injection: `install_fails` in the fault file fails the install clearly.

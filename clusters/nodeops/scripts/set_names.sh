@@ -7,7 +7,7 @@ set -euo pipefail
 step "hostname"
 write_file "$ROOT/etc/hostname" 0644 <<<"$NODE_NAME"
 if ! is_sandbox; then
-    if command -v hostnamectl >/dev/null 2>&1; then
+    if has_systemd; then
         hostnamectl set-hostname "$NODE_NAME"
     else
         hostname "$NODE_NAME"
@@ -40,6 +40,14 @@ done
 [ -d "$ROOT$login_home/.ssh" ] || { mkdir -p "$ROOT$login_home/.ssh"; chmod 0700 "$ROOT$login_home/.ssh"; }
 managed_block "$ROOT$login_home/.ssh/authorized_keys" customer <<<"${keys%$'\n'}"
 chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
+
+step "cluster-key"
+# One key per cluster, so nodes reach each other as root (mpirun, the /shared mount).
+if [ -n "${RUNCRATE_CLUSTER_SSH_KEY:-}" ]; then
+    printf '%s\n' "$RUNCRATE_CLUSTER_SSH_KEY" | write_file "$ROOT$login_home/.ssh/id_ed25519" 0600
+    managed_block "$ROOT$login_home/.ssh/authorized_keys" cluster <<<"${RUNCRATE_CLUSTER_SSH_PUBLIC_KEY:?}"
+    chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
+fi
 
 if is_sandbox; then
     # "name host port root" per node; never a 10.77.x address.

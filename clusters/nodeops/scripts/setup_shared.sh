@@ -2,7 +2,7 @@
 # setup_shared: the job environment every node needs.
 #
 # vm / bare_metal: the head exports /shared over NFS to the private network, workers
-#   mount it; the hostfiles and runcrate.env are written into /shared by the head.
+#   mount it (sshfs over wg0 where the kernel has no NFS: real nodes on one computer); the hostfiles and runcrate.env are written into /shared by the head.
 #   Sandbox mode simulates the mount: a worker's $ROOT/shared is a symlink to the head's
 #   $ROOT/shared (both roots live on the same computer).
 # container: no shared folder; each node keeps its own disk and gets its own copy of the
@@ -15,6 +15,12 @@ KIND="${RUNCRATE_MACHINE_KIND:?}"
 GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
 COUNT="$NODE_COUNT"
+SSHFS_OPTIONS="allow_other,reconnect,ServerAliveInterval=15,IdentityFile=/root/.ssh/id_ed25519,StrictHostKeyChecking=accept-new"
+
+# kernel_has FS: the kernel knows the filesystem, or can load it.
+kernel_has() {
+    grep -qw "$1" /proc/filesystems 2>/dev/null || modprobe "$1" 2>/dev/null
+}
 
 # The rank is the node's place in the cluster's node list, so ranks stay 0..N-1 even when a
 # worker that never came up left its index unused.
@@ -75,9 +81,19 @@ case "$KIND" in
             managed_block "$ROOT/etc/exports" shared \
                 <<<"/shared ${RUNCRATE_NETWORK:-10.77.0.0/24}(rw,sync,no_subtree_check,no_root_squash)"
             if ! is_sandbox; then
-                command -v exportfs >/dev/null 2>&1 || apt_install nfs-kernel-server
-                systemctl enable --now nfs-server
-                exportfs -ra
+                if kernel_has nfsd; then
+                    apt_install nfs-kernel-server
+                    if has_systemd; then
+                        systemctl enable --now nfs-server
+                    else
+                        pgrep -x nfsd >/dev/null || rpc.nfsd 8
+                        pgrep -x rpc.mountd >/dev/null || rpc.mountd
+                    fi
+                    exportfs -ra
+                else
+                    # Workers mount /shared with sshfs over wg0 instead (docs/nodeops.md).
+                    log "this kernel has no NFS server: /shared is served by sshd over wg0"
+                fi
             fi
             step "job-files"
             write_job_files "$ROOT/shared"
@@ -93,11 +109,20 @@ case "$KIND" in
                 ln -sfn "$head_shared" "$ROOT/shared"
                 log "sandbox: $ROOT/shared -> $head_shared (simulated NFS mount)"
             else
-                command -v mount.nfs >/dev/null 2>&1 || apt_install nfs-common
                 mkdir -p /shared
-                managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
-                mountpoint -q /shared || mount /shared
-                log "mounted node-0:/shared on /shared"
+                if kernel_has nfs; then
+                    apt_install nfs-common
+                    managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
+                    mountpoint -q /shared || mount /shared
+                    log "mounted node-0:/shared on /shared (NFS)"
+                else
+                    # The one stand-in for NFS where the kernel has no NFS client: a real
+                    # network mount of the head's /shared, over SSH on the private network.
+                    apt_install sshfs
+                    managed_block /etc/fstab shared <<<"root@node-0:/shared /shared fuse.sshfs _netdev,$SSHFS_OPTIONS 0 0"
+                    mountpoint -q /shared || sshfs root@node-0:/shared /shared -o "$SSHFS_OPTIONS"
+                    log "mounted node-0:/shared on /shared (sshfs over wg0: this kernel has no NFS client)"
+                fi
             fi
             [ -f "$ROOT/shared/hostfile" ] || die "/shared/hostfile is not visible after the mount"
         fi

@@ -21,14 +21,14 @@ if is_sandbox; then
 else
     case "${RUNCRATE_SOFTWARE:-none}" in
         slurm)
-            attempt systemctl stop slurmd
-            is_head && attempt systemctl stop slurmctld
+            attempt service_stop slurmd /run/slurmd.pid
+            if is_head; then attempt service_stop slurmctld /run/slurmctld.pid; fi
             ;;
         kubernetes)
-            attempt systemctl stop kubelet
+            if has_systemd; then attempt systemctl stop kubelet; fi
             ;;
         ray)
-            [ -x /opt/ray/bin/ray ] && attempt /opt/ray/bin/ray stop --force
+            if [ -x /opt/ray/bin/ray ]; then attempt /opt/ray/bin/ray stop --force; fi
             ;;
         *) ;;
     esac
@@ -38,6 +38,7 @@ step "shared"
 if ! is_sandbox; then
     if ! is_head && mountpoint -q /shared 2>/dev/null; then
         attempt umount -l /shared
+        managed_block /etc/fstab shared </dev/null
     fi
     if is_head && command -v exportfs >/dev/null 2>&1; then
         attempt exportfs -ua

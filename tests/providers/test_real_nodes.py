@@ -1,0 +1,292 @@
+"""The `local` provider on real Linux nodes: namespaces, WireGuard, Slurm, Ray, the customer's SSH.
+
+Every machine is a real node on this computer (clusters.nodeops.realnodes). The assertions
+run real commands inside the nodes (`nsenter`) or over the customer's own SSH line; nothing
+here reads back a file the code under test wrote. Skipped where this computer cannot run
+namespaces (the sandbox tests in test_local_provider.py cover those machines).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import subprocess
+import time
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.utils import timezone
+
+from billing.models import LedgerEntry, MachineUsage
+from clusters import connect, services
+from clusters.models import Cluster, Node, Reason, Status
+from clusters.nodeops import realnodes
+from clusters.nodeops.sandbox import free_port
+from offers.models import Host, HostFault
+from tests.factories import MachineTypeFactory
+from tests.providers.conftest import SETTLED, drive
+
+CAN, WHY = realnodes.capability()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}"),
+]
+
+
+@pytest.fixture
+def real_machines(settings, tmp_path):
+    """The `local` provider on real nodes under a directory of this test's own; whatever the
+    test did, every node is released and the run's switch and routes are gone after it."""
+    from clusters.providers import local
+
+    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
+    settings.LOCAL_NODES = "namespaces"
+    local._MODE.clear()
+    yield tmp_path / "machines"
+    provider = local.LocalProvider()
+    for host in Host.objects.all():
+        provider.release(type("N", (), {"host": host})())
+    realnodes.Underlay(tmp_path / "machines").teardown()
+    local._MODE.clear()
+    assert realnodes.leftovers(tmp_path / "machines") == []
+
+
+def real_machine_type(count: int, **kwargs):
+    """Hosts on a loopback block of their own: their gateway ports must not meet another run's."""
+    machine_type = MachineTypeFactory(provider="local", gpus_per_machine=1, **kwargs)
+    block = random.randint(100, 250)
+    for i in range(count):
+        address = f"127.{block}.{random.randint(0, 250)}.{i + 1}"
+        Host.objects.create(machine_type=machine_type, name=f"real-{block}-{i}", address=address, port=free_port(address))
+    return machine_type
+
+
+def handle(real_machines, node: Node) -> realnodes.NodeHandle:
+    found = realnodes.running(real_machines / node.host.name)
+    assert found is not None, f"{node.name} is not running"
+    return found
+
+
+def on_node(real_machines, node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return realnodes.run_in(handle(real_machines, node), ["bash", "-lc", command], timeout=timeout)
+
+
+def customer_key(tmp_path, name: str) -> tuple[str, str]:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / name
+    path.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ))
+    path.chmod(0o600)
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return str(path), f"{public} {name}@laptop"
+
+
+def customer_ssh(line: str, key: str, command: str) -> subprocess.CompletedProcess:
+    """Run the Connect card's line as a person would, with only their own key."""
+    words = line.split()
+    assert words[0] == "ssh"
+    options = ["-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+               "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-F", "/dev/null"]
+    return subprocess.run(["ssh", *options, *words[1:], command], capture_output=True, text=True, timeout=60)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def story(cluster: Cluster) -> str:
+    """What happened, for a failing assertion: the events and each node's last lines."""
+    events = "\n".join(cluster.events.order_by("id").values_list("message", flat=True))
+    tails = "\n".join(f"--- {n.name}\n{n.log_tail[-1500:]}" for n in cluster.nodes.order_by("index"))
+    return f"{events}\n{tails}"
+
+
+def grow(cluster: Cluster, timeout: float = 120) -> Cluster:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cluster = drive(cluster, SETTLED, timeout=2)
+        live = cluster.nodes.filter(released_at__isnull=True)
+        if not live.exclude(state=Node.State.READY).exists() or cluster.status != Status.READY:
+            break
+    return cluster
+
+
+def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_grows_without_disturbing_a_job(
+    environment, owner, real_machines, tmp_path, client
+):
+    from accounts.services import add_ssh_key
+
+    alice_key, alice_public = customer_key(tmp_path, "alice")
+    mallory_key, _ = customer_key(tmp_path, "mallory")
+    key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=alice_public)
+    machine_type = real_machine_type(4)
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=3, software="slurm",
+        ssh_keys=[key],
+    )
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    nodes = list(cluster.nodes.select_related("host").order_by("index"))
+
+    # Slurm for real: every node idle in sinfo, and a job across every node.
+    assert on_node(real_machines, nodes[0], "sinfo -N -h -o '%N %T'").stdout.split("\n")[:3] == [
+        "node-0 idle", "node-1 idle", "node-2 idle"
+    ]
+    srun = on_node(real_machines, nodes[0], "srun -N3 hostname")
+    assert sorted(srun.stdout.split()) == ["node-0", "node-1", "node-2"], srun.stderr
+
+    # The Connect card's line, with the key the customer attached, lands on node-1.
+    lines = {ep.name: ep.ssh_command for ep in connect.endpoints(cluster)}
+    session = customer_ssh(
+        lines["node-1"], alice_key,
+        "hostname; test -f /shared/hostfile && echo shared; sinfo -h -o '%D %T'; "
+        "ping -c1 -W2 node-2 >/dev/null && echo pinged; ip route get $(getent hosts node-2 | cut -d' ' -f1)",
+    )
+    assert session.returncode == 0, session.stderr
+    out = session.stdout.splitlines()
+    assert out[0] == "node-1" and out[1] == "shared" and out[2] == "3 idle" and out[3] == "pinged"
+    assert "dev wg0" in out[4], "node-1 reaches node-2 over the private network"
+    refused = customer_ssh(lines["node-1"], mallory_key, "hostname")
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr
+
+    # The API gives the same line for every node, and the ~/.ssh/config block.
+    from api.keys import create_api_key
+
+    _, api_key = create_api_key(workspace=environment.workspace, created_by=owner, name="ci")
+    response = client.get(f"/api/v1/clusters/{cluster.pk}", headers={"Authorization": f"Bearer {api_key}"})
+    detail = response.json()["data"]
+    assert [n["ssh"] for n in detail["nodes"]] == [lines[f"node-{i}"] for i in range(3)]
+    assert f"Host {cluster.name}-node-1" in detail["ssh_config"]
+
+    # A running job survives an added worker: live nodes are only reconfigured.
+    on_node(real_machines, nodes[0], "setsid nohup srun -N1 -w node-1 sleep 300 >/dev/null 2>&1 &")
+    job = wait_for(lambda: on_node(real_machines, nodes[0], "squeue -h -t R -o %i").stdout.strip(), timeout=30)
+    assert job, "the job runs"
+    services.add_workers(cluster, 1, actor="alice")
+    cluster = grow(cluster)
+    worker = cluster.nodes.select_related("host").get(index=3)
+    assert cluster.status == Status.READY and worker.state == Node.State.READY, story(cluster)
+    assert on_node(real_machines, nodes[0], "squeue -h -t R -o %i").stdout.strip() == job, "the job kept running"
+    assert on_node(real_machines, nodes[0], "srun -N1 -w node-3 hostname").stdout.strip() == "node-3"
+    assert on_node(real_machines, worker, "cat /shared/hostfile").stdout.count("slots=") == 4
+
+    # Terminate leaves no process, namespace or mount of any node behind.
+    everything = cluster.nodes.select_related("host").filter(released_at__isnull=True)
+    spaces = {node.name: realnodes.namespaces(handle(real_machines, node)) for node in everything}
+    netns = {handle(real_machines, node).netns for node in everything}
+    services.terminate_cluster(cluster, actor="alice")
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.TERMINATED
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(name in listed for name in netns)
+    assert all(realnodes.processes_in(ids) == [] for ids in spaces.values())
+    assert not any((real_machines / host.name).exists() for host in Host.objects.all())
+
+
+def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_ready(
+    environment, real_machines, monkeypatch
+):
+    from clusters.providers.local import LocalProvider
+
+    machine_type = real_machine_type(2)
+    install = LocalProvider.install_software
+    killed = []
+
+    def install_then_kill_slurmd(self, cluster, nodes):
+        outcome = install(self, cluster, nodes)
+        if not killed:
+            worker = cluster.nodes.select_related("host").get(index=1)
+            killed.append(on_node(real_machines, worker, "kill -9 $(cat /run/slurmd.pid)").returncode)
+        return outcome
+
+    monkeypatch.setattr(LocalProvider, "install_software", install_then_kill_slurmd)
+    cluster = services.create_cluster(
+        environment=environment, name="flaky", machine_type=machine_type, machine_count=2, software="slurm"
+    )
+    cluster = drive(cluster, SETTLED, timeout=150)
+    assert killed == [0], story(cluster)
+    assert cluster.status == Status.DEGRADED, story(cluster)
+    assert "node-1" in cluster.nodes.get(index=1).detail and cluster.is_billable
+
+    services.retry_install(cluster, actor="alice")
+    cluster = drive(cluster, SETTLED, timeout=150)
+    assert cluster.status == Status.READY
+    head = cluster.nodes.select_related("host").get(index=0)
+    assert sorted(on_node(real_machines, head, "srun -N2 hostname").stdout.split()) == ["node-0", "node-1"]
+
+
+def test_a_node_whose_wireguard_traffic_is_dropped_fails_the_cluster_at_the_deadline_and_costs_nothing(
+    environment, real_machines
+):
+    machine_type = real_machine_type(2)
+    Host.objects.filter(name__endswith="-1").update(fault=HostFault.NEVER_JOINS)
+    cluster = services.create_cluster(
+        environment=environment, name="lonely", machine_type=machine_type, machine_count=2
+    )
+    cluster = drive(cluster, SETTLED, timeout=30)
+    assert cluster.status == Status.PROVISIONING, "it keeps trying until the deadline"
+    head, lonely = cluster.nodes.select_related("host").order_by("index")
+    # Really up, really unreachable: no WireGuard handshake ever completes with node-1.
+    assert on_node(real_machines, head, "hostname").stdout.strip() == "node-0"
+    assert on_node(real_machines, head, "wg show wg0 latest-handshakes").stdout.split()[1] == "0"
+    assert on_node(real_machines, head, "ping -c1 -W1 node-1").returncode != 0
+    netns = {handle(real_machines, head).netns, handle(real_machines, lonely).netns}
+
+    Cluster.objects.filter(pk=cluster.pk).update(deadline_at=timezone.now() - dt.timedelta(seconds=1))
+    cluster = drive(cluster, SETTLED)
+    assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.JOIN_TIMEOUT
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(name in listed for name in netns)
+    assert not MachineUsage.objects.filter(cluster=cluster).exists()
+    assert not LedgerEntry.objects.filter(workspace=environment.workspace, kind=LedgerEntry.Kind.USAGE).exists()
+
+
+def test_a_machine_that_fails_to_boot_fails_the_cluster_and_no_node_is_left(environment, real_machines):
+    machine_type = real_machine_type(2)
+    Host.objects.filter(name__endswith="-1").update(fault=HostFault.BOOT_FAILS)
+    cluster = services.create_cluster(environment=environment, name="dud", machine_type=machine_type, machine_count=2)
+    cluster = drive(cluster, SETTLED, timeout=30)
+    assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.BOOT_FAILED
+    assert realnodes.leftovers(real_machines) == []
+
+
+def test_a_ray_cluster_of_real_nodes_is_ready_and_a_running_task_survives_an_added_worker(environment, real_machines):
+    if not (realnodes.Path("/opt/ray/bin/ray").exists()):
+        pytest.skip("Ray is not installed in /opt/ray (make ray)")
+    machine_type = real_machine_type(3)
+    cluster = services.create_cluster(
+        environment=environment, name="tune", machine_type=machine_type, machine_count=2, software="ray"
+    )
+    cluster = drive(cluster, SETTLED, timeout=180)
+    assert cluster.status == Status.READY, story(cluster)
+    head = cluster.nodes.select_related("host").get(index=0)
+    driver = (
+        "import ray, time\n"
+        "ray.init(address='auto')\n"
+        "@ray.remote\n"
+        "def work():\n"
+        "    time.sleep(40)\n"
+        "    return 'survived'\n"
+        "ref = work.remote()\n"
+        "print('started', flush=True)\n"
+        "print(ray.get(ref), flush=True)\n"
+    )
+    on_node(real_machines, head, f"cat >/root/driver.py <<'EOF'\n{driver}EOF\n"
+                                 "setsid nohup /opt/ray/bin/python /root/driver.py >/root/driver.out 2>&1 &")
+    assert wait_for(lambda: "started" in on_node(real_machines, head, "cat /root/driver.out").stdout, timeout=60)
+
+    services.add_workers(cluster, 1, actor="alice")
+    cluster = grow(cluster, timeout=150)
+    assert cluster.status == Status.READY and cluster.nodes.get(index=2).state == Node.State.READY
+    assert on_node(real_machines, head, "/opt/ray/bin/ray status").stdout.count(" node_") == 3
+    finished = wait_for(lambda: "survived" in on_node(real_machines, head, "cat /root/driver.out").stdout, timeout=90)
+    assert finished, on_node(real_machines, head, "cat /root/driver.out").stdout
