@@ -4,8 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROVIDER ?= local
+# Ray for real nodes on this computer: one virtualenv every node sees (install_ray.sh
+# installs it itself on a machine that lacks it).
+RAY_VENV ?= /opt/ray
+RAY_VERSION ?= 2.60.0
 
-.PHONY: run test venv bench check clean
+.PHONY: run test venv bench check clean ray
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,12 +19,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-run: $(STAMP)
+# Only where real nodes can run (root); elsewhere the local provider uses sandboxes.
+ray:
+	@if [ "$$(id -u)" = 0 ] && [ ! -x $(RAY_VENV)/bin/ray ]; then \
+		echo "Installing Ray $(RAY_VERSION) into $(RAY_VENV) for real nodes"; \
+		/usr/bin/python3 -m venv $(RAY_VENV) && $(RAY_VENV)/bin/pip install --quiet "ray==$(RAY_VERSION)"; \
+	fi
+
+run: $(STAMP) ray
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
 
-test: $(STAMP)
+test: $(STAMP) ray
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: $(STAMP)
@@ -31,7 +42,7 @@ check: $(STAMP)
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
 BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 
-bench: $(STAMP)
+bench: $(STAMP) ray
 	@status=0; for script in $(BENCHES); do \
 		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
 	done; exit $$status

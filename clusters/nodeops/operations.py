@@ -12,6 +12,8 @@ sync_volume_out -> stop.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import hashlib
 import ipaddress
 import os
 import secrets as _secrets
@@ -20,9 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from cryptography.x509.oid import NameOID
 
 from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
 from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, load_script
@@ -119,6 +125,19 @@ class ClusterSecrets:
     # The cluster's own SSH key: nodes reach each other as root (mpirun, the /shared mount).
     ssh_private_key: str = ""
     ssh_public_key: str = ""
+    # Kubernetes: the cluster CA, made here so workers can pin its hash when they join.
+    kube_ca_cert: str = ""
+    kube_ca_key: str = ""
+
+    @property
+    def kube_ca_hash(self) -> str:
+        """What `kubeadm join --discovery-token-ca-cert-hash` takes: sha256 of the CA's
+        public key (DER SubjectPublicKeyInfo)."""
+        if not self.kube_ca_cert:
+            return ""
+        public = x509.load_pem_x509_certificate(self.kube_ca_cert.encode()).public_key()
+        der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return "sha256:" + hashlib.sha256(der).hexdigest()
 
     def to_dict(self) -> dict:
         return {
@@ -126,17 +145,21 @@ class ClusterSecrets:
             "munge_key": self.munge_key,
             "kube_token": self.kube_token,
             "ssh_key": [self.ssh_private_key, self.ssh_public_key],
+            "kube_ca": [self.kube_ca_cert, self.kube_ca_key],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> ClusterSecrets:
         private, public = data.get("ssh_key") or ("", "")
+        ca_cert, ca_key = data.get("kube_ca") or ("", "")
         return cls(
             wireguard={name: WireGuardKey(*pair) for name, pair in data["wireguard"].items()},
             munge_key=data["munge_key"],
             kube_token=data["kube_token"],
             ssh_private_key=private,
             ssh_public_key=public,
+            kube_ca_cert=ca_cert,
+            kube_ca_key=ca_key,
         )
 
 
@@ -154,13 +177,41 @@ def generate_secrets(spec: ClusterSpec, existing: ClusterSecrets | None = None) 
     private, public = (existing.ssh_private_key, existing.ssh_public_key) if existing else ("", "")
     if not private:
         private, public = _ssh_keypair(f"runcrate-cluster-{spec.cluster_id}")
+    ca_cert, ca_key = (existing.kube_ca_cert, existing.kube_ca_key) if existing else ("", "")
+    if not ca_cert:
+        ca_cert, ca_key = _kubernetes_ca()
     return ClusterSecrets(
         wireguard=wireguard,
         munge_key=existing.munge_key if existing else base64.b64encode(os.urandom(1024)).decode(),
         kube_token=existing.kube_token if existing else f"{_token(6)}.{_token(16)}",
         ssh_private_key=private,
         ssh_public_key=public,
+        kube_ca_cert=ca_cert,
+        kube_ca_key=ca_key,
     )
+
+
+def _kubernetes_ca() -> tuple[str, str]:
+    """A self-signed cluster CA like the one `kubeadm init` would make (CN kubernetes)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+            key_encipherment=True, data_encipherment=False, key_agreement=False, encipher_only=False,
+            decipher_only=False,
+        ), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
 
 
 def _ssh_keypair(comment: str) -> tuple[str, str]:
@@ -306,9 +357,10 @@ def _head_then_workers(
     runner: NodeRunner,
     on_output: OutputCallback | None,
     extra_env: Mapping[str, str] | None = None,
+    node_env: NodeEnv | None = None,
 ) -> dict[str, NodeResult]:
     """Workers need what the head sets up (an NFS export, a controller to join)."""
-    results = _run(spec, [spec.head], script_name, step, runner, on_output, extra_env)
+    results = _run(spec, [spec.head], script_name, step, runner, on_output, extra_env, node_env)
     if not results[spec.head.name].ok:
         for node in spec.workers:
             results[node.name] = NodeResult(
@@ -320,7 +372,7 @@ def _head_then_workers(
                 error=f"not run: {step} failed on {spec.head.name}",
             )
         return results
-    results.update(_run(spec, spec.workers, script_name, step, runner, on_output, extra_env))
+    results.update(_run(spec, spec.workers, script_name, step, runner, on_output, extra_env, node_env))
     return results
 
 
@@ -457,24 +509,35 @@ def install_software(
     if spec.software == "none":
         return StepResult("install_software", detail="no software")
     secrets = generate_secrets(spec, secrets)
-    extra = {"RUNCRATE_MUNGE_KEY": secrets.munge_key, "RUNCRATE_KUBE_TOKEN": secrets.kube_token}
+    extra = {
+        "RUNCRATE_MUNGE_KEY": secrets.munge_key, "RUNCRATE_KUBE_TOKEN": secrets.kube_token,
+        "RUNCRATE_KUBE_CA_HASH": secrets.kube_ca_hash,
+    }
+
+    def node_env(node: NodeTarget) -> dict[str, str]:
+        # Only the head holds the CA (its control plane signs with it); workers pin its hash.
+        if spec.software != "kubernetes" or not node.is_head:
+            return {}
+        return {"RUNCRATE_KUBE_CA_CERT": secrets.kube_ca_cert, "RUNCRATE_KUBE_CA_KEY": secrets.kube_ca_key}
+
     script = f"install_{spec.software}.sh"
     arriving = set(only) if only is not None else {node.name for node in spec.nodes}
     live = [node for node in spec.nodes if node.name not in arriving]
     with _Session(runner) as session:
         if not live:
-            results = _head_then_workers(spec, script, "install_software", session, on_output, extra)
+            results = _head_then_workers(spec, script, "install_software", session, on_output, extra, node_env)
             return StepResult("install_software", results, detail=spec.software)
         # Workers added to a running cluster: the live nodes only take the new node list
         # (workers first, then the head, which tells its daemons), nothing restarts; then
         # the new workers install and join.
         reconfigure = {**extra, "RUNCRATE_RECONFIGURE": "1"}
-        results = _run(spec, [n for n in live if not n.is_head], script, "reconfigure", session, on_output, reconfigure)
+        workers = [n for n in live if not n.is_head]
+        results = _run(spec, workers, script, "reconfigure", session, on_output, reconfigure, node_env)
         if spec.head in live:
-            results.update(_run(spec, [spec.head], script, "reconfigure", session, on_output, reconfigure))
+            results.update(_run(spec, [spec.head], script, "reconfigure", session, on_output, reconfigure, node_env))
         if all(result.ok for result in results.values()):
             new = [node for node in spec.nodes if node.name in arriving]
-            results.update(_run(spec, new, script, "install_software", session, on_output, extra))
+            results.update(_run(spec, new, script, "install_software", session, on_output, extra, node_env))
     return StepResult("install_software", results, detail=spec.software)
 
 

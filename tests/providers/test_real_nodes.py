@@ -290,3 +290,29 @@ def test_a_ray_cluster_of_real_nodes_is_ready_and_a_running_task_survives_an_add
     assert on_node(real_machines, head, "/opt/ray/bin/ray status").stdout.count(" node_") == 3
     finished = wait_for(lambda: "survived" in on_node(real_machines, head, "cat /root/driver.out").stdout, timeout=90)
     assert finished, on_node(real_machines, head, "cat /root/driver.out").stdout
+
+
+def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on_a_renewed_token(
+    environment, real_machines
+):
+    from clusters.nodeops.operations import ClusterSecrets
+
+    machine_type = real_machine_type(3)
+    cluster = services.create_cluster(
+        environment=environment, name="kube", machine_type=machine_type, machine_count=2, software="kubernetes"
+    )
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    pinned = ClusterSecrets.from_dict(cluster.node_secrets).kube_ca_hash
+    worker = cluster.nodes.select_related("host").get(index=1)
+    spki_hash = ("openssl x509 -pubkey -noout -in /etc/kubernetes/pki/ca.crt "
+                 "| openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1")
+    assert "sha256:" + on_node(real_machines, worker, spki_hash).stdout.strip() == pinned
+
+    # Two hours later the first bootstrap token has expired; an added worker still joins.
+    head = cluster.nodes.select_related("host").get(index=0)
+    on_node(real_machines, head, "read -r token _ </shared/.runcrate-kubernetes/token; "
+                                 "echo \"$token $(($(date +%s) - 1))\" >/shared/.runcrate-kubernetes/token")
+    services.add_workers(cluster, 1, actor="alice")
+    cluster = grow(cluster)
+    assert cluster.status == Status.READY and cluster.nodes.get(index=2).state == Node.State.READY, story(cluster)

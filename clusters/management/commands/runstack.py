@@ -59,12 +59,19 @@ class Command(BaseCommand):
             "worker": worker_command(f"worker-{os.getpid()}"),
             "beat": beat_command(settings.VAR_DIR / "celerybeat-schedule"),
         }
+        machines = ""
+        if settings.DEFAULT_PROVIDER == "local":
+            from clusters.providers.local import describe_mode
+
+            # Decided here once; the worker decides the same way (the same checks, same computer).
+            machines = f"  {describe_mode()}\n"
         children = {name: Child(name, command, env) for name, command in commands.items()}
         time.sleep(1.5)
         self.stdout.write(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
             f"  Sign in as demo / demo (Owner of the funded 'Demo Lab' workspace), or sign up at http://{host}:{port}/signup/\n"
             f"  Redis: {'embedded at ' + env['REDIS_URL'] if embedded else env['REDIS_URL']}\n"
+            f"{machines}"
             f"  Emails are written to {settings.EMAIL_FILE_PATH}/ · Operators' admin: http://{host}:{port}/admin/\n"
             f"  Press Ctrl-C to stop.\n"
         ))

@@ -20,7 +20,50 @@ KUBE_NODE_IP=$RUNCRATE_PRIVATE_IP
 KUBE_GPUS=$GPUS
 ENV
 
-if is_sandbox; then
+TOKEN="${RUNCRATE_KUBE_TOKEN:?RUNCRATE_KUBE_TOKEN is not set}"
+CA_HASH="${RUNCRATE_KUBE_CA_HASH:?RUNCRATE_KUBE_CA_HASH is not set}"
+
+# ca_hash FILE: what kubeadm pins, sha256 of the certificate's public key (DER SPKI).
+ca_hash() {
+    printf 'sha256:%s' "$(openssl x509 -pubkey -noout -in "$1" | openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1)"
+}
+
+# install_ca: the control plane made the cluster CA; kubeadm init uses one it finds here.
+install_ca() {
+    mkdir -p /etc/kubernetes/pki
+    [ -f /etc/kubernetes/pki/ca.crt ] || write_file /etc/kubernetes/pki/ca.crt 0644 <<<"${RUNCRATE_KUBE_CA_CERT:?}"
+    [ -f /etc/kubernetes/pki/ca.key ] || write_file /etc/kubernetes/pki/ca.key 0600 <<<"${RUNCRATE_KUBE_CA_KEY:?}"
+    [ "$(ca_hash /etc/kubernetes/pki/ca.crt)" = "$CA_HASH" ] || die "the cluster CA on $NODE_NAME is not the one the control plane made"
+}
+
+STANDIN=0
+if [ "${RUNCRATE_KUBELET_STANDIN:-0}" = 1 ] && ! is_sandbox; then
+    # Real nodes that no kubelet package can reach (real nodes on one computer): the CA,
+    # the token and the pin are real; the kubelet's registration with the API server is
+    # the stand-in, kept in /shared on the head (docs/nodeops.md).
+    STANDIN=1
+    export SIM_REGISTRY=/shared/.runcrate-kubernetes/nodes SIM_TOOL_DIR="$STATE_DIR/bin"
+    published=/shared/.runcrate-kubernetes
+    step "control-plane-standin"
+    if is_head; then
+        install_ca
+        mkdir -p "$published"
+        cp /etc/kubernetes/pki/ca.crt "$published/ca.crt"
+        # The bootstrap token, renewed for two hours whenever workers are about to join.
+        printf '%s %s\n' "$TOKEN" "$(($(date +%s) + 7200))" | write_file "$published/token" 0600
+    else
+        is_reconfigure && exit 0
+        # As `kubeadm join` does: fetch the cluster's CA and refuse one whose key is not pinned.
+        [ "$(ca_hash "$published/ca.crt")" = "$CA_HASH" ] || die "the API server's CA does not match the pinned hash $CA_HASH"
+        read -r published_token expires <"$published/token" || die "no bootstrap token published"
+        [ "$published_token" = "$TOKEN" ] || die "the bootstrap token was not accepted"
+        [ "$(date +%s)" -lt "$expires" ] || die "the bootstrap token has expired"
+        mkdir -p /etc/kubernetes/pki
+        cp "$published/ca.crt" /etc/kubernetes/pki/ca.crt
+    fi
+fi
+
+if is_sandbox || [ "$STANDIN" = 1 ]; then
     step "sandbox-daemons"
     sim_tool kubectl kubernetes <<'FAKE'
 nodes_json() {
@@ -87,7 +130,19 @@ case "${1:-} ${2:-}" in
 esac
 FAKE
     sim_register kubernetes
-    log "sandbox: kubelet registered with the node-0 API server"
+    log "kubelet stand-in registered with the node-0 API server"
+    exit 0
+fi
+
+if is_reconfigure; then
+    # Workers are about to join: a bootstrap token lives 2 hours, so renew it now.
+    if is_head; then
+        step "renew-token"
+        export KUBECONFIG=/etc/kubernetes/admin.conf
+        kubeadm token delete "$TOKEN" >/dev/null 2>&1 || true
+        kubeadm token create "$TOKEN" --ttl 2h >/dev/null
+        log "bootstrap token renewed for 2 hours"
+    fi
     exit 0
 fi
 
@@ -100,29 +155,28 @@ printf 'overlay\nbr_netfilter\n' | write_file /etc/modules-load.d/k8s.conf 0644
 printf 'net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\nnet.ipv4.ip_forward = 1\n' \
     | write_file /etc/sysctl.d/k8s.conf 0644
 sysctl --system >/dev/null
-apt-get update -q
 apt_install ca-certificates curl gpg containerd
 mkdir -p /etc/apt/keyrings /etc/containerd
 curl -fsSL "https://pkgs.k8s.io/core:/stable:/$K8S_MINOR/deb/Release.key" \
     | gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
 printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/%s/deb/ /\n' "$K8S_MINOR" \
     | write_file /etc/apt/sources.list.d/kubernetes.list 0644
-apt-get update -q
+APT_UPDATED=""
 apt_install kubelet kubeadm kubectl
 apt-mark hold kubelet kubeadm kubectl
 containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' | write_file /etc/containerd/config.toml 0644
 if command -v nvidia-ctk >/dev/null 2>&1; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default
 fi
-systemctl restart containerd
+if has_systemd; then systemctl restart containerd; fi
 printf 'KUBELET_EXTRA_ARGS=--node-ip=%s\n' "$RUNCRATE_PRIVATE_IP" | write_file /etc/default/kubelet 0644
-systemctl enable kubelet
+if has_systemd; then systemctl enable kubelet; fi
 
-# The bootstrap token comes from the control plane. Workers skip CA pinning: they join
-# over the WireGuard mesh, whose peers are authenticated by their keys.
-TOKEN="${RUNCRATE_KUBE_TOKEN:?RUNCRATE_KUBE_TOKEN is not set}"
+# The bootstrap token and the cluster CA come from the control plane; workers pin the CA's
+# hash, so they join only the API server that holds it.
 if is_head; then
     step "control-plane"
+    install_ca
     if [ ! -f /etc/kubernetes/admin.conf ]; then
         kubeadm init --apiserver-advertise-address="$HEAD_IP" --node-name="$NODE_NAME" \
             --pod-network-cidr=10.244.0.0/16 --token="$TOKEN" --token-ttl=2h
@@ -141,7 +195,7 @@ else
     step "join"
     if [ ! -f /etc/kubernetes/kubelet.conf ]; then
         kubeadm join "$HEAD_IP:6443" --token="$TOKEN" --node-name="$NODE_NAME" \
-            --discovery-token-unsafe-skip-ca-verification
+            --discovery-token-ca-cert-hash "$CA_HASH"
     fi
 fi
 log "kubernetes installed"

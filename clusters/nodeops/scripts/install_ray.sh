@@ -68,6 +68,7 @@ if [ ! -x /opt/ray/bin/ray ]; then
     python3 -m venv /opt/ray
     /opt/ray/bin/pip install -q "ray[default]==$RAY_VERSION"
 fi
+# shellcheck disable=SC2016 # expanded by the login shell that reads it
 write_file /etc/profile.d/ray.sh 0644 <<<'PATH="/opt/ray/bin:$PATH"'
 
 step "start"

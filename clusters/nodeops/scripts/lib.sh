@@ -11,7 +11,8 @@ SANDBOX="${RUNCRATE_SANDBOX:-0}"
 NODE_NAME="${RUNCRATE_NODE_NAME:?RUNCRATE_NODE_NAME is not set}"
 NODE_INDEX="${RUNCRATE_NODE_INDEX:?RUNCRATE_NODE_INDEX is not set}"
 STATE_DIR="$ROOT/etc/runcrate"
-export PATH="$ROOT/usr/local/bin:$PATH"
+# $STATE_DIR/bin: the kubelet stand-in's kubectl on real nodes that cannot run a kubelet.
+export PATH="$ROOT/usr/local/bin:$STATE_DIR/bin:$PATH"
 
 log() {
     printf '[%s] %s\n' "$NODE_NAME" "$*"
@@ -206,8 +207,13 @@ check_install_fault() {
 # Sandbox only. The head's registry of nodes whose daemon "registered" with the
 # controller (what slurmctld, the Kubernetes API server or Ray's GCS would know). The
 # stand-in sinfo / kubectl / ray read it; every sandbox root lives on one computer.
+# SIM_REGISTRY overrides it: real nodes keep the kubelet stand-in's registry in /shared.
 sim_registry() {
-    printf '%s/var/lib/runcrate-sim/%s/registered' "${RUNCRATE_SANDBOX_HEAD_ROOT:?}" "$1"
+    if [ -n "${SIM_REGISTRY:-}" ]; then
+        printf '%s' "$SIM_REGISTRY"
+    else
+        printf '%s/var/lib/runcrate-sim/%s/registered' "${RUNCRATE_SANDBOX_HEAD_ROOT:?}" "$1"
+    fi
 }
 
 sim_register() {
@@ -236,5 +242,5 @@ sim_tool() {
         printf 'ROOT=%q\n' "$ROOT"
         printf 'CLUSTER_ID=%q\n' "${RUNCRATE_CLUSTER_ID:-}"
         cat
-    } | write_file "$ROOT/usr/local/bin/$name" 0755
+    } | write_file "${SIM_TOOL_DIR:-$ROOT/usr/local/bin}/$name" 0755
 }

@@ -1,0 +1,120 @@
+"""Real nodes on this computer: time to ready and what each node costs in memory.
+
+For N = 2, 4, 8 and software none / Slurm (and Ray at 2 with --ray): boot N real nodes
+(clusters.nodeops.realnodes), then run the node path exactly as the `local` provider does
+(set_names, join_network over WireGuard, setup_shared, install, check_ready until ready,
+Slurm's acceptance job included), and release them. Memory per node is the proportional set
+size (PSS) of every process in the node's PID namespace once it is ready. Prints figures,
+asserts nothing; skipped where this computer cannot run namespaces.
+
+    .venv/bin/python bench/real_nodes_bench.py [--sizes 2,4,8] [--software none,slurm] [--ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from clusters.nodeops import operations, realnodes  # noqa: E402
+from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
+from clusters.nodeops.sandbox import write_ed25519_keypair  # noqa: E402
+from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip  # noqa: E402
+
+
+def pss_kib(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int]]:
+    run = workdir / f"{software}-{count}"
+    run.mkdir(parents=True)
+    public = write_ed25519_keypair(run / "client", "bench-control-plane")
+    states = [run / f"m{i}" for i in range(count)]
+    started = time.monotonic()
+    try:
+        handles = [
+            realnodes.boot(run, state, key=state.name, hostname=state.name, authorized_keys=public + "\n")
+            for state in states
+        ]
+        nodes = tuple(
+            NodeTarget(name=f"node-{i}", index=i, host=h.address, port=22, user="root",
+                       key_filename=str(run / "client"), root="", private_ip=private_ip(i),
+                       proxy_command=h.proxy_command)
+            for i, h in enumerate(handles)
+        )
+        spec = ClusterSpec(cluster_id=f"bench-{software}-{count}", software=software, machine_kind="vm",
+                           gpus_per_machine=1, nodes=nodes, sandbox=False)
+        secrets = operations.generate_secrets(spec)
+        with NodeRunner(RetryPolicy(connect_timeout=5, attempts=5, backoff=0.2), keep_connections=True) as runner:
+            for step in (operations.set_names, operations.join_network):
+                result = step(spec, secrets=secrets, runner=runner, **({"wait_seconds": 20} if step is operations.join_network else {}))
+                if not result.ok:
+                    raise RuntimeError(result.summary())
+            for step in (operations.setup_shared,):
+                result = step(spec, runner=runner)
+                if not result.ok:
+                    raise RuntimeError(result.summary())
+            result = operations.install_software(spec, secrets=secrets, runner=runner)
+            if not result.ok:
+                raise RuntimeError(result.summary())
+            deadline = time.monotonic() + 180
+            while True:
+                ready = operations.check_ready(spec, runner=runner)
+                if ready.ready and not ready.rejected:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(ready.summary())
+                time.sleep(0.5)
+        seconds = time.monotonic() - started
+        memory = [pss_kib(realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]})) for h in handles]
+        return seconds, memory
+    finally:
+        for state in states:
+            realnodes.release(run, state)
+        realnodes.Underlay(run).teardown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2,4,8")
+    parser.add_argument("--software", default="none,slurm")
+    parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (needs /opt/ray; ~1 GB)")
+    args = parser.parse_args()
+    can, why = realnodes.capability()
+    if not can:
+        print(f"real nodes bench: skipped ({why})")
+        return
+    runs = [(int(n), software) for software in args.software.split(",") for n in args.sizes.split(",")]
+    if args.ray and Path("/opt/ray/bin/ray").exists():
+        runs.append((2, "ray"))
+    print(f"real nodes bench: boot to ready on this computer ({why})")
+    print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'per node':>8} | memory per node (PSS, MiB): head, workers")
+    print("-" * 86)
+    with tempfile.TemporaryDirectory(prefix="rc-bench-") as workdir:
+        for count, software in runs:
+            try:
+                seconds, memory = one_run(count, software, Path(workdir))
+            except RuntimeError as error:
+                print(f"{software:>8} | {count:>2} | failed: {error}")
+                continue
+            mib = [m / 1024 for m in memory]
+            workers = sum(mib[1:]) / max(1, len(mib) - 1)
+            print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
+                  f"head {mib[0]:.0f}, workers {workers:.0f} (mean)")
+
+
+if __name__ == "__main__":
+    main()
