@@ -64,6 +64,14 @@ def remove_member(*, by: Membership, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError("A workspace keeps at least one Owner.")
     membership.delete()
+    _close_sockets_on_commit(membership.user_id)
+
+
+def _close_sockets_on_commit(user_id: int) -> None:
+    """Their open pages stop receiving this workspace's pushes as soon as they are out."""
+    from clusters.broadcast import revoke_user_sockets
+
+    transaction.on_commit(lambda: revoke_user_sockets(user_id))
 
 
 @transaction.atomic
@@ -71,6 +79,7 @@ def leave_workspace(*, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(membership.workspace) <= 1:
         raise ValidationError("You are the only Owner: make another member Owner before you leave.")
     Membership.objects.filter(pk=membership.pk).delete()
+    _close_sockets_on_commit(membership.user_id)
 
 
 # --- invitations ------------------------------------------------------------------------

@@ -35,6 +35,17 @@ def environment_group(environment_id: int) -> str:
     return f"environment-{environment_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every live socket of one user, whatever it watches: told to re-check its access."""
+    return f"user-{user_id}"
+
+
+def revoke_user_sockets(user_id: int) -> None:
+    """The user lost access somewhere (removed from a workspace): each of their sockets
+    checks again and closes if it no longer may watch what it watches."""
+    send_to_group(user_group(user_id), {"type": "access.changed"})
+
+
 def send_to_group(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from accounts.models import Membership
 from clusters.broadcast import (
+    user_group,
     cluster_group,
     environment_group,
     render_cluster_changes,
@@ -68,6 +69,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             return
         try:
             await self.channel_layer.group_add(self.group, self.channel_name)
+            # Also reachable as this user's socket, so removing them from the workspace can
+            # tell it to leave (access.changed) instead of it pushing on until the page closes.
+            self.user_group = user_group(user.pk)
+            await self.channel_layer.group_add(self.user_group, self.channel_name)
         except Exception:  # noqa: BLE001 - the channel layer (Redis) is down
             # Refuse cleanly ("try again later"); htmx's socket extension reconnects with backoff.
             log.warning("live socket for %s refused: the channel layer is unavailable", self.group, exc_info=True)
@@ -78,12 +83,19 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
         await self.joined()
 
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        user = self.scope.get("user")
+        if user is None or not await self.allowed(user):
+            await self.close(code=4403)
+
     async def joined(self) -> None:
         """Runs once the socket is accepted and subscribed."""
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def html_update(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])

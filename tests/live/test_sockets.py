@@ -170,6 +170,34 @@ async def test_a_removed_member_can_no_longer_subscribe(cluster, developer):
     assert (connected, code) == (False, 4403)
 
 
+@pytest.mark.parametrize("watch", ["cluster", "environment"])
+async def test_removing_a_member_closes_their_open_sockets_and_keeps_everyone_elses(
+    cluster, environment, developer, owner, owner_cookie, watch
+):
+    from accounts import services as accounts
+    from accounts.models import Membership
+
+    path = f"/ws/clusters/{cluster.pk}/" if watch == "cluster" else f"/ws/environments/{environment.pk}/"
+    theirs = communicator(path, await database_sync_to_async(session_cookie)(developer))
+    ours = communicator(path, owner_cookie)
+    assert (await theirs.connect(timeout=TIMEOUT))[0] and (await ours.connect(timeout=TIMEOUT))[0]
+
+    def remove() -> None:
+        by = Membership.objects.get(user=owner)
+        accounts.remove_member(by=by, membership=Membership.objects.get(user=developer, workspace=by.workspace))
+
+    await database_sync_to_async(remove)()
+
+    while True:  # messages already on their way may come first; then the close
+        message = await theirs.receive_output(timeout=TIMEOUT)
+        if message["type"] == "websocket.close":
+            break
+    assert message["code"] == 4403
+    await terminate(cluster, "alice")
+    assert await receive_until(ours, "Terminat")
+    await ours.disconnect()
+
+
 async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
     socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
     assert (await socket.connect(timeout=TIMEOUT))[0]
