@@ -332,7 +332,8 @@ def request_wake(cluster_id: int) -> None:
 
 
 def mark_queued(cluster_ids: Iterable[int], at: dt.datetime | None) -> None:
-    """Note that a pass is queued (to run from `at`), so the sweep does not queue another."""
+    """Note that a pass is queued (to run from `at`; None: it could not be), so the sweep
+    does not queue another."""
     Cluster.objects.filter(pk__in=list(cluster_ids)).update(advance_queued_at=at)
 
 
