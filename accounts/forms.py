@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from allauth.account.forms import LoginForm
 from django import forms
@@ -38,7 +39,7 @@ class BudgetForm(forms.Form):
 class SignInForm(LoginForm):
     """allauth's sign-in form in the product's words."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["login"].label = "Email or username"
         if "remember" in self.fields:

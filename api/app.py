@@ -120,7 +120,7 @@ ERRORS = (401, 404, 429)
 
 def responses(success: dict[int, Any], *errors: int) -> dict[int, Any]:
     """An operation's documented answers: its successes, its errors and the ones every call has."""
-    return {**success, **{status: Error for status in sorted({*errors, *ERRORS})}}
+    return {**success, **dict.fromkeys(sorted({*errors, *ERRORS}), Error)}
 
 
 # -- input --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 
+from django.contrib.auth.models import User
 from django.db.models import Q
 from django.utils import timezone
 
@@ -19,7 +20,7 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def create_api_key(*, workspace: Workspace, created_by, name: str) -> tuple[ApiKey, str]:
+def create_api_key(*, workspace: Workspace, created_by: User | None, name: str) -> tuple[ApiKey, str]:
     """A new key for `workspace`; returns the row and the full key, which is never stored."""
     raw = generate_key()
     api_key = ApiKey.objects.create(

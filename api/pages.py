@@ -15,6 +15,7 @@ from accounts.tenancy import Tenancy, require_tenancy
 from api import keys
 from api.models import ApiKey
 
+
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What uses it, e.g. 'laptop CLI' or 'training agent'.")
 

@@ -13,8 +13,8 @@ from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
 
 from clusters.models import Reason, Software, Status
-from offers.models import Interconnect, MachineKind
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
+from offers.models import Interconnect, MachineKind
 
 CENT = Decimal("0.01")
 # Ids are bigints in the database: anything larger names nothing (and must not reach SQL).

@@ -1,7 +1,7 @@
 from django.urls import include, path, re_path
 
-from api import pages
 import api.endpoints  # noqa: F401  (registers the routers)
+from api import pages
 from api.app import urlpatterns as api_urlpatterns
 
 app_name = "api"

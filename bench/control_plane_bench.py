@@ -103,12 +103,12 @@ def creates_child(count: int) -> dict:
     """Runs in a process of its own (settings are per process): `count` creates at once."""
     from decimal import Decimal
 
+    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
 
-    from accounts.models import Membership, Role, Workspace, Environment
+    from accounts.models import Environment, Membership, Role, Workspace
     from api.keys import create_api_key
-    from django.contrib.auth import get_user_model
     from offers.models import GPUModel, Host, Location, MachineType
 
     user = get_user_model().objects.create_user(f"bench-{count}-{time.time_ns()}", password="x")
@@ -211,7 +211,6 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
     from decimal import Decimal
 
     from django.conf import settings
-    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.utils import timezone
 

@@ -33,7 +33,7 @@ from offers.models import GPUModel, Host, Location, MachineType  # noqa: E402
 
 MACHINES_PER_CLUSTER = 8
 CLUSTERS_PER_WORKSPACE = 25
-T0 = dt.datetime(2030, 1, 15, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2030, 1, 15, tzinfo=dt.UTC)
 
 
 class Rollback(Exception):

@@ -174,6 +174,9 @@ class AutoRechargeAttempt(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
 
+    def __str__(self) -> str:
+        return f"Auto-recharge of ${self.amount} ({self.status})"
+
 
 class BillingNotice(models.Model):
     """A billing email we decided to send, claimed by a unique key so it goes out once.

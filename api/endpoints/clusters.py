@@ -17,7 +17,8 @@ from api.models import IdempotentRequest
 from clusters import services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
-from clusters.models import Cluster, Status as ClusterStatus, Volume
+from clusters.models import Cluster, Volume
+from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status, with_nodes
 from offers.models import MachineType
 

@@ -84,7 +84,7 @@ class ClusterSpec:
         # worker that never came up is released and the others keep their names.
         if self.nodes[0].index != 0:
             raise ValueError("node-0 (the head) must come first")
-        for previous, node in zip(self.nodes, self.nodes[1:]):
+        for previous, node in zip(self.nodes, self.nodes[1:], strict=False):
             if node.index <= previous.index:
                 raise ValueError("nodes must be in increasing index order")
         for node in self.nodes:

@@ -78,5 +78,5 @@ class Provider(abc.ABC):
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         """Stop the machines (syncing an attached volume back first). Best effort, idempotent."""
 
-    def release(self, node: Node) -> None:
+    def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract
         """Give the machine back to the operator's pool (nothing to do for most drivers)."""

@@ -10,15 +10,6 @@ import click
 from runcrate_client.api import (
     Record,
 )
-from runcrate_client.formatting import (
-    cell,
-    format_hours,
-    format_money,
-    format_time,
-    render_pairs,
-    render_table,
-)
-
 from runcrate_client.cli.base import (
     RuncrateGroup,
     State,
@@ -27,6 +18,14 @@ from runcrate_client.cli.base import (
     main,
     pass_state,
     print_json,
+)
+from runcrate_client.formatting import (
+    cell,
+    format_hours,
+    format_money,
+    format_time,
+    render_pairs,
+    render_table,
 )
 
 

@@ -17,16 +17,6 @@ from runcrate_client.api import (
     RuncrateClient,
     TransportError,
 )
-from runcrate_client.formatting import (
-    COMMUNITY_WARNING,
-    cell,
-    format_hours,
-    format_money,
-    format_time,
-    render_pairs,
-    render_table,
-)
-
 from runcrate_client.cli.base import (
     EXIT_CLUSTER_FAILED,
     EXIT_CONFLICT,
@@ -46,6 +36,15 @@ from runcrate_client.cli.base import (
     pass_state,
     print_json,
     quiet_option,
+)
+from runcrate_client.formatting import (
+    COMMUNITY_WARNING,
+    cell,
+    format_hours,
+    format_money,
+    format_time,
+    render_pairs,
+    render_table,
 )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from runcrate_client.api import (
@@ -11,11 +10,6 @@ from runcrate_client.api import (
     read_config_file,
     write_config_value,
 )
-from runcrate_client.formatting import (
-    mask_key,
-    render_table,
-)
-
 from runcrate_client.cli.base import (
     RuncrateGroup,
     State,
@@ -23,6 +17,10 @@ from runcrate_client.cli.base import (
     main,
     pass_state,
     print_json,
+)
+from runcrate_client.formatting import (
+    mask_key,
+    render_table,
 )
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 import click
-
 
 from runcrate_client.cli.base import (
     State,

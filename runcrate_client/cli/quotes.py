@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-
 from runcrate_client.cli.base import (
     State,
     json_option,

@@ -64,9 +64,11 @@ def test_environments_list_budgets_and_month_to_date_spend(api, environment, mac
     cluster = make_cluster(environment, machine_type)
     drive(cluster)
     Cluster.objects.filter(pk=cluster.pk).update(billing_started_at=cluster.billing_started_at)
-    from billing.models import MachineUsage
-    from django.utils import timezone
     import datetime as dt
+
+    from django.utils import timezone
+
+    from billing.models import MachineUsage
 
     MachineUsage.objects.filter(cluster=cluster).update(started_at=timezone.now() - dt.timedelta(hours=2),
                                                          billed_until=timezone.now() - dt.timedelta(hours=2))

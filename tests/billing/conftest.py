@@ -12,7 +12,7 @@ from billing import services as billing
 from clusters.models import Cluster, Node, Status
 from tests.factories import MembershipFactory, UserFactory
 
-T0 = dt.datetime(2026, 3, 10, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 3, 10, 12, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from django.utils import timezone
 from accounts.models import Workspace
 from billing import services as billing
 from billing.models import BillingNotice, LedgerEntry, MachineUsage
-from clusters import lifecycle, services
+from clusters import services
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Reason, Status
 from tests.billing.conftest import at, running_cluster
@@ -58,7 +58,7 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     environment.monthly_budget = Decimal("4.00")
     environment.save()
     other = Environment.objects.create(workspace=environment.workspace, name="prod", monthly_budget=Decimal("1000"))
-    capped = live_from(environment, machine_type, ago=dt.timedelta(hours=1), name="capped")  # $5.00 this month… 
+    capped = live_from(environment, machine_type, ago=dt.timedelta(hours=1), name="capped")  # $5.00 this month…
     free = live_from(other, machine_type, ago=dt.timedelta(hours=1), name="free")
     now = timezone.now()
     if now.day == 1 and now.hour < 1:
@@ -78,19 +78,19 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
 def test_budgets_start_again_at_the_month_boundary(environment, machine_type):
     environment.monthly_budget = Decimal("10.00")
     environment.save()
-    start = dt.datetime(2026, 1, 31, 20, 0, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2026, 1, 31, 20, 0, tzinfo=dt.UTC)
     running_cluster(environment, machine_type, started=start)  # $5/h
-    billing.meter_usage(dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.timezone.utc))  # 4 h in Jan ($20), 1 h in Feb ($5)
-    january = dt.datetime(2026, 1, 31, 23, 0, tzinfo=dt.timezone.utc)
-    february = dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.timezone.utc)
+    billing.meter_usage(dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.UTC))  # 4 h in Jan ($20), 1 h in Feb ($5)
+    january = dt.datetime(2026, 1, 31, 23, 0, tzinfo=dt.UTC)
+    february = dt.datetime(2026, 2, 1, 1, 0, tzinfo=dt.UTC)
     assert billing.month_to_date_spend([environment.pk], january) == {environment.pk: Decimal("20.00")}
     assert billing.month_to_date_spend([environment.pk], february) == {environment.pk: Decimal("5.00")}
     with pytest.raises(ClusterError):
         billing.check_budget(environment, january)
     billing.check_budget(environment, february)  # $5 of $10: allowed again
-    billing.meter_usage(dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.timezone.utc))
+    billing.meter_usage(dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.UTC))
     with pytest.raises(ClusterError):
-        billing.check_budget(environment, dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.timezone.utc))
+        billing.check_budget(environment, dt.datetime(2026, 2, 1, 2, 0, tzinfo=dt.UTC))
 
 
 @pytest.mark.django_db

@@ -85,7 +85,7 @@ def test_an_end_before_the_watermark_keeps_the_watermark(environment, machine_ty
 
 
 def test_a_run_crossing_midnight_at_month_end_splits_the_charge_by_month(environment, machine_type):
-    start = dt.datetime(2026, 3, 31, 23, 30, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2026, 3, 31, 23, 30, tzinfo=dt.UTC)
     running_cluster(environment, machine_type, started=start)
     billing.meter_usage(start + dt.timedelta(hours=1))
     by_period = dict(LedgerEntry.objects.values_list("period", "amount"))
@@ -93,8 +93,8 @@ def test_a_run_crossing_midnight_at_month_end_splits_the_charge_by_month(environ
     march = queries.usage_for_month(environment.workspace, 2026, 3)[0]
     april = queries.usage_for_month(environment.workspace, 2026, 4)[0]
     assert march["amount"] == Decimal("2.50") and april["amount"] == Decimal("2.50")
-    assert march["rows"][0]["end"] == dt.datetime(2026, 4, 1, tzinfo=dt.timezone.utc)
-    assert april["rows"][0]["start"] == dt.datetime(2026, 4, 1, tzinfo=dt.timezone.utc)
+    assert march["rows"][0]["end"] == dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
+    assert april["rows"][0]["start"] == dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 
 
 def test_a_failed_cluster_posts_nothing(environment, machine_type):

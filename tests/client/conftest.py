@@ -19,7 +19,6 @@ import pytest
 from client_support import RUNCRATE_ENV_VARS, run_runcrate
 
 
-
 @pytest.fixture(name="run_runcrate")
 def run_runcrate_fixture() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_runcrate

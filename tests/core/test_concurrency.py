@@ -10,7 +10,7 @@ from django.db import connection
 
 from clusters import services
 from clusters.errors import ClusterError
-from clusters.models import Cluster, LIVE_STATUSES, Node
+from clusters.models import LIVE_STATUSES, Cluster, Node
 from offers.models import Host
 from tests.factories import WorkspaceFactory, machine_type_with_hosts
 

@@ -10,19 +10,17 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
-import uvicorn
-
 import pytest
+import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from accounts.models import Workspace
-from tests.factories import machine_type_with_hosts
-
 from runcrate_client.api import ClientConfig
 from runcrate_client.mcp_server import PlanSigner, http_app
 from tests.client.client_support import REPO_ROOT, runcrate_env
+from tests.factories import machine_type_with_hosts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

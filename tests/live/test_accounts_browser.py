@@ -15,10 +15,9 @@ import time
 from contextlib import contextmanager
 
 import pytest
+from allauth.mfa.models import Authenticator
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from allauth.mfa.models import Authenticator
 
 from accounts.models import Invitation, Membership, Role
 from clusters.models import Cluster

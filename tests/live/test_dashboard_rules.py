@@ -87,7 +87,7 @@ def test_a_failed_cluster_offers_what_starts_now_and_one_click_creates_it_again(
         other = page.locator(f"[data-testid=offers-now] li.offer[data-offer='{helsinki.pk}']")
         assert "$8.00/h" in other.locator(".cluster-price").inner_text()
         other.get_by_role("button", name="Create train here").click()
-        page.wait_for_url(re.compile(r".*/clusters/(?!%d/)\d+/$" % failed_id[0]))
+        page.wait_for_url(re.compile(rf".*/clusters/(?!{failed_id[0]}/)\d+/$"))
         assert "Created train again" in page.locator("#messages").inner_text()
 
     browse(stack, check)

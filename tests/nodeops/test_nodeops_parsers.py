@@ -83,7 +83,7 @@ def test_any_set_of_nodes_written_as_a_hostlist_expands_back(indexes):
     ordered = sorted(indexes)
     # Write runs as ranges the way Slurm does: node-[0-3,7,9-10]
     runs, start = [], ordered[0]
-    for previous, current in zip(ordered, ordered[1:] + [None]):
+    for previous, current in zip(ordered, ordered[1:] + [None], strict=True):
         if current != previous + 1 if current is not None else True:
             runs.append(f"{start}-{previous}" if start != previous else f"{start}")
             start = current

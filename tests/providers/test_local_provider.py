@@ -32,10 +32,10 @@ def node_root(local_machines: Path, node: Node) -> Path:
 
 
 def test_the_customers_ssh_keys_are_authorized_on_every_node(environment, owner, local_machines):
-    from accounts.services import add_ssh_key
-
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from accounts.services import add_ssh_key
 
     public = Ed25519PrivateKey.generate().public_key().public_bytes(
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH

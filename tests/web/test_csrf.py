@@ -51,8 +51,8 @@ def test_an_htmx_post_without_a_token_is_refused(strict_client, cluster):
 def test_pushed_partials_post_with_hx_post_so_the_page_token_applies(cluster):
     from django.template.loader import render_to_string
 
-    from clusters.queries import cluster_for_detail
     from clusters.models import Cluster
+    from clusters.queries import cluster_for_detail
 
     loaded = cluster_for_detail(Cluster.objects.filter(pk=cluster.pk)).get()
     html = render_to_string("clusters/detail.html#status-card", {"cluster": loaded, "oob": True, "csrf_token": "NOTPROVIDED"})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.models import Membership
 from api.keys import create_api_key
@@ -12,12 +14,12 @@ from api.keys import create_api_key
 class Command(BaseCommand):
     help = "Create an API key acting for USERNAME in one of their workspaces and print it."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--workspace", type=int, help="Workspace id (default: the user's first workspace).")
         parser.add_argument("--name", default="created by manage.py", help="A name to tell the key apart.")
 
-    def handle(self, *args, username: str, workspace: int | None, name: str, **options):
+    def handle(self, *args: Any, username: str, workspace: int | None, name: str, **options: Any) -> None:
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user {username!r}.")
