@@ -34,7 +34,10 @@ run: $(STAMP) ray
 test: $(STAMP) ray
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Lint, types and Django's own checks: CI runs this before the tests.
 check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	DEBUG=1 $(VENV)/bin/mypy
 	DEBUG=1 $(PY) manage.py check
 	SECRET_KEY=check-deploy-$$(date +%s)-not-a-real-secret-but-long-enough-for-the-check ALLOWED_HOSTS=clusters.runcrate.example $(PY) manage.py check --deploy --fail-level WARNING
 
