@@ -12,12 +12,12 @@ from redis.exceptions import RedisError
 
 from accounts.models import Membership
 from clusters.broadcast import (
-    user_group,
     cluster_group,
     environment_group,
     render_cluster_changes,
     render_cluster_now,
     render_cluster_row,
+    user_group,
 )
 from clusters.models import Cluster
 

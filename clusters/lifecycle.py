@@ -282,7 +282,7 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 INSTALLED_STEP = "checking readiness"
 
 
-def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider):
+def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> StepOutcome:
     if all(n.step == INSTALLED_STEP for n in nodes):
         return StepOutcome()
     outcome = provider.install_software(cluster, nodes)

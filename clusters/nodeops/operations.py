@@ -27,7 +27,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
 from cryptography.x509.oid import NameOID
 
 from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
@@ -195,7 +194,7 @@ def _kubernetes_ca() -> tuple[str, str]:
     """A self-signed cluster CA like the one `kubeadm init` would make (CN kubernetes)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())

@@ -35,8 +35,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .sandbox import find_sshd, write_ed25519_keypair
 from .targets import PRIVATE_NETWORK
@@ -62,7 +64,7 @@ def capability() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, f"{sys.platform} has no Linux namespaces"
     if os.geteuid() != 0:
-        return False, "namespaces need root (running as uid %d)" % os.geteuid()
+        return False, f"namespaces need root (running as uid {os.geteuid()})"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if find_sshd() is None:
         missing.append("sshd")
@@ -98,7 +100,7 @@ def _netns_exists(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -417,7 +419,7 @@ def sshd_answers(handle: NodeHandle, timeout: float = 3.0) -> bool:
     return out.startswith(b"SSH-")
 
 
-def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run a command inside the node (every namespace of it): tests and the bench."""
     return subprocess.run(
         ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout, **kwargs

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 
 import pytest
 
@@ -14,7 +15,6 @@ from tests.factories import MachineTypeFactory
 def local_machines(settings, tmp_path):
     """The `local` provider's loopback sandboxes (machines without namespaces) under a
     temporary directory."""
-    from clusters.providers import local
 
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "sandbox"
@@ -35,7 +35,7 @@ def local_machine_type(count: int, *, block: int, kind: str = "vm", **kwargs):
     return machine_type
 
 
-def drive(cluster: Cluster, until: set[str], timeout: float = 90) -> Cluster:
+def drive(cluster: Cluster, until: AbstractSet[str], timeout: float = 90) -> Cluster:
     """Run the reconciler as the worker would, until the cluster reaches one of `until`."""
     deadline = time.monotonic() + timeout
     while True:

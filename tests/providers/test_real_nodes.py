@@ -198,7 +198,7 @@ def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_rea
 
     machine_type = real_machine_type(2)
     install = LocalProvider.install_software
-    killed = []
+    killed: list[int] = []
 
     def install_then_kill_slurmd(self, cluster, nodes):
         outcome = install(self, cluster, nodes)
