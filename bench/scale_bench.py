@@ -54,6 +54,7 @@ MACHINES = 8
 LOG_TAIL = "".join(f"[12:00:{i % 60:02d}] install: a line of installer output, number {i}\n" for i in range(80))[-4000:]
 PAGE_GOAL = 1.5
 PUSH_GOAL_MS = 100.0
+WEB_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / f"scale-bench-daphne-{os.getpid()}.log"
 SERVICE_MS: list[float] = []  # of each timed push, the part spent in the service call itself
 
 
@@ -150,9 +151,11 @@ def free_port() -> int:
 
 def start_web(database_url: str, port: int) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "1", "CHANNEL_PREFIX": os.environ["CHANNEL_PREFIX"]}
+    # Its log goes to a file: an unread pipe fills up and stops the server mid-bench.
+    log = open(WEB_LOG, "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        cwd=_support.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        cwd=_support.ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -160,7 +163,7 @@ def start_web(database_url: str, port: int) -> subprocess.Popen:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return process
         if process.poll() is not None:
-            raise SystemExit("daphne exited: " + process.stderr.read().decode()[-2000:])
+            raise SystemExit("daphne exited: " + WEB_LOG.read_text(errors="replace")[-2000:])
         time.sleep(0.2)
     raise SystemExit("daphne did not start within 30 s")
 
