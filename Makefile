@@ -39,7 +39,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	DEBUG=1 $(VENV)/bin/mypy
 	DEBUG=1 $(PY) manage.py check
-	SECRET_KEY=check-deploy-$$(date +%s)-not-a-real-secret-but-long-enough-for-the-check ALLOWED_HOSTS=clusters.runcrate.example $(PY) manage.py check --deploy --fail-level WARNING
+	SECRET_KEY=check-deploy-$$(date +%s)-not-a-real-secret-but-long-enough-for-the-check ALLOWED_HOSTS=clusters.runcrate.example NODE_SECRETS_KEY=$$($(PY) -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())') $(PY) manage.py check --deploy --fail-level WARNING
 
 # Benchmarks print figures; they assert nothing. Every bench/*.py runs (bench/_*.py are their
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.

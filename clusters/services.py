@@ -405,8 +405,11 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
 
 
 def save_node_secrets(cluster: Cluster, secrets: dict) -> None:
-    Cluster.objects.filter(pk=cluster.pk).update(node_secrets=secrets)
-    cluster.node_secrets = secrets
+    from clusters.sealing import seal
+
+    sealed = seal(secrets)
+    Cluster.objects.filter(pk=cluster.pk).update(node_secrets=sealed)
+    cluster.node_secrets = sealed
 
 
 def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:

@@ -321,6 +321,18 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
+# Node secrets (WireGuard keys, munge key, join tokens) are encrypted at rest with this Fernet
+# key (clusters.sealing). Production must set it (`python -c "from cryptography.fernet import
+# Fernet; print(Fernet.generate_key().decode())"`); development derives one from SECRET_KEY.
+NODE_SECRETS_KEY = env_str("NODE_SECRETS_KEY", "")
+if not NODE_SECRETS_KEY:
+    if not (DEBUG or TESTING):
+        raise ImproperlyConfigured("NODE_SECRETS_KEY must be set when DEBUG is off")
+    import base64
+    import hashlib
+
+    NODE_SECRETS_KEY = base64.urlsafe_b64encode(hashlib.sha256(f"node-secrets:{SECRET_KEY}".encode()).digest()).decode()
+
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_PUBLISHABLE_KEY = env_str("STRIPE_PUBLISHABLE_KEY", "")
 STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")

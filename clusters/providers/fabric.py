@@ -73,9 +73,10 @@ class FabricProvider(Provider):
     def _secrets(self, cluster: Cluster, spec: ClusterSpec) -> ClusterSecrets:
         from clusters import services
 
-        existing = ClusterSecrets.from_dict(cluster.node_secrets) if cluster.node_secrets else None
+        stored = cluster.plain_node_secrets
+        existing = ClusterSecrets.from_dict(stored) if stored else None
         secrets = operations.generate_secrets(spec, existing)
-        if secrets.to_dict() != cluster.node_secrets:
+        if secrets.to_dict() != stored:
             services.save_node_secrets(cluster, secrets.to_dict())
         return secrets
 

@@ -303,7 +303,7 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
     )
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.READY, story(cluster)
-    pinned = ClusterSecrets.from_dict(cluster.node_secrets).kube_ca_hash
+    pinned = ClusterSecrets.from_dict(cluster.plain_node_secrets).kube_ca_hash
     worker = cluster.nodes.select_related("host").get(index=1)
     spki_hash = ("openssl x509 -pubkey -noout -in /etc/kubernetes/pki/ca.crt "
                  "| openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1")

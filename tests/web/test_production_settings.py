@@ -14,7 +14,9 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 
 def load_settings(**env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "DEBUG", "RUNCRATE_TESTING"))}
-    clean.update({"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com", "DEBUG": "0", **env})
+    clean.update({"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com", "DEBUG": "0",
+                  "NODE_SECRETS_KEY": "mJ6Qk3bVw0gkq4w2wz0Sx1wq1v0yZbq4m8nB9YzQv2c=", **env})
+    clean = {k: v for k, v in clean.items() if v is not None}
     return subprocess.run(
         [sys.executable, "-c", "import config.settings"], cwd=BASE_DIR, env=clean, capture_output=True, text=True,
     )
@@ -33,3 +35,8 @@ def test_stripe_keys_with_the_webhook_secret_load(tmp_path):
 
 def test_the_readme_deploy_steps_include_collectstatic():
     assert "manage.py collectstatic" in (BASE_DIR / "README.md").read_text()
+
+
+def test_production_without_a_node_secrets_key_fails_loudly():
+    result = load_settings(NODE_SECRETS_KEY=None)
+    assert result.returncode != 0 and "NODE_SECRETS_KEY must be set" in result.stderr
