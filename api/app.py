@@ -29,8 +29,8 @@ from accounts.tenancy import Tenancy
 from api import keys
 from api.models import ApiKey
 from api.schemas import Error, PageQuery
-from clusters.errors import ClusterError
 from config import ratelimit
+from config.errors import DomainError
 from config.middleware import busy_response, is_database_busy
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,13 @@ def error_response(error: ApiError) -> JsonResponse:
 API_FIELD_NAMES = {"offer": "offer_id", "volume": "volume_id"}
 
 
-def from_cluster_error(error: ClusterError) -> ApiError:
-    """A service's refusal in the API's shape: 400s carry the message under their field."""
+def from_domain_error(error: DomainError) -> ApiError:
+    """A service's refusal in the API's shape: 400s carry the messages under their fields."""
     details = dict(error.details)
-    if error.status == 400 and error.field and error.field != "__all__":
-        details = {API_FIELD_NAMES.get(error.field, error.field): [error.message], **details}
+    if error.status == 400:
+        for field, messages in error.field_errors.items():
+            if field and field != "__all__":
+                details.setdefault(API_FIELD_NAMES.get(field, field), messages)
     return ApiError(error.status, error.code, error.message, details)
 
 
@@ -326,9 +328,9 @@ def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
     return error_response(exc)
 
 
-@api.exception_handler(ClusterError)
-def _cluster_error(request: HttpRequest, exc: ClusterError) -> HttpResponse:
-    return error_response(from_cluster_error(exc))
+@api.exception_handler(DomainError)
+def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return error_response(from_domain_error(exc))
 
 
 @api.exception_handler(DjangoValidationError)

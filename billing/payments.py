@@ -23,6 +23,7 @@ from accounts.models import Workspace
 from billing import emails
 from billing.models import AutoRecharge, AutoRechargeAttempt, BillingNotice, LedgerEntry, StripeEvent, TopUp
 from billing.services import post_entry, to_cents
+from config.errors import DomainError
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,11 @@ WEBHOOK_TOLERANCE_SECONDS = 300
 DEV_TOP_UP_AMOUNTS = (Decimal("50"), Decimal("500"))
 
 
-class PaymentError(Exception):
+class PaymentError(DomainError):
     """A refusal to show the user (bad amount, Stripe not configured, Stripe said no)."""
+
+    def __init__(self, message: str, code: str = "payment_refused", field: str | None = None) -> None:
+        super().__init__(code, message, field=field)
 
 
 def stripe_enabled() -> bool:

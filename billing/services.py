@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, month_start
-from clusters.errors import ClusterError
+from config.errors import PaymentRequired
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -36,8 +36,8 @@ HOURS = Decimal(3600)
 BALANCE_WARNING_HOURS = (24, 1)
 
 
-class BudgetReached(ClusterError):
-    status = 402
+class BudgetReached(PaymentRequired):
+    pass
 
 
 def to_cents(amount: Decimal) -> Decimal:
@@ -159,7 +159,6 @@ class MeteringRun:
     machines: int = 0
     entries: int = 0
     posted: Decimal = Decimal("0.00")
-    workspaces: set[int] = field(default_factory=set)
 
 
 def _due_usages(now: dt.datetime, cluster_id: int | None) -> QuerySet[MachineUsage]:
@@ -275,7 +274,6 @@ def meter_usage(now: dt.datetime | None = None, *, cluster_id: int | None = None
             _debit_workspaces(debits, balances)
         _save_watermarks(usages)
         run.entries = len(entries)
-        run.workspaces = set(debits)
     return run
 
 
@@ -316,49 +314,22 @@ def check_budget(environment: Environment, at: dt.datetime | None = None) -> Non
         )
 
 
-# --- enforcement ------------------------------------------------------------------------------
+# --- answers for enforcement (clusters.enforcement acts on them) ---------------------------
 
 
-def _terminable() -> list[str]:
-    from clusters.models import Status
-
-    return [Status.PROVISIONING, Status.INSTALLING, Status.READY, Status.DEGRADED]
-
-
-def _stop(cluster: Cluster, reason: str) -> bool:
-    # The owner's "stopped" email is sent by the cluster lifecycle hook that
-    # terminate_cluster calls (clusters.emails.notify_terminated, deduplicated per cluster),
-    # so billing sends no second one.
-    from clusters import services as clusters
-
-    return clusters.terminate_cluster(cluster, reason=reason)
+def exhausted_workspace_ids(workspace_ids: list[int] | None = None) -> set[int]:
+    """Workspaces whose balance has run out (of `workspace_ids`, or of all)."""
+    workspaces = Workspace.objects.filter(credit_balance__lte=0)
+    if workspace_ids is not None:
+        workspaces = workspaces.filter(pk__in=workspace_ids)
+    return set(workspaces.values_list("pk", flat=True))
 
 
-def stop_exhausted_workspaces() -> list[int]:
-    """Terminate every live cluster of a workspace whose balance ran out; returns their ids."""
-    from clusters.models import Cluster, Reason
-
-    stopped = []
-    for cluster in Cluster.objects.filter(status__in=_terminable(), workspace__credit_balance__lte=0).select_related("workspace"):
-        if _stop(cluster, Reason.BALANCE_EXHAUSTED):
-            stopped.append(cluster.pk)
-    return stopped
-
-
-def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
-    """Terminate the live clusters of environments whose month-to-date spend reached the budget."""
-    from clusters.models import Cluster, Reason
-
-    live = list(Cluster.objects.filter(status__in=_terminable()).select_related("environment"))
-    if not live:
-        return []
-    spent = month_to_date_spend(sorted({c.environment_id for c in live}), at)
-    stopped = []
-    for cluster in live:
-        env = cluster.environment
-        if spent[env.pk] >= env.monthly_budget and _stop(cluster, Reason.BUDGET_REACHED):
-            stopped.append(cluster.pk)
-    return stopped
+def over_budget_environment_ids(environment_ids: list[int], at: dt.datetime | None = None) -> set[int]:
+    """Environments (of `environment_ids`) whose month-to-date spend has reached their monthly budget."""
+    spent = month_to_date_spend(environment_ids, at)
+    budgets = dict(Environment.objects.filter(pk__in=environment_ids).values_list("pk", "monthly_budget"))
+    return {env_id for env_id, budget in budgets.items() if spent[env_id] >= budget}
 
 
 def warn_low_balances() -> list[str]:
@@ -421,14 +392,9 @@ def trigger_auto_recharges() -> list[int]:
     return queued
 
 
-def meter_and_enforce(now: dt.datetime | None = None) -> dict:
-    """The periodic billing pass: meter, top up, warn, then stop what can no longer be paid for."""
+def meter_and_warn(now: dt.datetime | None = None) -> dict:
+    """Billing's part of the periodic pass: meter, top up, warn. Stopping what can no longer be
+    paid for is clusters.enforcement's, driven by the same beat task."""
     run = meter_usage(now)
-    recharged = trigger_auto_recharges()
-    warned = warn_low_balances()
-    exhausted = stop_exhausted_workspaces()
-    over_budget = stop_over_budget_environments(now)
-    return {
-        "machines": run.machines, "posted": str(run.posted), "recharged": recharged, "warned": warned,
-        "stopped_balance": exhausted, "stopped_budget": over_budget,
-    }
+    return {"machines": run.machines, "posted": str(run.posted), "recharged": trigger_auto_recharges(),
+            "warned": warn_low_balances()}

@@ -24,6 +24,7 @@ from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from billing import payments, queries
 from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
+from config.errors import DomainError, flash
 
 log = logging.getLogger(__name__)
 USAGE_LINES_PER_PAGE = 25
@@ -171,8 +172,8 @@ def top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
             workspace=tenancy.workspace, amount=_amount(request.POST.get("amount")), user=request.user,
             success_url=back + "?top_up=success", cancel_url=back + "?top_up=cancelled",
         )
-    except payments.PaymentError as exc:
-        messages.error(request, str(exc))
+    except DomainError as exc:
+        flash(request, exc)
         return _go(request, reverse("billing:overview"))
     return _go(request, session.url)
 
@@ -199,8 +200,8 @@ def auto_recharge(request: AuthenticatedHttpRequest) -> HttpResponse:
             threshold=_amount(request.POST.get("threshold")), amount=_amount(request.POST.get("amount")),
         )
         messages.success(request, "Auto-recharge saved.")
-    except payments.PaymentError as exc:
-        messages.error(request, str(exc))
+    except DomainError as exc:
+        flash(request, exc)
     return _go(request, reverse("billing:overview"))
 
 
@@ -213,8 +214,8 @@ def save_card(request: AuthenticatedHttpRequest) -> HttpResponse:
         session = payments.create_card_setup_session(
             workspace=tenancy.workspace, user=request.user, success_url=back + "?card=saved", cancel_url=back,
         )
-    except payments.PaymentError as exc:
-        messages.error(request, str(exc))
+    except DomainError as exc:
+        flash(request, exc)
         return _go(request, reverse("billing:overview"))
     return _go(request, session.url)
 

@@ -1,23 +1,10 @@
+"""The clusters app's names for the one refusal family (config.errors)."""
+
 from __future__ import annotations
 
+from config.errors import Conflict, DomainError, PaymentRequired
 
-class ClusterError(Exception):
-    """A refusal a customer can act on. `code` is stable (the API sends it), `field` names
-    the form field it belongs to, `details` carries numbers such as required/available."""
+ClusterError = DomainError
+InsufficientCredits = PaymentRequired
 
-    status = 400
-
-    def __init__(self, code: str, message: str, *, field: str | None = None, details: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-        self.details = details or {}
-
-
-class InsufficientCredits(ClusterError):
-    status = 402
-
-
-class Conflict(ClusterError):
-    status = 409
+__all__ = ["ClusterError", "Conflict", "InsufficientCredits"]

@@ -46,3 +46,11 @@ def sweep_clusters() -> int:
     for cluster_id in ids:
         _publish(cluster_id)
     return len(ids)
+
+
+@shared_task(acks_late=True, soft_time_limit=120, time_limit=150)
+def meter_and_enforce() -> dict:
+    """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
+    from clusters import enforcement
+
+    return enforcement.meter_and_enforce()

@@ -17,10 +17,10 @@ from accounts.models import Environment
 from accounts.tenancy import require_tenancy
 from clusters import connect, queries, services
 from clusters.access import get_cluster_for_user
-from clusters.errors import ClusterError
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm, is_id
 from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
+from config.errors import DomainError, add_to_form, flash
 from offers.models import NETWORK_CAVEAT, MachineType
 from offers.services import free_host_count
 
@@ -85,8 +85,8 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
                 machine_count=cleaned["machines"], software=cleaned["software"], volume=cleaned["volume"],
                 ssh_keys=cleaned["ssh_keys"], created_by=request.user, actor=actor_label(request),
             )
-        except ClusterError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+        except DomainError as error:
+            add_to_form(form, error)
         else:
             messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
             return redirect(cluster)
@@ -155,8 +155,8 @@ def cluster_recreate(request: AuthenticatedHttpRequest, cluster_id: int) -> Http
     machine_type = MachineType.objects.filter(pk=int(offer), active=True).first() if is_id(offer) else None
     try:
         cluster = services.recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
         return _back_to(request, failed)
     messages.success(
         request, f"Created {cluster.name} again on {cluster.machine_type}: every machine is reserved. "
@@ -172,8 +172,8 @@ def cluster_retry_install(request: AuthenticatedHttpRequest, cluster_id: int) ->
     try:
         services.retry_install(cluster, actor=actor_label(request))
         messages.success(request, "Retrying the install on every node.")
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
     return _back_to(request, cluster)
 
 
@@ -188,8 +188,8 @@ def cluster_add_workers(request: AuthenticatedHttpRequest, cluster_id: int) -> H
     try:
         workers = services.add_workers(cluster, count, actor=actor_label(request))
         messages.success(request, f"Adding {len(workers)} worker(s); each is billed from the moment it is up.")
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
     return _back_to(request, cluster)
 
 
@@ -201,8 +201,8 @@ def node_terminate(request: AuthenticatedHttpRequest, cluster_id: int, node_name
         raise Http404(f"{cluster.name} has no node {node_name}.")
     try:
         services.refuse_node_termination(cluster, node_name)
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
     return _back_to(request, cluster)
 
 
@@ -223,8 +223,8 @@ def instance_terminate(request: AuthenticatedHttpRequest, instance_id: int) -> H
         raise Http404("No such instance in this workspace.")
     try:
         services.terminate_instance(instance)
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
     if request.htmx:
         return HttpResponseClientRedirect(reverse("clusters:instances"))
     return redirect("clusters:instances")
@@ -243,8 +243,8 @@ def volumes(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             volume = services.create_volume(environment=tenancy.environment, **form.cleaned_data)
-        except ClusterError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+        except DomainError as error:
+            add_to_form(form, error)
         else:
             messages.success(request, f"Created volume {volume.name} ({volume.size_gb} GB).")
             return redirect("clusters:volumes")
@@ -264,6 +264,6 @@ def volume_delete(request: AuthenticatedHttpRequest, volume_id: int) -> HttpResp
     try:
         services.delete_volume(volume)
         messages.success(request, f"Deleted volume {volume.name}.")
-    except ClusterError as error:
-        messages.error(request, error.message)
+    except DomainError as error:
+        flash(request, error)
     return redirect("clusters:volumes")

@@ -243,7 +243,7 @@ SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
-    "meter-and-enforce-billing": {"task": "billing.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
+    "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
 }
 

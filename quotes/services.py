@@ -9,19 +9,21 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from config import ratelimit
+from config.errors import DomainError
 from quotes.forms import QuoteRequestForm
 from quotes.models import QuoteRequest
 
 
-class InvalidQuoteRequest(Exception):
+class InvalidQuoteRequest(DomainError):
     """Bad input. `errors` maps a field name (or "__all__") to its messages, like a form's."""
 
-    code = "invalid_quote_request"
-    status = 400
-
     def __init__(self, errors: dict[str, list[str]]):
-        super().__init__("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items()))
+        super().__init__("invalid", "Some fields of the quote request are not valid.", details=errors)
         self.errors = errors
+
+    @property
+    def field_errors(self) -> dict[str, list[str]]:
+        return self.errors
 
 
 def create_quote_request(

@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from accounts.http import HtmxHttpRequest
+from config.errors import DomainError, add_to_form
 from offers.models import GPUModel
 from quotes import services
 from quotes.forms import QuoteRequestForm
@@ -47,10 +48,8 @@ def quote_request(request: HtmxHttpRequest) -> HttpResponse:
         elif form.is_valid():
             try:
                 services.create_quote_request(**form.cleaned_data_for_service(), user=request.user if request.user.is_authenticated else None, source_ip=client_ip(request))
-            except services.InvalidQuoteRequest as exc:
-                for field, messages in exc.errors.items():
-                    for message in messages:
-                        form.add_error(None if field == "__all__" else field, message)
+            except DomainError as exc:
+                add_to_form(form, exc)
                 status = 400
             else:
                 return redirect(reverse("quotes:thanks"))

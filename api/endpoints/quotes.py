@@ -16,14 +16,11 @@ router = Router(tags=["Quotes"])
                          "form's limit per client address.",
              response=responses({201: schemas.envelope(schemas.Quote)}, 400))
 def create_quote(request: HttpRequest, payload: schemas.CreateQuote) -> Status:
-    from quotes.services import InvalidQuoteRequest, allow_quote_request, create_quote_request
+    from quotes.services import allow_quote_request, create_quote_request
 
     ctx = context(request)
     if not allow_quote_request(request.META.get("REMOTE_ADDR")):
         raise ApiError(429, "rate_limited", "Too many quote requests from this address; try again later or write to sales.")
     values = payload.model_dump(exclude_defaults=True)
-    try:
-        quote = create_quote_request(**values, user=ctx.api_key.created_by, source_ip=request.META.get("REMOTE_ADDR"))
-    except InvalidQuoteRequest as error:
-        raise ApiError(400, "invalid", "Some fields of the quote request are not valid.", error.errors) from None
+    quote = create_quote_request(**values, user=ctx.api_key.created_by, source_ip=request.META.get("REMOTE_ADDR"))
     return Status(201, ok(quote))

@@ -13,7 +13,7 @@ from django.utils import timezone
 from accounts.models import Workspace
 from billing import services as billing
 from billing.models import BillingNotice, LedgerEntry, MachineUsage
-from clusters import services
+from clusters import enforcement, services
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Reason, Status
 from tests.billing.conftest import at, running_cluster
@@ -32,10 +32,10 @@ def test_exhausting_the_balance_stops_every_cluster_within_two_sweeps(environmen
     first = live_from(environment, machine_type, ago=dt.timedelta(minutes=59), name="one")
     second = live_from(environment, machine_type, ago=dt.timedelta(minutes=59), name="two")
     now = timezone.now()
-    billing.meter_and_enforce(now)  # 4 × $2.46 posted, $0.16 left: still running
+    enforcement.meter_and_enforce(now)  # 4 × $2.46 posted, $0.16 left: still running
     assert Workspace.objects.get(pk=environment.workspace_id).credit_balance == Decimal("0.16")
     assert set(Cluster.objects.values_list("status", flat=True)) == {Status.READY}
-    billing.meter_and_enforce(now + SWEEP)  # the next sweep: the balance ran out in between
+    enforcement.meter_and_enforce(now + SWEEP)  # the next sweep: the balance ran out in between
     assert Workspace.objects.get(pk=environment.workspace_id).credit_balance == Decimal("0.00")
     for cluster in (first, second):
         cluster.refresh_from_db()
@@ -47,7 +47,7 @@ def test_exhausting_the_balance_stops_every_cluster_within_two_sweeps(environmen
     ]
     # Nothing is billed after the stop.
     posted = LedgerEntry.objects.filter(kind="usage").count()
-    billing.meter_and_enforce(now + SWEEP * 5)
+    enforcement.meter_and_enforce(now + SWEEP * 5)
     assert LedgerEntry.objects.filter(kind="usage").count() == posted
 
 
@@ -63,7 +63,7 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     now = timezone.now()
     if now.day == 1 and now.hour < 1:
         pytest.skip("the hour of usage would straddle the month boundary")
-    billing.meter_and_enforce(now)
+    enforcement.meter_and_enforce(now)
     capped.refresh_from_db(), free.refresh_from_db()
     assert (capped.status, capped.termination_reason) == (Status.TERMINATED, Reason.BUDGET_REACHED)
     assert free.status == Status.READY

@@ -18,6 +18,7 @@ from accounts.models import Workspace
 from billing import payments
 from billing import services as billing
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, StripeEvent, TopUp
+from clusters import enforcement
 from tests.billing.conftest import client_for
 from tests.billing.fake_stripe import FakeStripe
 
@@ -227,7 +228,7 @@ def test_a_declined_auto_recharge_is_not_retried_and_emails_the_owner(settings, 
         fake.decline = True
         billing.trigger_auto_recharges()
         billing.trigger_auto_recharges()
-        billing.meter_and_enforce()
+        enforcement.meter_and_enforce()
         assert len([r for r in fake.requests if r[1] == "/v1/payment_intents"]) == 1
     assert balance(workspace) == Decimal("80.00")
     failed = LedgerEntry.objects.get(kind="auto_recharge")

@@ -1,0 +1,50 @@
+"""Money enforcement: billing answers who can no longer pay (billing.services), this turns the
+answers into terminate_cluster. Driven by beat (clusters.tasks.meter_and_enforce) after each
+metering run. Each cluster is stopped on its own: one that fails to stop is logged and tried
+again on the next pass, and never keeps the others running.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from billing import services as billing
+from clusters import services
+from clusters.models import Cluster, Reason
+
+log = logging.getLogger(__name__)
+
+
+def _stop(cluster: Cluster, reason: str) -> bool:
+    # The owner's "stopped" email comes from terminate_cluster (clusters.emails.notify_terminated).
+    try:
+        return services.terminate_cluster(cluster, reason=reason)
+    except Exception:
+        log.exception("Could not stop cluster %s (%s); the next pass tries again", cluster.pk, reason)
+        return False
+
+
+def stop_exhausted_workspaces() -> list[int]:
+    """Terminate every live cluster of a workspace whose balance ran out; returns their ids."""
+    live = list(Cluster.objects.terminable().only("id", "workspace_id", "status"))
+    exhausted = billing.exhausted_workspace_ids(sorted({c.workspace_id for c in live}))
+    return [c.pk for c in live if c.workspace_id in exhausted and _stop(c, Reason.BALANCE_EXHAUSTED)]
+
+
+def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
+    """Terminate the live clusters of environments whose month-to-date spend reached the budget."""
+    live = list(Cluster.objects.terminable().only("id", "environment_id", "status"))
+    if not live:
+        return []
+    over = billing.over_budget_environment_ids(sorted({c.environment_id for c in live}), at)
+    return [c.pk for c in live if c.environment_id in over and _stop(c, Reason.BUDGET_REACHED)]
+
+
+def meter_and_enforce(now: dt.datetime | None = None) -> dict:
+    """The periodic money pass: billing meters, tops up and warns, then what can no longer be
+    paid for is stopped."""
+    result = billing.meter_and_warn(now)
+    result["stopped_balance"] = stop_exhausted_workspaces()
+    result["stopped_budget"] = stop_over_budget_environments(now)
+    return result
