@@ -112,7 +112,7 @@ def ok(data: Any, **meta: Any) -> dict[str, Any]:
 
 def page(items: Sequence[Any] | Any, query: PageQuery, **meta: Any) -> dict[str, Any]:
     """One page of a list (a queryset, sliced in the database, or a list) with total/limit/offset."""
-    total = len(items) if isinstance(items, list) else items.count()
+    total = len(items) if isinstance(items, list) else items.count()  # type: ignore[call-arg]
     chunk = list(items[query.offset:query.offset + query.limit]) if query.offset < total else []
     return {"data": chunk, "meta": {"total": total, "limit": query.limit, "offset": query.offset, **meta}}
 
@@ -425,5 +425,5 @@ def urlpatterns() -> list[Any]:
     """ninja's URL patterns, each answering a wrong method in the error envelope."""
     patterns, _, _ = api.urls
     for pattern in patterns:
-        pattern.callback = _json_method_not_allowed(pattern.callback)  # type: ignore[union-attr]
+        pattern.callback = _json_method_not_allowed(pattern.callback)  # type: ignore[union-attr,arg-type]
     return patterns

@@ -5,7 +5,9 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, JsonResponse
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
@@ -24,7 +26,7 @@ def can_manage(tenancy: Tenancy, api_key: ApiKey) -> bool:
     return tenancy.membership.can_manage_members or api_key.created_by_id == tenancy.membership.user_id
 
 
-def _get_key_for_user(request, key_id: int) -> tuple[Tenancy, ApiKey]:
+def _get_key_for_user(request: HttpRequest, key_id: int) -> tuple[Tenancy, ApiKey]:
     """Keys of the current workspace only; someone else's key is 404 to a Developer."""
     tenancy = require_tenancy(request)
     api_key = get_object_or_404(ApiKey, pk=key_id, workspace=tenancy.workspace)
@@ -34,7 +36,7 @@ def _get_key_for_user(request, key_id: int) -> tuple[Tenancy, ApiKey]:
 
 
 @login_required
-def key_list(request):
+def key_list(request: HttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = ApiKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -60,7 +62,7 @@ def _key_page(request, tenancy: Tenancy, form, new_key: dict | None = None):
 
 @login_required
 @require_POST
-def key_deactivate(request, key_id: int):
+def key_deactivate(request: HttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.set_api_key_active(api_key, False)
     messages.success(request, f"Deactivated {api_key.name} ({api_key.prefix}…): it is refused until reactivated.")
@@ -69,7 +71,7 @@ def key_deactivate(request, key_id: int):
 
 @login_required
 @require_POST
-def key_reactivate(request, key_id: int):
+def key_reactivate(request: HttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.set_api_key_active(api_key, True)
     messages.success(request, f"Reactivated {api_key.name} ({api_key.prefix}…).")
@@ -78,7 +80,7 @@ def key_reactivate(request, key_id: int):
 
 @login_required
 @require_POST
-def key_delete(request, key_id: int):
+def key_delete(request: HttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.delete_api_key(api_key)
     messages.success(request, f"Deleted {api_key.name} ({api_key.prefix}…). Anything using it is now refused.")
@@ -88,25 +90,25 @@ def key_delete(request, key_id: int):
 def schema() -> dict:
     """The OpenAPI document generated from the endpoints' schemas (api/schemas.py)."""
     import api.endpoints  # noqa: F401  (registers the routers)
-    from api.app import api
+    from api.app import api as ninja_api
 
-    return api.get_openapi_schema()
+    return dict(ninja_api.get_openapi_schema())
 
 
 @require_GET
-def openapi_json(request):
+def openapi_json(request: HttpRequest) -> HttpResponse:
     return JsonResponse(schema(), json_dumps_params={"indent": 2})
 
 
 @csrf_exempt
-def unknown_endpoint(request, rest: str = ""):
+def unknown_endpoint(request: HttpRequest, rest: str = "") -> HttpResponse:
     from api.app import ApiError, error_response
 
     return error_response(ApiError(404, "not_found", f"There is no endpoint {request.path}; see /api/v1/docs."))
 
 
 @require_GET
-def api_docs(request):
+def api_docs(request: HttpRequest) -> HttpResponse:
     return render(request, "api/docs.html", {"schema": schema(), "operations": operations(), "components": components()})
 
 
@@ -141,7 +143,7 @@ def components() -> list[dict]:
     ]
 
 
-def _resolve(node, spec):
+def _resolve(node: Any, spec: dict) -> Any:
     while isinstance(node, dict) and "$ref" in node:
         target = spec
         for part in node["$ref"].removeprefix("#/").split("/"):
@@ -150,7 +152,7 @@ def _resolve(node, spec):
     return node
 
 
-def _type_label(node, spec) -> str:
+def _type_label(node: Any, spec: dict) -> str:
     if not isinstance(node, dict):
         return ""
     if "$ref" in node:
@@ -158,7 +160,7 @@ def _type_label(node, spec) -> str:
     if "enum" in node:
         return "one of " + ", ".join(str(v) for v in node["enum"] if v is not None)
     if "oneOf" in node or "anyOf" in node:
-        return " or ".join(_type_label(n, spec) for n in node.get("oneOf") or node.get("anyOf"))
+        return " or ".join(_type_label(n, spec) for n in node.get("oneOf") or node.get("anyOf") or [])
     kind = node.get("type", "object")
     kinds = [kind] if isinstance(kind, str) else list(kind)
     labels = []
@@ -171,12 +173,12 @@ def _type_label(node, spec) -> str:
     return f"{label} or null" if "null" in kinds else label
 
 
-def _param_row(param: dict, spec) -> dict:
+def _param_row(param: dict, spec: dict) -> dict:
     return {"name": param["name"], "in": param["in"], "required": param.get("required", False),
             "type": _type_label(param.get("schema", {}), spec), "description": param.get("description", "")}
 
 
-def _schema_rows(node, spec) -> list[dict]:
+def _schema_rows(node: Any, spec: dict) -> list[dict]:
     node = _resolve(node, spec) or {}
     if "allOf" in node:
         return [row for part in node["allOf"] for row in _schema_rows(part, spec)]

@@ -212,7 +212,7 @@ def retry_install(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
              response=responses({202: CLUSTER}, 400, 402, 409))
 def add_workers(request: HttpRequest, cluster_id: schemas.PathId, payload: schemas.AddWorkers | None = None) -> Status:
     cluster = get_cluster(request, cluster_id)
-    services.add_workers(cluster, (payload or schemas.AddWorkers()).count, actor=context(request).actor)
+    services.add_workers(cluster, payload.count if payload else 1, actor=context(request).actor)
     return Status(202, ok(fresh(cluster)))
 
 
