@@ -99,3 +99,12 @@ def drive(cluster) -> None:
         if not lifecycle.advance(cluster.pk):
             break
     cluster.refresh_from_db()
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_limits():
+    """Rate-limit counters live in the cache: each test starts with none (the quote limit is per
+    address, and every test client is 127.0.0.1)."""
+    from django.core.cache import cache
+
+    cache.clear()
