@@ -52,7 +52,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
     return _key_page(request, tenancy, form)
 
 
-def _key_page(request, tenancy: Tenancy, form, new_key: dict | None = None):
+def _key_page(request: HttpRequest, tenancy: Tenancy, form: ApiKeyForm, new_key: dict | None = None) -> HttpResponse:
     api_keys = [
         (api_key, can_manage(tenancy, api_key))
         for api_key in ApiKey.objects.filter(workspace=tenancy.workspace).select_related("created_by")
