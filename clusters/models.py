@@ -135,15 +135,15 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def get_absolute_url(self) -> str:
+        return reverse("clusters:detail", args=[self.pk])
+
     @property
     def plain_node_secrets(self) -> dict:
         """node_secrets decrypted (they are stored sealed: clusters.sealing)."""
         from clusters.sealing import unseal
 
         return unseal(self.node_secrets)
-
-    def get_absolute_url(self) -> str:
-        return reverse("clusters:detail", args=[self.pk])
 
     @property
     def price_per_hour(self) -> Decimal:
