@@ -12,6 +12,8 @@ step "ssh-keys"
 # handed to the next tenant (a reused `ssh`-provider host) lets none of them in.
 authorized_keys="$ROOT${RUNCRATE_LOGIN_HOME:-/root}/.ssh/authorized_keys"
 attempt remove_block "$authorized_keys" customer 0600
+# The cluster's own node-to-node key too: its private half was on machines the tenant had root on.
+attempt remove_block "$authorized_keys" cluster 0600
 
 step "software"
 if is_sandbox; then
