@@ -200,7 +200,7 @@ def _switch_workspace(membership: Membership, wanted: str) -> Membership:
     found = None
     if "\x00" not in wanted:
         found = memberships.filter(workspace__name=wanted).first()
-        if found is None and wanted.isdigit() and len(wanted) < 19:
+        if found is None and wanted.isascii() and wanted.isdigit() and len(wanted) < 19:
             found = memberships.filter(workspace_id=int(wanted)).first()
     if found is None:
         raise ApiError(404, "workspace_not_found", f"Workspace {wanted!r} is not one this key's creator belongs to.",
@@ -218,7 +218,7 @@ def resolve_environment(request: HttpRequest, workspace: Workspace) -> Environme
         environment = None
     else:
         environment = environments.filter(name=wanted).first()
-        if environment is None and wanted.isdigit() and len(wanted) < 19:
+        if environment is None and wanted.isascii() and wanted.isdigit() and len(wanted) < 19:
             environment = environments.filter(pk=int(wanted)).first()
     if environment is None:
         raise ApiError(404, "environment_not_found", f"Environment {wanted!r} was not found in this workspace.",

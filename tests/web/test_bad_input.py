@@ -70,7 +70,7 @@ def test_a_switcher_given_a_number_it_cannot_hold_is_a_404(owner, value):
 
 
 @pytest.mark.parametrize("url", ["/offers/?gpu=a%00b", "/clusters/?show=%00", "/billing/?month=2026-01%00",
-                                 "/clusters/new/?offer=%00&machines=4", "/api/v1/cluster-offers?gpu=%00"])
+                                 "/clusters/new/?offer=%00&machines=4"])
 def test_a_nul_byte_in_the_query_string_is_a_400(owner, url):
     assert client_for(owner).get(url).status_code == 400
 

@@ -161,6 +161,8 @@ curl -fsSL "https://pkgs.k8s.io/core:/stable:/$K8S_MINOR/deb/Release.key" \
     | gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
 printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/%s/deb/ /\n' "$K8S_MINOR" \
     | write_file /etc/apt/sources.list.d/kubernetes.list 0644
+# A new source was added: apt_install (lib.sh) must refresh the index again.
+# shellcheck disable=SC2034
 APT_UPDATED=""
 apt_install kubelet kubeadm kubectl
 apt-mark hold kubelet kubeadm kubectl

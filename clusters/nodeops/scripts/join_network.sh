@@ -85,14 +85,14 @@ elif is_sandbox; then
     # come up.
     deadline=$((SECONDS + WAIT))
     while :; do
-        missing=0
+        pending=0
         for entry in "${CLUSTER_NODES[@]}"; do
             name="${entry%% *}"
             [ "$name" = "$NODE_NAME" ] && continue
             [ -n "${reached[$name]:-}" ] && continue
-            if probe "$name"; then reached[$name]=ok; else missing=1; fi
+            if probe "$name"; then reached[$name]=ok; else pending=1; fi
         done
-        if [ "$missing" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
+        if [ "$pending" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
         sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
     done
 else
