@@ -9,8 +9,13 @@ from django.db import connection
 from accounts.models import Role
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 
+# Tests that point this process's Celery app at a private Redis and stop it mid-run leave
+# the app's broker pools behind them; they run last so no test after them inherits those.
+RUN_LAST = ("tests/live/test_redis_outage.py", "tests/live/test_worker_crash.py")
+
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: next((i + 1 for i, path in enumerate(RUN_LAST) if item.nodeid.startswith(path)), 0))
     # Resolved lazily: the database engine is known once Django's settings are loaded.
     from django.conf import settings
 
