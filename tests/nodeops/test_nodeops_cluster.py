@@ -314,7 +314,7 @@ def test_output_arrives_per_node_line_by_line_with_the_current_step(endpoints, r
     ops.set_names(spec, runner=runner, on_output=lambda node, step, text: seen.append((node, step, text)))
     assert {node for node, _, _ in seen} == {"node-0", "node-1", "node-2", "node-3"}
     assert (
-        "node-2", "set_names:ssh-keys",
+        "node-2", "set_names:cluster-key",
         "[node-2] hostname node-2, 4 names in " + str(root(spec, 2)) + "/etc/hosts, 0 customer SSH key(s)",
     ) in seen
     assert ("node-0", "set_names:hostname", "::step:: hostname") in seen
