@@ -47,6 +47,10 @@ class Reason(models.TextChoices):
     BALANCE_EXHAUSTED = "balance_exhausted", "Credit balance ran out"
     BUDGET_REACHED = "budget_reached", "Environment reached its monthly budget"
     OPERATOR = "operator", "Terminated by an operator"
+    # Node health (events only; a cluster is never failed or stopped for them).
+    NODE_UNREACHABLE = "node_unreachable", "A machine stopped answering over SSH"
+    NODE_NETWORK_DOWN = "node_network_down", "A machine lost the private network"
+    NODE_SOFTWARE_DOWN = "node_software_down", "The software's daemon on a machine is down"
 
 
 class Volume(models.Model):
@@ -217,6 +221,16 @@ class Cluster(models.Model):
         return steps
 
 
+class NodeHealth(models.TextChoices):
+    """What the periodic health check (clusters.health) last saw of a ready node."""
+
+    UNKNOWN = "unknown", "Not checked yet"
+    HEALTHY = "healthy", "Healthy"
+    UNREACHABLE = "unreachable", "Unreachable"
+    NETWORK_DOWN = "network_down", "Private network down"
+    SOFTWARE_DOWN = "software_down", "Software down"
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -246,12 +260,24 @@ class Node(models.Model):
     log_tail = models.TextField(blank=True)
     detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
 
+    health = models.CharField(max_length=20, choices=NodeHealth.choices, default=NodeHealth.UNKNOWN)
+    health_detail = models.CharField(max_length=255, blank=True, help_text="What the last health check found.")
+    health_checked_at = models.DateTimeField(null=True, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
+    # A machine being swapped in for a bad one: it takes that node's name and private
+    # address, and is set to null once the old machine has stopped (the swap is done).
+    replacing = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacement"
+    )
+
     class Meta:
         ordering = ["cluster", "index"]
         constraints = [
-            # A worker that never came up gives its name back to the next one added.
+            # A worker that never came up gives its name back to the next one added. A
+            # machine being swapped in shares the name of the one it replaces until then.
             models.UniqueConstraint(
-                fields=["cluster", "index"], condition=Q(released_at__isnull=True), name="live_node_index_unique"
+                fields=["cluster", "index"], condition=Q(released_at__isnull=True, replacing__isnull=True),
+                name="live_node_index_unique",
             ),
             # A host can be held by one live cluster at a time, whatever the code above does.
             models.UniqueConstraint(
@@ -288,3 +314,76 @@ class ClusterEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.event}"
+
+
+class NetworkTest(models.Model):
+    """One measurement of what the cluster's private network carries between its machines:
+    iperf3 + ping over wg0 where there are no GPUs, nccl-tests' all_reduce_perf where there are.
+    Kept per run; the newest is what the cluster page shows."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        PASSED = "passed", "Passed"
+        SLOW = "slow", "Slow pairs found"
+        FAILED = "failed", "Could not run"
+
+    class Trigger(models.TextChoices):
+        AFTER_READY = "after_ready", "After the cluster became ready"
+        ON_DEMAND = "on_demand", "On request"
+
+    class Method(models.TextChoices):
+        IPERF3 = "iperf3", "iperf3 and ping over the private network"
+        NCCL = "nccl", "nccl-tests all_reduce_perf"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="network_tests")
+    trigger = models.CharField(max_length=20, choices=Trigger.choices)
+    method = models.CharField(max_length=20, choices=Method.choices, default=Method.IPERF3)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    requested_by = models.CharField(max_length=150, default="system")
+    # What a pair must reach not to be marked slow (from the offer's promise).
+    expected_gbps = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    # The nodes measured, as names by index, fixed when the test starts.
+    node_names = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} network test {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.PASSED, self.Status.SLOW, self.Status.FAILED)
+
+
+class NetworkTestPair(models.Model):
+    """One measured direction between two nodes: source sends to target."""
+
+    class Phase(models.TextChoices):
+        RING = "ring", "Ring (every node to the next, at once)"
+        PAIRS = "pairs", "All pairs"
+        NCCL = "nccl", "all_reduce_perf"
+
+    test = models.ForeignKey(NetworkTest, on_delete=models.CASCADE, related_name="pairs")
+    phase = models.CharField(max_length=10, choices=Phase.choices)
+    source_index = models.PositiveSmallIntegerField()
+    target_index = models.PositiveSmallIntegerField()
+    gbps = models.FloatField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    slow = models.BooleanField(default=False)
+    error = models.CharField(max_length=255, blank=True)
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["test", "phase", "source_index", "target_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["test", "phase", "source_index", "target_index"], name="one_result_per_pair")
+        ]
+
+    def __str__(self) -> str:
+        return f"node-{self.source_index} → node-{self.target_index}: {self.gbps} Gbit/s"

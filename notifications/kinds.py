@@ -17,6 +17,8 @@ class Kind(models.TextChoices):
     CLUSTER_DEGRADED = "cluster_degraded", "Cluster software failed to install"
     CLUSTER_TERMINATED = "cluster_terminated", "Cluster terminated"
     CLUSTER_STOPPED = "cluster_stopped", "Cluster stopped: balance ran out or monthly budget reached"
+    NODE_UNHEALTHY = "node_unhealthy", "A cluster machine turned unhealthy"
+    NODE_RECOVERED = "node_recovered", "A cluster machine is healthy again"
     BALANCE_LOW = "balance_low", "Low balance warning"
     BUDGET_WARNING = "budget_warning", "Monthly budget warning"
     TOPUP_RECEIVED = "topup_received", "Top-up received"
@@ -48,6 +50,11 @@ SPECS: dict[str, KindSpec] = {
     Kind.CLUSTER_TERMINATED: KindSpec("Your cluster {cluster.name} was terminated", _CLUSTER,
                                       help="Duration and total cost when a cluster ends."),
     Kind.CLUSTER_STOPPED: KindSpec("Your cluster {cluster.name} was stopped: {reason_short}", _CLUSTER, critical=True),
+    Kind.NODE_UNHEALTHY: KindSpec("{node_name} of your cluster {cluster.name} is {health_label}", _CLUSTER,
+                                  help="A machine of a ready cluster stopped answering, lost the private "
+                                       "network or its software's daemon; once when it turns bad."),
+    Kind.NODE_RECOVERED: KindSpec("{node_name} of your cluster {cluster.name} is healthy again", _CLUSTER,
+                                  help="The machine that turned unhealthy passed its checks again."),
     Kind.BALANCE_LOW: KindSpec("Your Runcrate balance is low: ${balance}", _BILLING,
                                help="When the workspace's credit balance falls below the warning level."),
     Kind.BUDGET_WARNING: KindSpec("{environment_name} has used {percent}% of its monthly budget", _BILLING,
