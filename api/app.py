@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.urls import URLPattern, URLResolver
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError, ValidationErrorContext
 from ninja.parser import Parser
@@ -100,7 +102,11 @@ class ApiContext:
 
 
 def context(request: HttpRequest) -> ApiContext:
-    return request.auth  # type: ignore[attr-defined,no-any-return]
+    """What the bearer hook (ApiKeyAuth) answered for this request; ninja keeps it as request.auth."""
+    auth = getattr(request, "auth", None)
+    if not isinstance(auth, ApiContext):
+        raise _unauthenticated("This endpoint needs an API key.")
+    return auth
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -110,9 +116,17 @@ def ok(data: Any, **meta: Any) -> dict[str, Any]:
     return {"data": data, "meta": meta}
 
 
-def page(items: Sequence[Any] | Any, query: PageQuery, **meta: Any) -> dict[str, Any]:
+class Sliceable(Protocol):
+    """A queryset, or anything that counts and slices in the database as one does (UsageLines)."""
+
+    def count(self) -> int: ...
+
+    def __getitem__(self, window: slice, /) -> Iterable[Any]: ...
+
+
+def page(items: list[Any] | Sliceable, query: PageQuery, **meta: Any) -> dict[str, Any]:
     """One page of a list (a queryset, sliced in the database, or a list) with total/limit/offset."""
-    total = len(items) if isinstance(items, list) else items.count()  # type: ignore[call-arg]
+    total = len(items) if isinstance(items, list) else items.count()
     chunk = list(items[query.offset:query.offset + query.limit]) if query.offset < total else []
     return {"data": chunk, "meta": {"total": total, "limit": query.limit, "offset": query.offset, **meta}}
 
@@ -418,13 +432,13 @@ def _json_method_not_allowed(view: Callable[..., HttpResponse]) -> Callable[...,
                                            f"use {allowed}.", headers={"Allow": allowed}))
         return response
 
-    wrapper.csrf_exempt = True  # type: ignore[attr-defined]
-    return wrapper
+    return csrf_exempt(wrapper)
 
 
-def urlpatterns() -> list[Any]:
+def urlpatterns() -> list[URLPattern | URLResolver]:
     """ninja's URL patterns, each answering a wrong method in the error envelope."""
     patterns, _, _ = api.urls
     for pattern in patterns:
-        pattern.callback = _json_method_not_allowed(pattern.callback)  # type: ignore[union-attr,arg-type]
+        if isinstance(pattern, URLPattern):
+            pattern.callback = _json_method_not_allowed(pattern.callback)
     return patterns

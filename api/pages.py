@@ -7,12 +7,13 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.tenancy import Tenancy, require_tenancy
 from api import keys
 from api.models import ApiKey
@@ -26,7 +27,7 @@ def can_manage(tenancy: Tenancy, api_key: ApiKey) -> bool:
     return tenancy.membership.can_manage_members or api_key.created_by_id == tenancy.membership.user_id
 
 
-def _get_key_for_user(request: HttpRequest, key_id: int) -> tuple[Tenancy, ApiKey]:
+def _get_key_for_user(request: AuthenticatedHttpRequest, key_id: int) -> tuple[Tenancy, ApiKey]:
     """Keys of the current workspace only; someone else's key is 404 to a Developer."""
     tenancy = require_tenancy(request)
     api_key = get_object_or_404(ApiKey, pk=key_id, workspace=tenancy.workspace)
@@ -36,7 +37,7 @@ def _get_key_for_user(request: HttpRequest, key_id: int) -> tuple[Tenancy, ApiKe
 
 
 @login_required
-def key_list(request: HttpRequest) -> HttpResponse:
+def key_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     form = ApiKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -52,7 +53,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
     return _key_page(request, tenancy, form)
 
 
-def _key_page(request: HttpRequest, tenancy: Tenancy, form: ApiKeyForm, new_key: dict | None = None) -> HttpResponse:
+def _key_page(request: AuthenticatedHttpRequest, tenancy: Tenancy, form: ApiKeyForm, new_key: dict | None = None) -> HttpResponse:
     api_keys = [
         (api_key, can_manage(tenancy, api_key))
         for api_key in ApiKey.objects.filter(workspace=tenancy.workspace).select_related("created_by")
@@ -62,7 +63,7 @@ def _key_page(request: HttpRequest, tenancy: Tenancy, form: ApiKeyForm, new_key:
 
 @login_required
 @require_POST
-def key_deactivate(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_deactivate(request: AuthenticatedHttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.set_api_key_active(api_key, False)
     messages.success(request, f"Deactivated {api_key.name} ({api_key.prefix}…): it is refused until reactivated.")
@@ -71,7 +72,7 @@ def key_deactivate(request: HttpRequest, key_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def key_reactivate(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_reactivate(request: AuthenticatedHttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.set_api_key_active(api_key, True)
     messages.success(request, f"Reactivated {api_key.name} ({api_key.prefix}…).")
@@ -80,7 +81,7 @@ def key_reactivate(request: HttpRequest, key_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def key_delete(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_delete(request: AuthenticatedHttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
     keys.delete_api_key(api_key)
     messages.success(request, f"Deleted {api_key.name} ({api_key.prefix}…). Anything using it is now refused.")
@@ -96,19 +97,19 @@ def schema() -> dict:
 
 
 @require_GET
-def openapi_json(request: HttpRequest) -> HttpResponse:
+def openapi_json(request: HtmxHttpRequest) -> HttpResponse:
     return JsonResponse(schema(), json_dumps_params={"indent": 2})
 
 
 @csrf_exempt
-def unknown_endpoint(request: HttpRequest, rest: str = "") -> HttpResponse:
+def unknown_endpoint(request: HtmxHttpRequest, rest: str = "") -> HttpResponse:
     from api.app import ApiError, error_response
 
     return error_response(ApiError(404, "not_found", f"There is no endpoint {request.path}; see /api/v1/docs."))
 
 
 @require_GET
-def api_docs(request: HttpRequest) -> HttpResponse:
+def api_docs(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "api/docs.html", {"schema": schema(), "operations": operations(), "components": components()})
 
 

@@ -64,7 +64,8 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     if now.day == 1 and now.hour < 1:
         pytest.skip("the hour of usage would straddle the month boundary")
     enforcement.meter_and_enforce(now)
-    capped.refresh_from_db(), free.refresh_from_db()
+    capped.refresh_from_db()
+    free.refresh_from_db()
     assert (capped.status, capped.termination_reason) == (Status.TERMINATED, Reason.BUDGET_REACHED)
     assert free.status == Status.READY
     assert [m.subject for m in mailoutbox] == ["Your cluster capped was stopped: the monthly budget was reached"]

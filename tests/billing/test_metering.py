@@ -148,6 +148,6 @@ def test_any_split_into_runs_posts_the_one_shot_amount(environment, machine_type
     one_shot = 2 * billing.to_cents(rate * Decimal(duration) / Decimal(3600))  # two machines
     assert usage_total(environment.workspace) == one_shot
     # …and the month lines agree with the ledger, month by month.
-    months = {(p.year, p.month) for p in LedgerEntry.objects.values_list("period", flat=True)}
+    months = {(p.year, p.month) for p in LedgerEntry.objects.values_list("period", flat=True) if p is not None}
     lines = sum((item["amount"] for y, m in months for item in queries.usage_for_month(environment.workspace, y, m)), Decimal(0))
     assert lines == one_shot

@@ -14,7 +14,7 @@ from billing.models import LedgerEntry
 from tests.billing.conftest import at, client_for, running_cluster
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX = {"HX-Request": "true"}
 MONTH = "?month=2026-03"
 
 
@@ -25,7 +25,7 @@ def billed(environment, machine_type):
     return cluster
 
 
-def pages(cluster_id: int) -> list[tuple[str, dict]]:
+def pages(cluster_id: int) -> list[tuple[str, dict[str, str]]]:
     return [
         (reverse("billing:overview") + MONTH, {}),
         (reverse("billing:usage_detail", args=[cluster_id]) + MONTH, {}),
@@ -38,13 +38,13 @@ def pages(cluster_id: int) -> list[tuple[str, dict]]:
 def test_owners_and_managers_see_every_billing_page_and_partial(request, billed, role):
     client = client_for(request.getfixturevalue(role))
     for url, headers in pages(billed.pk):
-        assert client.get(url, **headers).status_code == 200, url
+        assert client.get(url, headers=headers).status_code == 200, url
 
 
 def test_developers_get_404_on_every_billing_page_partial_and_action(developer, billed):
     client = client_for(developer)
     for url, headers in pages(billed.pk):
-        assert client.get(url, **headers).status_code == 404, url
+        assert client.get(url, headers=headers).status_code == 404, url
     for name in ("top_up", "dev_top_up", "auto_recharge", "save_card"):
         assert client.post(reverse(f"billing:{name}"), {"amount": "50"}).status_code == 404, name
 
@@ -54,7 +54,7 @@ def test_an_outsider_sees_only_their_own_workspace(outsider, billed):
     client = client_for(outsider)
     overview, detail, partial, export = pages(billed.pk)
     for url, headers in (detail, partial):
-        assert client.get(url, **headers).status_code == 404, url
+        assert client.get(url, headers=headers).status_code == 404, url
     for url, _ in (overview, export):
         response = client.get(url)
         assert response.status_code == 200 and "llama" not in response.content.decode()
@@ -75,7 +75,7 @@ def test_the_page_shows_one_line_per_cluster_that_opens_by_htmx_with_an_href(own
 
 
 def test_the_machine_rows_sum_to_the_line(owner, billed):
-    partial = client_for(owner).get(reverse("billing:usage_detail", args=[billed.pk]) + MONTH, **HTMX)
+    partial = client_for(owner).get(reverse("billing:usage_detail", args=[billed.pk]) + MONTH, headers=HTMX)
     html = partial.content.decode()
     assert "<html" not in html  # a fragment
     assert html.count('class="machine-row"') == 3

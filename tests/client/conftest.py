@@ -3,7 +3,7 @@ talks to the API runs against the real server: tests/e2e_client.
 
 Reuse from an end-to-end test:
 
-    # the fixture `run_runcrate`, or `from client_support import run_runcrate, runcrate_env`
+    # the fixture `run_runcrate`, or `from tests.client.client_support import run_runcrate, runcrate_env`
     def test_cli_lists_offers(live_server, api_key, run_runcrate):
         result = run_runcrate(["clusters", "offers", "--gpu", "H100"], base_url=live_server.url, api_key=api_key)
         assert result.returncode == 0
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from client_support import RUNCRATE_ENV_VARS, run_runcrate
+
+from tests.client.client_support import RUNCRATE_ENV_VARS, run_runcrate
 
 
 @pytest.fixture(name="run_runcrate")

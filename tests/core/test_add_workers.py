@@ -34,6 +34,7 @@ def test_a_worker_joins_and_is_billed_from_when_it_is_up(ready_cluster):
     assert cluster.machine_count == 3
     assert worker.name == "node-2" and worker.private_ip == "10.77.0.3"
     assert worker.state == Node.State.READY
+    assert worker.billing_started_at is not None and cluster.billing_started_at is not None
     assert worker.billing_started_at > cluster.billing_started_at
     usage = MachineUsage.objects.get(node=worker)
     assert usage.started_at == worker.billing_started_at

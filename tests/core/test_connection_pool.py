@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.backends.postgresql.base import DatabaseWrapper
 from django.test import Client
 
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
@@ -14,10 +15,17 @@ from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
+def postgres() -> DatabaseWrapper:
+    """This thread's default connection, as the PostgreSQL wrapper that owns the pool."""
+    wrapper = connections["default"]
+    assert isinstance(wrapper, DatabaseWrapper)
+    return wrapper
+
+
 def test_connections_come_from_a_pool_sized_by_the_settings():
     pool = settings.DATABASES["default"]["OPTIONS"]["pool"]
     assert pool["max_size"] == settings.DB_POOL_SIZE
-    assert connection.pool is not None
+    assert postgres().pool is not None
 
 
 @pytest.fixture
@@ -26,11 +34,11 @@ def tiny_pool():
     options = connection.settings_dict["OPTIONS"]["pool"]
     saved = dict(options)
     connection.close()
-    connection.close_pool()
+    postgres().close_pool()
     options.update(max_size=2, min_size=1, timeout=0.5)
     yield
     connection.close()
-    connection.close_pool()
+    postgres().close_pool()
     options.clear()
     options.update(saved)
 

@@ -42,8 +42,10 @@ def test_an_instance_of_another_workspace_is_not_found(environment, machine_type
 def test_terminating_an_instance_is_refused_naming_its_cluster_and_how_to_end_it(environment, machine_type):
     cluster = create(environment, machine_type, "train", 2)
     node = cluster.nodes.get(index=1)
+    instance = queries.workspace_instance(environment.workspace_id, node.pk)
+    assert instance is not None
     with pytest.raises(Conflict) as refused:
-        services.terminate_instance(queries.workspace_instance(environment.workspace_id, node.pk))
+        services.terminate_instance(instance)
     assert refused.value.code == "node_terminate_refused"
     assert "node-1 of cluster 'train'" in refused.value.message
     assert f"DELETE /api/v1/clusters/{cluster.pk}" in refused.value.message

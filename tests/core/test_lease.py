@@ -48,11 +48,13 @@ def test_a_lease_is_short(settings):
 def test_a_running_pass_keeps_renewing_its_lease(settings, booting):
     settings.CLUSTER_LEASE_SECONDS = 1
     lease = services.claim_lease(booting.pk)
+    assert lease is not None
     with lifecycle.Heartbeat(lease) as heartbeat:
         time.sleep(2.5)
         # Past twice its length, the lease is still held by this pass, not lapsed.
         assert services.claim_lease(booting.pk) is None
-        assert Cluster.objects.get(pk=booting.pk).lease_expires_at > timezone.now()
+        expires_at = Cluster.objects.get(pk=booting.pk).lease_expires_at
+        assert expires_at is not None and expires_at > timezone.now()
         assert heartbeat.release() is True
     assert Cluster.objects.get(pk=booting.pk).lease_expires_at is None
 

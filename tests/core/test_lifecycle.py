@@ -35,6 +35,7 @@ def test_it_reaches_ready_without_software_and_starts_billing_at_one_instant(env
     cluster.refresh_from_db()
     assert cluster.status == Status.READY
     starts = set(cluster.nodes.values_list("billing_started_at", flat=True))
+    assert cluster.billing_started_at is not None
     assert starts == {cluster.billing_started_at}
     assert MachineUsage.objects.filter(cluster=cluster, started_at=cluster.billing_started_at).count() == 4
     assert [n.private_ip for n in cluster.nodes.all()] == ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"]
@@ -183,6 +184,7 @@ def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environme
     Host.objects.update(boot_seconds=300)
     cluster = create(environment, machine_type)
     stale = services.claim_lease(cluster.pk)
+    assert stale is not None
     Cluster.objects.filter(pk=cluster.pk).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
     current = services.claim_lease(cluster.pk)
     assert current is not None
@@ -255,10 +257,10 @@ def test_a_host_can_never_be_held_by_two_live_nodes(environment, machine_type):
     from django.db import IntegrityError, transaction
 
     cluster = create(environment, machine_type, count=2)
-    node = cluster.nodes.first()
+    node = cluster.nodes.earliest("index")
     other = create(environment, machine_type, count=2, name="other")
     with pytest.raises(IntegrityError), transaction.atomic():
-        Node.objects.filter(pk=other.nodes.first().pk).update(host=node.host)
+        Node.objects.filter(pk=other.nodes.earliest("index").pk).update(host=node.host)
 
 
 def test_hosts_become_free_again_after_termination(environment, machine_type):

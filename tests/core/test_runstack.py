@@ -13,7 +13,7 @@ def test_a_process_of_the_stack_that_exits_is_started_again(tmp_path):
     runs = tmp_path / "runs"
     child = Child("flaky", [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x'); raise SystemExit(3)"],
                   os.environ.copy())
-    codes = []
+    codes: list[int] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(codes) < 2:
         code = child.restart_if_exited()

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Generic, TypeVar
 
 import pytest
 from django.db import connection, transaction
@@ -25,12 +26,16 @@ from tests.factories import machine_type_with_hosts
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
+T = TypeVar("T")
 
-class Held:
+
+class Held(Generic[T]):
     """Runs `work` in its own thread and connection inside a transaction it keeps open until release()."""
 
-    def __init__(self, work: Callable[[], object]) -> None:
-        self.work, self.result = work, None
+    result: T  # set by the thread before `ready`
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        self.work = work
         self.ready, self.released = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._run)
 
@@ -44,7 +49,7 @@ class Held:
             self.ready.set()
             connection.close()
 
-    def __enter__(self) -> Held:
+    def __enter__(self) -> Held[T]:
         self.thread.start()
         assert self.ready.wait(20)
         return self
@@ -54,7 +59,7 @@ class Held:
         self.thread.join(20)
 
 
-def without_waiting(work: Callable[[], object]) -> object:
+def without_waiting(work: Callable[[], T]) -> T:
     """`work` in a transaction that gives up on any row lock after a second (LockNotAvailable)."""
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -65,7 +70,7 @@ def without_waiting(work: Callable[[], object]) -> object:
 def test_a_host_held_by_an_open_reservation_is_not_reserved_again(db):
     machine_type = machine_type_with_hosts(2)
     with Held(lambda: inventory.reserve_hosts(machine_type, 2)) as first:
-        assert len(first.result) == 2
+        assert first.result is not None and len(first.result) == 2
         # The rows are locked: another reservation neither takes them nor waits for them.
         assert without_waiting(lambda: inventory.reserve_hosts(machine_type, 2)) is None
 
@@ -75,6 +80,7 @@ def test_concurrent_reservations_take_different_free_hosts_without_queueing(db):
     with Held(lambda: inventory.reserve_hosts(machine_type, 2)) as first:
         second = without_waiting(lambda: inventory.reserve_hosts(machine_type, 2))
     assert second is not None and len(second) == 2
+    assert first.result is not None
     assert {h.pk for h in first.result}.isdisjoint({h.pk for h in second})
 
 

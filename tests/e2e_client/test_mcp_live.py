@@ -15,6 +15,7 @@ import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import CallToolResult, TextContent
 
 from accounts.models import Workspace
 from runcrate_client.api import ClientConfig
@@ -36,9 +37,15 @@ def stdio(live_server, key: str, environment: str | None = None) -> StdioServerP
                                  env=runcrate_env(live_server.url, key, environment), cwd=REPO_ROOT)
 
 
+def first_text(result: CallToolResult) -> str:
+    content = result.content[0]
+    assert isinstance(content, TextContent), content
+    return content.text
+
+
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, arguments)
-    assert not result.is_error, result.content[0].text
+    assert not result.is_error, first_text(result)
     assert result.structured_content is not None
     return result.structured_content
 
@@ -46,7 +53,7 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 async def refused(client: Client, tool: str, **arguments: Any) -> str:
     result = await client.call_tool(tool, arguments)
     assert result.is_error
-    return result.content[0].text
+    return first_text(result)
 
 
 async def test_an_agent_lists_plans_creates_follows_and_deletes_a_cluster(live_server, dashboard_key, instant_offer):

@@ -71,7 +71,7 @@ def create_in_browser(page, machine_type_id: int, machines: int, name: str, soft
 
 def test_a_failed_cluster_offers_what_starts_now_and_one_click_creates_it_again(owner, stack):
     here = machine_type_with_hosts(4)
-    Host.objects.filter(pk=here.hosts.order_by("id").first().pk).update(fault=HostFault.BOOT_FAILS, boot_seconds=1)
+    Host.objects.filter(pk=here.hosts.earliest("id").pk).update(fault=HostFault.BOOT_FAILS, boot_seconds=1)
     helsinki = machine_type_with_hosts(
         6, price_per_machine_hour=Decimal("2.00"), location=LocationFactory(code="eu-north-1", name="Helsinki, Finland")
     )

@@ -123,7 +123,7 @@ async def test_a_push_reaches_only_that_clusters_watchers(cluster, environment, 
     await terminate(cluster, "alice")
     await terminate(other, "alice")
     # Pushes arrive in order: had train's reached this socket, it would come before other's.
-    received = []
+    received: list[str] = []
     while 'data-testid="cluster-status">Terminated<' not in (received[-1] if received else ""):
         received.append(await socket.receive_from(timeout=TIMEOUT))
     # Each push carries the events recorded since the last one, and their ids tell the two apart.

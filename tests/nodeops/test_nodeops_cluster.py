@@ -224,9 +224,14 @@ def test_an_endpoint_that_never_answers_is_unreachable_after_retries(endpoints):
     with Blackhole(spec.nodes[1].host) as blackhole:
         silent = NodeTarget(**{**spec.nodes[1].__dict__, "port": blackhole.port})
         spec = ClusterSpec(**{**spec.__dict__, "nodes": (spec.nodes[0], silent)})
-        delays = []
+        delays: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            delays.append(seconds)
+            time.sleep(seconds)
+
         policy = RetryPolicy(connect_timeout=1, attempts=3, backoff=0.1, backoff_factor=2)
-        with NodeRunner(policy, sleep=lambda seconds: (delays.append(seconds), time.sleep(seconds))) as runner:
+        with NodeRunner(policy, sleep=sleep) as runner:
             started = time.monotonic()
             result = ops.set_names(spec, runner=runner)
             elapsed = time.monotonic() - started

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -90,8 +91,8 @@ def test_any_set_of_nodes_written_as_a_hostlist_expands_back(indexes):
     assert expand_hostlist(f"node-[{','.join(runs)}]") == [f"node-{i}" for i in ordered]
 
 
-def kube_node(name, ready="True", gpus="8", unschedulable=False):
-    node = {
+def kube_node(name, ready="True", gpus="8", unschedulable=False) -> dict[str, Any]:
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},

@@ -46,12 +46,18 @@ def subject_of(message: EmailMessage) -> str:
     return " ".join(str(message["Subject"]).split())
 
 
+def body_of(message: EmailMessage, subtype: str) -> str:
+    part = message.get_body(preferencelist=(subtype,))
+    assert part is not None, f"the message has no text/{subtype} part"
+    return part.get_content()
+
+
 def text_of(message: EmailMessage) -> str:
-    return message.get_body(preferencelist=("plain",)).get_content()
+    return body_of(message, "plain")
 
 
 def html_of(message: EmailMessage) -> str:
-    return message.get_body(preferencelist=("html",)).get_content()
+    return body_of(message, "html")
 
 
 def _free_port() -> int:

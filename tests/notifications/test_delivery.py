@@ -174,6 +174,7 @@ def test_billing_notices_are_sent_through_notify_and_stop_notices_are_left_to_th
     notice = emails.create_notice(
         workspace_id=workspace.pk, kind=BillingNotice.Kind.TOP_UP_RECEIVED, key="top_up:cs_9", context={"amount": "1,025.00"}
     )
+    assert notice is not None
     [message] = smtp.messages
     assert subject_of(message) == "We received your top-up of $1,025.00"
     assert Notification.objects.get(dedupe_key=f"billing-notice:{notice.pk}").kind == Kind.TOPUP_RECEIVED

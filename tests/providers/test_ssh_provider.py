@@ -7,6 +7,7 @@ import pytest
 from clusters import services
 from clusters.nodeops.sandbox import Blackhole, find_sshd, start_endpoints
 from clusters.providers import BootState, get_provider
+from clusters.providers.ssh import SSHPoolProvider
 from offers.models import Host
 from tests.factories import MachineTypeFactory
 
@@ -25,6 +26,7 @@ def pool_cluster(environment):
 
 def test_it_reaches_each_host_as_the_inventory_says_on_its_real_root(pool_cluster):
     provider = get_provider("ssh")
+    assert isinstance(provider, SSHPoolProvider)
     nodes = list(pool_cluster.nodes.select_related("host"))
     spec = provider.spec_for(pool_cluster, nodes)
     assert not spec.sandbox

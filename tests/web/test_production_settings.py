@@ -12,11 +12,14 @@ import pytest
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
-def load_settings(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "DEBUG", "RUNCRATE_TESTING"))}
-    clean.update({"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com", "DEBUG": "0",
-                  "NODE_SECRETS_KEY": "mJ6Qk3bVw0gkq4w2wz0Sx1wq1v0yZbq4m8nB9YzQv2c=", **env})
-    clean = {k: v for k, v in clean.items() if v is not None}
+def load_settings(**env: str | None) -> subprocess.CompletedProcess:
+    """Import the settings in a fresh interpreter; a variable given as None is left unset."""
+    merged: dict[str, str | None] = {
+        k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "DEBUG", "RUNCRATE_TESTING"))
+    }
+    merged.update({"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com", "DEBUG": "0",
+                   "NODE_SECRETS_KEY": "mJ6Qk3bVw0gkq4w2wz0Sx1wq1v0yZbq4m8nB9YzQv2c=", **env})
+    clean = {k: v for k, v in merged.items() if v is not None}
     return subprocess.run(
         [sys.executable, "-c", "import config.settings"], cwd=BASE_DIR, env=clean, capture_output=True, text=True,
     )
