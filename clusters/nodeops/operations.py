@@ -29,8 +29,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.x509.oid import NameOID
 
-from .parsers import NodeReadiness, kubernetes_readiness, ray_readiness, slurm_readiness
-from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, load_script
+from .parsers import (
+    HealthReport,
+    NodeHealthVerdict,
+    NodeReadiness,
+    judge_health,
+    kubernetes_readiness,
+    parse_health_report,
+    ray_readiness,
+    slurm_readiness,
+)
+from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, RetryPolicy, load_script
 from .targets import PRIVATE_NETWORK, WIREGUARD_PORT, ClusterSpec, NodeTarget
 
 FAULTS = ("install_fails", "never_joins")
@@ -51,6 +60,8 @@ class StepResult:
     # acceptance job ran on every other node but failed on (a fault, not "not yet").
     readiness: dict[str, NodeReadiness] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
+    # check_health: every node's verdict.
+    health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
     detail: str = ""
 
     @property
@@ -610,3 +621,34 @@ def stop(
     nodes = spec.nodes if only is None else tuple(n for n in spec.nodes if n.name in set(only))
     with _Session(runner) as session:
         return StepResult("stop", _run(spec, nodes, "stop.sh", "stop", session, on_output))
+
+
+# How hard one health round tries a node: a machine that does not answer within seconds is
+# unreachable for this round (the next round asks again), and one round never outlasts an
+# interval by much.
+HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0)
+
+
+def check_health(
+    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
+    ping_wait: int = 2,
+) -> StepResult:
+    """One round of the periodic health check: health.sh on every node at once, one SSH
+    session each (over the runner's kept connection when it has one). `result.health` has
+    every node's verdict: healthy, unreachable, network_down or software_down, with why."""
+    with _Session(runner) as session:
+        results = _run(
+            spec, spec.nodes, "health.sh", "health", session, on_output,
+            extra_env={"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)},
+        )
+    reports: dict[str, HealthReport | str] = {}
+    for name, result in results.items():
+        if result.unreachable:
+            # "node-1 (host:port) unreachable after 2 attempts: TimeoutError: ..." -> the kind only.
+            kind = result.error.rpartition(" attempts: ")[2].split(":", 1)[0] or "no answer"
+            reports[name] = f"no answer after {result.attempts} attempts ({kind})"
+        else:
+            report = parse_health_report(result.stdout)
+            reports[name] = report if report.printed_anything else (result.error or "the check printed nothing")
+    health = judge_health(reports, spec.software, head=spec.head.name)
+    return StepResult("check_health", results, health=health, detail=spec.software)

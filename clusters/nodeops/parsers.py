@@ -208,3 +208,200 @@ def ray_readiness(text: str, expected: list[str]) -> dict[str, NodeReadiness]:
     all_alive = status.alive >= len(expected)
     state = f"{status.alive}/{len(expected)} nodes alive in ray status"
     return {name: NodeReadiness(name, all_alive, state) for name in expected}
+
+
+# -- node health (scripts/health.sh) ------------------------------------------------------
+
+HEALTH_MARKER = "::health:: "
+# sinfo state flags that mean the node cannot run jobs: * not responding, ~ powered off,
+# # ! % power transitions, @ ^ rebooting. ($ maintenance and - planned are reservations.)
+SLURM_BAD_FLAGS = "*~#!%@^"
+SLURM_WORKING_STATES = frozenset({"idle", "allocated", "alloc", "mixed", "mix", "completing", "comp", "reserved",
+                                  "resv", "planned", "plnd"})
+# WireGuard rekeys every 2 minutes while traffic flows, and PersistentKeepalive keeps traffic
+# flowing: a handshake older than this means the peer has not answered for a while.
+STALE_HANDSHAKE_SECONDS = 180
+
+HEALTHY, UNREACHABLE, NETWORK_DOWN, SOFTWARE_DOWN = "healthy", "unreachable", "network_down", "software_down"
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """What health.sh printed on one node."""
+
+    wg_up: bool | None = None  # None: the script printed nothing about wg0
+    wg_daemon: str = ""  # running | stopped | kernel
+    peers: dict[str, bool] = field(default_factory=dict)  # peer name -> its 10.77.0.x answered a ping
+    handshakes: dict[str, int | None] = field(default_factory=dict)  # seconds since the last one; None: never
+    daemons: dict[str, bool] = field(default_factory=dict)  # slurmd/raylet/... -> running
+    status: str = ""  # the head's status command output (sinfo, kubectl, ray status)
+    status_exit: int | None = None  # the status command's exit status when it failed
+
+    @property
+    def printed_anything(self) -> bool:
+        return self.wg_up is not None
+
+
+@dataclass(frozen=True)
+class NodeHealthVerdict:
+    name: str
+    health: str  # healthy | unreachable | network_down | software_down
+    detail: str
+
+
+def parse_health_report(text: str) -> HealthReport:
+    """The markers health.sh printed (unknown lines are ignored: a newer script may say more)."""
+    wg_up: bool | None = None
+    wg_daemon = ""
+    peers: dict[str, bool] = {}
+    handshakes: dict[str, int | None] = {}
+    daemons: dict[str, bool] = {}
+    status_exit: int | None = None
+    for line in text.splitlines():
+        if not line.startswith(HEALTH_MARKER):
+            continue
+        words = line[len(HEALTH_MARKER):].split()
+        if len(words) == 2 and words[0] == "wg0":
+            wg_up = words[1] == "up"
+        elif len(words) == 2 and words[0] == "wg-daemon":
+            wg_daemon = words[1]
+        elif len(words) == 3 and words[0] == "peer":
+            peers[words[1]] = words[2] == "ok"
+        elif len(words) == 3 and words[0] == "handshake":
+            handshakes[words[1]] = int(words[2]) if words[2].isdigit() else None
+        elif len(words) == 3 and words[0] == "daemon":
+            daemons[words[1]] = words[2] == "running"
+        elif len(words) == 2 and words[0] == "status-exit" and words[1].isdigit():
+            status_exit = int(words[1])
+    status = ""
+    start = text.find("::begin-status::\n")
+    stop = text.find("::end-status::", start) if start >= 0 else -1
+    if start >= 0 and stop >= 0:
+        status = text[start + len("::begin-status::\n"):stop].strip("\n")
+    return HealthReport(wg_up, wg_daemon, peers, handshakes, daemons, status, status_exit)
+
+
+def slurm_state_works(state: str) -> bool:
+    """The node can run jobs (idle, allocated, mixed, ...), whatever its reservations."""
+    base = state.rstrip("*~#!%$@^-+")
+    return base in SLURM_WORKING_STATES and not any(flag in state for flag in SLURM_BAD_FLAGS)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names)
+
+
+def judge_health(
+    reports: dict[str, HealthReport | str], software: str, head: str | None = None
+) -> dict[str, NodeHealthVerdict]:
+    """Each node's health from every node's report (a str: why the node could not be asked).
+
+    Unreachable over SSH, then the private network (its own wg0 and wireguard-go, then the
+    pings: a node is down when it cannot reach most of the peers that are themselves up, so
+    one broken node does not take its healthy peers down with it), then the software (its own
+    daemons, then the head's view of it: sinfo, kubectl, ray status)."""
+    verdicts: dict[str, NodeHealthVerdict] = {}
+    notes: dict[str, list[str]] = {name: [] for name in reports}
+    answered = {name: report for name, report in reports.items() if isinstance(report, HealthReport)}
+    for name, report in reports.items():
+        if not isinstance(report, HealthReport):
+            verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, f"Does not answer over SSH: {report}"[:255])
+        elif not report.printed_anything:
+            verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, "The health check did not run on it")
+
+    # The private network: first what each node says of its own interface.
+    for name, report in answered.items():
+        if name in verdicts:
+            continue
+        if report.wg_up is False:
+            why = " (wireguard-go is not running)" if report.wg_daemon == "stopped" else ""
+            verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
+        elif report.wg_daemon == "stopped":
+            verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
+    # Then the pings, both directions, between nodes whose interface is up.
+    meshed = [name for name in answered if name not in verdicts]
+    for name in meshed:
+        report = answered[name]
+        failed = [
+            peer for peer in meshed
+            if peer != name and not (report.peers.get(peer, False) and answered[peer].peers.get(name, True))
+        ]
+        others = len(meshed) - 1
+        if others and len(failed) * 2 > others:
+            verdicts[name] = NodeHealthVerdict(
+                name, NETWORK_DOWN, f"Cannot reach {_names(failed)} over the private network"[:255]
+            )
+        elif failed:
+            notes[name].append(f"cannot reach {_names(failed)}")
+        stale = [
+            peer for peer, age in report.handshakes.items()
+            if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
+        ]
+        if stale:
+            notes[name].append(f"no recent WireGuard handshake with {_names(stale)}")
+
+    # The software: each node's own daemons, then the head's view.
+    for name, report in answered.items():
+        if name in verdicts:
+            continue
+        stopped = sorted(daemon for daemon, running in report.daemons.items() if not running)
+        if stopped:
+            verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{_names(stopped)} not running")
+    head_report = answered.get(head) if head else None
+    if head_report is not None and software != "none":
+        _judge_status(head, head_report, software, answered, verdicts, notes)
+
+    for name in reports:
+        if name not in verdicts:
+            report = answered[name]
+            peers = sum(report.peers.values())
+            parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+            running = sorted(daemon for daemon, up in report.daemons.items() if up)
+            if running:
+                parts.append(f"{_names(running)} running")
+            verdicts[name] = NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes[name])[:255])
+    return {name: verdicts[name] for name in reports}
+
+
+def _judge_status(
+    head: str, report: HealthReport, software: str, answered: dict[str, HealthReport],
+    verdicts: dict[str, NodeHealthVerdict], notes: dict[str, list[str]],
+) -> None:
+    command = {"slurm": "sinfo", "kubernetes": "kubectl get nodes", "ray": "ray status"}[software]
+    if report.status_exit is not None:
+        if head not in verdicts:
+            verdicts[head] = NodeHealthVerdict(
+                head, SOFTWARE_DOWN, f"`{command}` failed on the head (exit status {report.status_exit})"
+            )
+        return
+    judged = [name for name in answered if name not in verdicts]
+    if software == "slurm":
+        states = parse_sinfo(report.status)
+        for name in judged:
+            state = states.get(name)
+            if state is None:
+                verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, "Not listed by sinfo")
+            elif not slurm_state_works(state):
+                verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{state} in sinfo")
+            else:
+                notes[name].append(f"{state} in sinfo")
+    elif software == "kubernetes":
+        try:
+            nodes = parse_kubectl_nodes(report.status)
+        except ValueError:
+            verdicts.setdefault(head, NodeHealthVerdict(head, SOFTWARE_DOWN, "`kubectl get nodes` printed no JSON"))
+            return
+        for name in judged:
+            node = nodes.get(name)
+            if node is None:
+                verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, "Not registered with Kubernetes")
+            elif not node.ready:
+                verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, "NotReady in Kubernetes")
+            else:
+                notes[name].append("Ready in Kubernetes")
+    else:
+        # Ray names nodes by random ids: the count is for the head's detail; each node's
+        # own raylet (above) says which one is gone.
+        alive = parse_ray_status(report.status).alive
+        if head in notes:
+            notes[head].append(f"{alive}/{len(notes)} nodes alive in ray status")

@@ -1,0 +1,84 @@
+"""The health round (scripts/health.sh + operations.check_health) against real sshd
+processes on loopback addresses, with the sandbox's stand-ins for wg0 and the daemons."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from clusters.nodeops import operations as ops
+from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.sandbox import free_port
+from tests.nodeops.test_nodeops_cluster import bring_up, root
+
+
+@pytest.mark.parametrize("software", ["none", "slurm", "ray", "kubernetes"])
+def test_a_cluster_that_came_up_is_healthy_on_every_node(endpoints, runner, software):
+    spec = endpoints.spec(software=software)
+    assert all(step.ok for step in bring_up(spec, runner).values())
+
+    result = ops.check_health(spec, runner=runner)
+
+    assert {name: verdict.health for name, verdict in result.health.items()} == {
+        f"node-{i}": "healthy" for i in range(4)
+    }, result.health
+    assert "reaches 3 peers over wg0" in result.health["node-1"].detail
+
+
+def test_a_node_whose_tunnel_went_down_is_network_down_and_its_peers_stay_healthy(endpoints, runner):
+    spec = endpoints.spec(software="slurm")
+    assert all(step.ok for step in bring_up(spec, runner).values())
+    (root(spec, 2) / "etc/runcrate/network").write_text("down\n")
+
+    health = ops.check_health(spec, runner=runner).health
+
+    assert health["node-2"].health == "network_down" and health["node-2"].detail == "wg0 is down"
+    assert [health[f"node-{i}"].health for i in (0, 1, 3)] == ["healthy"] * 3
+    # Its peers reach the others, and are not blamed for it.
+    assert health["node-0"].detail.startswith("reaches 2 peers over wg0")
+
+
+def test_a_node_whose_daemon_stopped_is_software_down_from_its_own_view_and_the_heads(endpoints, runner):
+    spec = endpoints.spec(software="slurm")
+    assert all(step.ok for step in bring_up(spec, runner).values())
+    registry = root(spec, 0) / "var/lib/runcrate-sim/slurm/registered"
+    (registry / "node-3").unlink()
+
+    health = ops.check_health(spec, runner=runner).health
+
+    assert health["node-3"].health == "software_down"
+    assert health["node-3"].detail == "slurmd not running"
+    assert [health[f"node-{i}"].health for i in range(3)] == ["healthy"] * 3
+    assert "idle in sinfo" in health["node-1"].detail
+
+
+def test_a_node_that_does_not_answer_over_ssh_is_unreachable(endpoints):
+    spec = endpoints.spec(software="none")
+    with NodeRunner(RetryPolicy(connect_timeout=1, attempts=3, backoff=0.05)) as runner:
+        assert all(step.ok for step in bring_up(spec, runner).values())
+        closed = dataclasses.replace(spec.nodes[1], port=free_port(spec.nodes[1].host))
+        broken = dataclasses.replace(spec, nodes=(spec.nodes[0], closed, *spec.nodes[2:]))
+
+        health = ops.check_health(broken, runner=runner).health
+
+    assert health["node-1"].health == "unreachable"
+    assert health["node-1"].detail.startswith("Does not answer over SSH: no answer after")
+    assert [health[f"node-{i}"].health for i in (0, 2, 3)] == ["healthy"] * 3
+
+
+def test_one_round_is_one_ssh_session_per_node_over_kept_connections(endpoints):
+    spec = endpoints.spec(software="slurm")
+    with NodeRunner(keep_connections=True) as runner:
+        assert all(step.ok for step in bring_up(spec, runner).values())
+        opened = {key: conn for key, conn in runner._connections.items()}
+        first = ops.check_health(spec, runner=runner)
+        second = ops.check_health(spec, runner=runner)
+        assert runner._connections == opened, "the same connections carried both rounds"
+    assert all(r.attempts == 1 for r in (*first.results.values(), *second.results.values()))
+    assert len(first.results) == len(spec.nodes)
+
+
+def test_the_health_script_is_part_of_the_scripts_shellcheck_reads():
+    assert (Path(ops.__file__).parent / "scripts" / "health.sh").exists()
