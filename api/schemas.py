@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
 
-from clusters.models import Reason, Software, Status
+from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
 from offers.models import Interconnect, MachineKind
 
@@ -284,6 +284,15 @@ class Node(Schema):
     step: str | None
     detail: str | None
     ssh: str | None = Field(description="The Connect card's ssh line for this node, once the cluster is ready or degraded.")
+    health: choice(NodeHealth.values) = Field(  # type: ignore[valid-type]
+        description="What the periodic health check last found (unknown until a ready cluster's first check).")
+    health_detail: str | None = Field(description="Why: what the check saw on the node.")
+    health_checked_at: OptionalTimestamp = Field(description="When the node was last checked.")
+    health_changed_at: OptionalTimestamp = Field(description="Since when it has had this health.")
+
+    @staticmethod
+    def resolve_health_detail(node: Any) -> str | None:
+        return node.health_detail or None
 
     @staticmethod
     def resolve_status(node: Any) -> str:
@@ -331,6 +340,7 @@ class Cluster(Schema):
     terminated_at: OptionalTimestamp
     deadline_at: Timestamp
     nodes: list[Node]
+    unhealthy_nodes: int = Field(description="Live nodes the last health check found unreachable, network down or software down.")
     ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
 
     @staticmethod
@@ -358,6 +368,10 @@ class Cluster(Schema):
     @staticmethod
     def resolve_offer(cluster: Any) -> Any:
         return cluster.machine_type
+
+    @staticmethod
+    def resolve_unhealthy_nodes(cluster: Any) -> int:
+        return len(cluster.unhealthy_nodes)
 
     @staticmethod
     def resolve_nodes(cluster: Any) -> list[Any]:

@@ -8,6 +8,7 @@ context when the email is sent."""
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
-from clusters.models import Cluster, Reason
+from clusters.models import Cluster, Node, NodeHealth, Reason
 from notifications.kinds import Kind
 from notifications.services import notify
 
@@ -48,6 +49,26 @@ def notify_failed(cluster: Cluster) -> None:
 def notify_degraded(cluster: Cluster) -> None:
     # A retried install can degrade again: each attempt is its own event.
     _notify(cluster, Kind.CLUSTER_DEGRADED, f"degraded:{cluster.install_attempts}")
+
+
+def notify_node_unhealthy(cluster: Cluster, node: Node, health: str, detail: str, at: dt.datetime) -> None:
+    """Once per episode: the round that saw the node turn bad. Rounds that find it still bad
+    change nothing, so they record no notification; the key names the episode by its start."""
+    notify(
+        Kind.NODE_UNHEALTHY, user_ids=recipient_ids(cluster),
+        context={"cluster_id": cluster.pk, "node_name": node.name, "health": health,
+                 "health_label": NodeHealth(health).label.lower(), "health_detail": detail},
+        dedupe_key=f"cluster:{cluster.pk}:node:{node.pk}:unhealthy:{at.isoformat()}", workspace_id=cluster.workspace_id,
+    )
+
+
+def notify_node_recovered(cluster: Cluster, node: Node, at: dt.datetime) -> None:
+    notify(
+        Kind.NODE_RECOVERED, user_ids=recipient_ids(cluster),
+        context={"cluster_id": cluster.pk, "node_name": node.name, "health": NodeHealth.HEALTHY,
+                 "health_label": NodeHealth.HEALTHY.label.lower(), "health_detail": ""},
+        dedupe_key=f"cluster:{cluster.pk}:node:{node.pk}:recovered:{at.isoformat()}", workspace_id=cluster.workspace_id,
+    )
 
 
 def notify_terminated(cluster: Cluster) -> None:
@@ -120,4 +141,8 @@ def cluster_context(stored: dict) -> dict:
     else:
         context["duration"] = ""
     context["total_cost"] = total_cost(cluster)
+    # Node health emails name the machine and what the check found.
+    for key in ("node_name", "health", "health_label", "health_detail"):
+        if key in stored:
+            context[key] = stored[key]
     return context

@@ -185,6 +185,14 @@ class Cluster(models.Model):
         return next((n for n in self.nodes.all() if n.index == 0), None)
 
     @property
+    def unhealthy_nodes(self) -> list[Node]:
+        """Live nodes the last health check found bad (clusters.health), by index. Only a ready
+        cluster is checked: on any other, what was last found no longer says anything."""
+        if self.status != Status.READY:
+            return []
+        return [n for n in self.nodes.all() if n.released_at is None and n.health in BAD_HEALTH]
+
+    @property
     def machine_progress(self) -> dict:
         """How many of the cluster's machines are up, and how many reach every other one."""
         live = [n for n in self.nodes.all() if n.released_at is None]
@@ -229,6 +237,9 @@ class NodeHealth(models.TextChoices):
     UNREACHABLE = "unreachable", "Unreachable"
     NETWORK_DOWN = "network_down", "Private network down"
     SOFTWARE_DOWN = "software_down", "Software down"
+
+
+BAD_HEALTH = (NodeHealth.UNREACHABLE, NodeHealth.NETWORK_DOWN, NodeHealth.SOFTWARE_DOWN)
 
 
 class Node(models.Model):

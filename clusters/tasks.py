@@ -54,3 +54,34 @@ def meter_and_enforce() -> dict:
     from clusters import enforcement
 
     return enforcement.meter_and_enforce()
+
+
+@shared_task(soft_time_limit=30)
+def check_node_health() -> int:
+    """Beat, every NODE_HEALTH_INTERVAL_SECONDS: queue one health round per ready cluster that
+    is due and not in a round already."""
+    from clusters import health
+
+    queued = 0
+    for cluster_id in health.due_clusters():
+        if health.is_running(cluster_id):
+            continue
+        try:
+            check_cluster_health.apply_async((cluster_id,), expires=settings.NODE_HEALTH_INTERVAL_SECONDS)
+        except Exception:  # noqa: BLE001 - the next beat queues it again
+            log.exception("could not queue a health round for cluster %s", cluster_id)
+            break
+        queued += 1
+    return queued
+
+
+@shared_task(soft_time_limit=settings.NODE_HEALTH_ROUND_SECONDS, time_limit=settings.NODE_HEALTH_ROUND_SECONDS + 15)
+def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
+    from clusters import health
+
+    if not health.claim(cluster_id):
+        return None  # a round is running for it
+    try:
+        return health.check_cluster(cluster_id)
+    finally:
+        health.release(cluster_id)

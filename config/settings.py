@@ -241,10 +241,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
+# Node health (clusters.health): a round per ready cluster every interval, one SSH session per
+# node; a round that runs longer than NODE_HEALTH_ROUND_SECONDS is cut off.
+NODE_HEALTH_INTERVAL_SECONDS = env_int("NODE_HEALTH_INTERVAL_SECONDS", 30)
+NODE_HEALTH_ROUND_SECONDS = env_int("NODE_HEALTH_ROUND_SECONDS", 60)
+NODE_HEALTH_MAX_CLUSTERS_PER_ROUND = env_int("NODE_HEALTH_MAX_CLUSTERS_PER_ROUND", 500)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
+    "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
 }
 
 # The lifecycle: how long a step waits before the reconciler looks again, and whether a

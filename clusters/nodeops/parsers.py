@@ -348,7 +348,7 @@ def judge_health(
         if stopped:
             verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{_names(stopped)} not running")
     head_report = answered.get(head) if head else None
-    if head_report is not None and software != "none":
+    if head is not None and head_report is not None and software != "none":
         _judge_status(head, head_report, software, answered, verdicts, notes)
 
     for name in reports:

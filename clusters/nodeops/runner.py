@@ -295,6 +295,11 @@ class NodeRunner:
                 continue
             _no_delay(connection)
             if self.keep_connections:
+                # A kept connection can outlive its peer silently (no RST): opening the next
+                # step's session on it must fail within the connect timeout, not paramiko's hour.
+                transport = connection.client.get_transport() if connection.client else None
+                if transport is not None:
+                    transport.channel_timeout = policy.connect_timeout
                 with self._connections_lock:
                     self._connections[key] = connection
             return connection, attempt

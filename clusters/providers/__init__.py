@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from clusters.providers.base import BootReport, BootState, OutputCallback, Provider, StepOutcome
+from clusters.providers.base import BootReport, BootState, NodeHealthReport, OutputCallback, Provider, StepOutcome
 
 DRIVERS = {
     "simulated": "clusters.providers.simulated.SimulatedProvider",
@@ -22,4 +22,4 @@ def get_provider(name: str, on_output: OutputCallback | None = None) -> Provider
     return getattr(import_module(module), cls)(on_output=on_output)
 
 
-__all__ = ["BootReport", "BootState", "OutputCallback", "Provider", "StepOutcome", "get_provider"]
+__all__ = ["BootReport", "BootState", "NodeHealthReport", "OutputCallback", "Provider", "StepOutcome", "get_provider"]

@@ -44,6 +44,12 @@ class StepOutcome:
         return cls()
 
 
+@dataclass(frozen=True)
+class NodeHealthReport:
+    health: str  # a clusters.models.NodeHealth value
+    detail: str = ""
+
+
 # (node name, step, output) — lets a provider stream each node's progress to the page.
 OutputCallback = Callable[[str, str, str], None]
 
@@ -77,6 +83,11 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         """Stop the machines (syncing an attached volume back first). Best effort, idempotent."""
+
+    def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
+        """One round of the periodic health check of a ready cluster's `nodes` (clusters.health):
+        each node's health and why. None: this driver has nothing it could check."""
+        return None
 
     def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract
         """Give the machine back to the operator's pool (nothing to do for most drivers)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import socket
+import threading
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
@@ -18,7 +20,7 @@ from clusters.nodeops import operations
 from clusters.nodeops.operations import ClusterSecrets, StepResult
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
-from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
+from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -33,6 +35,38 @@ def ssh_banner(host: str, port: int, timeout: float = 2.0) -> bool:
             return sock.recv(8).startswith(b"SSH-")
     except OSError:
         return False
+
+
+class HealthRunners:
+    """One NodeRunner with kept connections per cluster, for the health rounds of this
+    process: round after round reuses each node's SSH connection, so a round costs one
+    session per node, not a handshake. At most `size` clusters are kept; the least recently
+    checked one gives its connections back first."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._runners: OrderedDict[int, NodeRunner] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, cluster_id: int) -> NodeRunner:
+        with self._lock:
+            runner = self._runners.pop(cluster_id, None) or NodeRunner(operations.HEALTH_POLICY, keep_connections=True)
+            self._runners[cluster_id] = runner
+            evicted = []
+            while len(self._runners) > self.size:
+                evicted.append(self._runners.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+        return runner
+
+    def forget(self, cluster_id: int) -> None:
+        with self._lock:
+            runner = self._runners.pop(cluster_id, None)
+        if runner is not None:
+            runner.close()
+
+
+HEALTH_RUNNERS = HealthRunners()
 
 
 class FabricProvider(Provider):
@@ -144,7 +178,16 @@ class FabricProvider(Provider):
                 self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
         return outcome
 
+    def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
+        """health.sh on `nodes` (the head among them), over this process's kept connections."""
+        if not any(node.index == 0 for node in nodes):
+            return None  # the head answers for the software: no round without it
+        spec = self.spec_for(cluster, nodes)
+        result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk))
+        return {name: NodeHealthReport(verdict.health, verdict.detail) for name, verdict in result.health.items()}
+
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
+        HEALTH_RUNNERS.forget(cluster.pk)
         if not nodes:
             return
         # A spec starts at the head, so build it from every live node even when only a

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
-from clusters.providers.base import BootReport, BootState, Provider, StepOutcome
+from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
 from offers.models import HostFault
 
 if TYPE_CHECKING:
@@ -67,6 +67,14 @@ class SimulatedProvider(Provider):
 
     def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         return StepOutcome.done()
+
+    def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport]:
+        # Simulated machines have no daemons to lose: what a host's fault says, nothing more.
+        return {
+            node.name: NodeHealthReport("network_down", "wg0 is down")
+            if node.host.fault == HostFault.NEVER_JOINS else NodeHealthReport("healthy", "simulated machine")
+            for node in nodes
+        }
 
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         for node in nodes:

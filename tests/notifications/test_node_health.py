@@ -1,0 +1,144 @@
+"""The node health check's records: what a round writes, the events, and the emails as they
+arrive at a real SMTP server. Rounds run through clusters.health with the simulated provider,
+whose machines turn bad by their host's fault."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+
+from clusters import health, services, tasks
+from clusters.models import Cluster, ClusterEvent, Node, NodeHealth, Reason, Status
+from notifications.models import Notification
+from offers.models import Host, HostFault
+from tests.notifications.conftest import subject_of, text_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def cluster(environment, machine_type, owner) -> Cluster:
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=3, created_by=owner,
+    )
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    return cluster
+
+
+def node(cluster: Cluster, index: int) -> Node:
+    return cluster.nodes.select_related("host").get(index=index, replacing__isnull=True)
+
+
+def break_network(cluster: Cluster, index: int, broken: bool = True) -> None:
+    Host.objects.filter(pk=node(cluster, index).host_id).update(fault=HostFault.NEVER_JOINS if broken else "")
+
+
+def health_events(cluster: Cluster) -> list[tuple[str, str]]:
+    return list(cluster.events.filter(event__startswith="node_").order_by("id").values_list("event", "reason"))
+
+
+def test_a_node_that_turns_bad_gets_an_event_and_one_email_and_one_more_when_it_recovers(smtp, cluster):
+    smtp.messages.clear()  # the ready email
+    assert health.check_cluster(cluster.pk) == {"node-0": "healthy", "node-1": "healthy", "node-2": "healthy"}
+    assert smtp.messages == [] and health_events(cluster) == []
+
+    break_network(cluster, 1)
+    assert health.check_cluster(cluster.pk)["node-1"] == NodeHealth.NETWORK_DOWN
+    bad = node(cluster, 1)
+    assert bad.health == NodeHealth.NETWORK_DOWN and bad.health_detail == "wg0 is down"
+    assert bad.health_changed_at == bad.health_checked_at
+    assert health_events(cluster) == [("node_unhealthy", Reason.NODE_NETWORK_DOWN)]
+    [message] = smtp.messages
+    assert subject_of(message) == "node-1 of your cluster train is private network down"
+    assert "wg0 is down" in text_of(message) and "stays ready" in text_of(message)
+
+    # Still bad, round after round: nothing new is recorded or sent.
+    health.check_cluster(cluster.pk)
+    health.check_cluster(cluster.pk)
+    assert len(smtp.messages) == 1 and len(health_events(cluster)) == 1
+    assert node(cluster, 1).health_checked_at > bad.health_checked_at
+    assert node(cluster, 1).health_changed_at == bad.health_changed_at
+
+    break_network(cluster, 1, broken=False)
+    health.check_cluster(cluster.pk)
+    assert node(cluster, 1).health == NodeHealth.HEALTHY
+    assert health_events(cluster) == [("node_unhealthy", Reason.NODE_NETWORK_DOWN), ("node_recovered", "")]
+    assert [subject_of(m) for m in smtp.messages][1:] == ["node-1 of your cluster train is healthy again"]
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY, "a bad node never changes the cluster's status"
+
+    # A second episode is its own: one more email each way.
+    break_network(cluster, 1)
+    health.check_cluster(cluster.pk)
+    assert len(smtp.messages) == 3
+    assert Notification.objects.filter(kind="node_unhealthy").count() == 2
+
+
+def test_a_node_that_stays_bad_differently_gets_an_event_but_no_second_email(smtp, cluster):
+    smtp.messages.clear()
+    worker = node(cluster, 2)
+    services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.SOFTWARE_DOWN, "slurmd not running")})
+    services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
+    assert health_events(cluster) == [
+        ("node_unhealthy", Reason.NODE_SOFTWARE_DOWN), ("node_health_changed", Reason.NODE_UNREACHABLE)
+    ]
+    assert [subject_of(m) for m in smtp.messages] == ["node-2 of your cluster train is software down"]
+
+
+def test_the_first_healthy_check_is_no_news(smtp, cluster):
+    smtp.messages.clear()
+    health.check_cluster(cluster.pk)
+    assert smtp.messages == [] and health_events(cluster) == []
+    assert set(cluster.nodes.values_list("health", flat=True)) == {NodeHealth.HEALTHY}
+
+
+def test_the_round_skips_machines_being_swapped_in_and_nodes_not_ready_but_checks_the_one_being_replaced(
+    cluster, machine_type
+):
+    old = node(cluster, 1)
+    held = Node.objects.filter(released_at__isnull=True).values("host_id")
+    spare = Host.objects.filter(machine_type=machine_type).exclude(pk__in=held).first()
+    incoming = Node.objects.create(cluster=cluster, index=1, host=spare, state=Node.State.READY, replacing=old)
+    Node.objects.filter(pk=node(cluster, 2).pk).update(state=Node.State.INSTALLING)
+
+    assert health.check_cluster(cluster.pk) == {"node-0": "healthy", "node-1": "healthy"}
+    incoming.refresh_from_db()
+    assert incoming.health == NodeHealth.UNKNOWN and incoming.health_checked_at is None
+    assert node(cluster, 1).pk == old.pk and node(cluster, 1).health == NodeHealth.HEALTHY
+    assert node(cluster, 2).health_checked_at is None
+
+
+def test_clusters_that_are_not_ready_are_not_checked(cluster):
+    services.terminate_cluster(cluster)
+    assert health.check_cluster(cluster.pk) is None
+    assert not cluster.nodes.filter(health_checked_at__isnull=False).exists()
+
+
+def test_findings_for_a_cluster_that_stopped_mid_round_are_dropped(smtp, cluster):
+    smtp.messages.clear()
+    worker = node(cluster, 1)
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.TERMINATING)
+    assert services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "gone")}) == []
+    assert node(cluster, 1).health == NodeHealth.UNKNOWN and smtp.messages == []
+
+
+def test_the_beat_task_checks_each_due_ready_cluster_once_and_skips_one_in_a_round(
+    cluster, environment, machine_type, owner
+):
+    other = services.create_cluster(
+        environment=environment, name="other", machine_type=machine_type, machine_count=2, created_by=owner,
+    )
+    assert health.due_clusters() == [cluster.pk, other.pk]
+    assert health.claim(other.pk)  # a round for `other` is running elsewhere
+    try:
+        assert tasks.check_node_health() == 1
+    finally:
+        health.release(other.pk)
+    assert not cluster.nodes.filter(health_checked_at__isnull=True).exists()
+    assert not other.nodes.filter(health_checked_at__isnull=False).exists()
+    # Just checked: not due again until half an interval has passed.
+    assert health.due_clusters() == [other.pk]
+    assert tasks.check_node_health() == 1
+    assert health.due_clusters() == []
+    assert cache.get(health.lock_key(cluster.pk)) is None, "each round let go of its cluster"
