@@ -10,7 +10,16 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 from ninja import Schema
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    create_model,
+    model_validator,
+)
 
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
@@ -428,21 +437,19 @@ class Balance(Schema):
     budget_remaining: OptionalMoney
 
 
-class UsageRow(Schema):
+# Usage lines arrive as plain dicts (billing.queries.UsageLines), hundreds of rows a page:
+# plain pydantic models validate them in pydantic-core, without ninja's per-object getter.
+class UsageRow(BaseModel):
     node: str
     gpu: str
     start: Timestamp
     end: OptionalTimestamp = Field(description="null while the machine runs.")
-    hours: str
+    hours: Annotated[str, BeforeValidator(str)]
     rate: Money
     amount: Money
 
-    @staticmethod
-    def resolve_hours(row: Any) -> str:
-        return str(row["hours"])
 
-
-class UsageItem(Schema):
+class UsageItem(BaseModel):
     cluster_id: int
     name: str
     environment_id: int

@@ -1,6 +1,6 @@
 """Real nodes on this computer: time to ready and what each node costs in memory.
 
-For N = 2, 4, 8 and software none / Slurm (and Ray at 2 with --ray): boot N real nodes
+For N = 2, 8, 32 and software none / Slurm (and Ray at 2 with --ray): boot N real nodes
 (clusters.nodeops.realnodes), then run the node path exactly as the `local` provider does
 (set_names, join_network over WireGuard, setup_shared, install, check_ready until ready,
 Slurm's acceptance job included), and release them. Memory per node is the proportional set
@@ -16,6 +16,7 @@ import argparse
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +25,8 @@ from clusters.nodeops import operations, realnodes  # noqa: E402
 from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
 from clusters.nodeops.sandbox import write_ed25519_keypair  # noqa: E402
 from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip  # noqa: E402
+
+BOOT_THREADS = 16  # clusters.providers.local.BOOT_THREADS (importing it needs Django)
 
 
 def pss_kib(pids: list[int]) -> int:
@@ -38,17 +41,30 @@ def pss_kib(pids: list[int]) -> int:
     return total
 
 
-def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int]]:
+def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int], dict[str, float]]:
     run = workdir / f"{software}-{count}"
     run.mkdir(parents=True)
     public = write_ed25519_keypair(run / "client", "bench-control-plane")
     states = [run / f"m{i}" for i in range(count)]
     started = time.monotonic()
+    phases: dict[str, float] = {}
+    mark = started
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name] = now - mark
+        mark = now
+
     try:
-        handles = [
-            realnodes.boot(run, state, key=state.name, hostname=state.name, authorized_keys=public + "\n")
-            for state in states
-        ]
+        # At once, as the local provider boots a pass's machines (LocalProvider.boot_all).
+        with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, count)) as pool:
+            handles = list(pool.map(
+                lambda state: realnodes.boot(run, state, key=state.name, hostname=state.name,
+                                             authorized_keys=public + "\n"),
+                states,
+            ))
+        lap("boot")
         nodes = tuple(
             NodeTarget(name=f"node-{i}", index=i, host=h.address, port=22, user="root",
                        key_filename=str(run / "client"), root="", private_ip=private_ip(i),
@@ -63,13 +79,16 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int]]
                 result = step(spec, secrets=secrets, runner=runner, **({"wait_seconds": 20} if step is operations.join_network else {}))
                 if not result.ok:
                     raise RuntimeError(result.summary())
+                lap(step.__name__)
             for step in (operations.setup_shared,):
                 result = step(spec, runner=runner)
                 if not result.ok:
                     raise RuntimeError(result.summary())
+            lap("setup_shared")
             result = operations.install_software(spec, secrets=secrets, runner=runner)
             if not result.ok:
                 raise RuntimeError(result.summary())
+            lap("install")
             deadline = time.monotonic() + 180
             while True:
                 ready = operations.check_ready(spec, runner=runner)
@@ -78,9 +97,10 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int]]
                 if time.monotonic() > deadline:
                     raise RuntimeError(ready.summary())
                 time.sleep(0.5)
+            lap("check_ready")
         seconds = time.monotonic() - started
         memory = [pss_kib(realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]})) for h in handles]
-        return seconds, memory
+        return seconds, memory, phases
     finally:
         for state in states:
             realnodes.release(run, state)
@@ -89,7 +109,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2,4,8")
+    parser.add_argument("--sizes", default="2,8,32")
     parser.add_argument("--software", default="none,slurm")
     parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (needs /opt/ray; ~1 GB)")
     args = parser.parse_args()
@@ -106,7 +126,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as workdir:
         for count, software in runs:
             try:
-                seconds, memory = one_run(count, software, Path(workdir))
+                seconds, memory, phases = one_run(count, software, Path(workdir))
             except RuntimeError as error:
                 print(f"{software:>8} | {count:>2} | failed: {error}")
                 continue
@@ -114,6 +134,7 @@ def main() -> None:
             workers = sum(mib[1:]) / max(1, len(mib) - 1)
             print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
                   f"head {mib[0]:.0f}, workers {workers:.0f} (mean)")
+            print(" " * 11 + "phases: " + ", ".join(f"{name} {value:.1f}s" for name, value in phases.items()))
 
 
 if __name__ == "__main__":

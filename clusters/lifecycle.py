@@ -213,12 +213,11 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     """Ask pending machines to boot and record those now up, in one push; returns the first
     machine that failed to start (and why), leaving what to do about it to the caller."""
     now = timezone.now()
-    booted = []
-    for node in nodes:
-        if node.state == Node.State.PENDING:
-            provider.boot(node)
-            booted.append((node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}))
-    services.update_nodes(cluster.pk, booted)
+    pending = [node for node in nodes if node.state == Node.State.PENDING]
+    provider.boot_all(pending)
+    services.update_nodes(
+        cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}) for node in pending]
+    )
     came_up = []
     failed = None
     for node in nodes:
@@ -279,7 +278,7 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 
 # A node whose install finished waits on its readiness check only: installing again on
 # every pass would restart the daemons it just started (and hide one that died).
-INSTALLED_STEP = "checking readiness"
+INSTALLED_STEP = services.INSTALLED_STEP
 
 
 def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> StepOutcome:

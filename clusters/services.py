@@ -376,6 +376,10 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         _after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
+# The step of a node whose install finished and that waits on its readiness check only
+# (clusters.lifecycle): output arriving late must not relabel it, or the next pass would
+# install again, restarting the daemons it just started and hiding one that died.
+INSTALLED_STEP = "checking readiness"
 SETTLED_NODE_STATES = (
     Node.State.READY, Node.State.INSTALL_FAILED, Node.State.FAILED, Node.State.STOPPED, Node.State.RELEASED,
 )
@@ -399,7 +403,7 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
             text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
             node.log_tail = (node.log_tail + text)[-keep:]
             # Output arrives after the fact; it must not relabel a node that has settled.
-            if node.state not in SETTLED_NODE_STATES:
+            if node.state not in SETTLED_NODE_STATES and node.step != INSTALLED_STEP:
                 node.step = entries[-1][0][:40]
         Node.objects.bulk_update(nodes, ["log_tail", "step"])
         _after_commit_changed(cluster_id, nodes=[node.pk for node in nodes])

@@ -424,21 +424,23 @@ def join_network(
     """
     secrets = generate_secrets(spec, secrets)
     wait = wait_seconds if wait_seconds is not None else (SANDBOX_JOIN_WAIT if spec.sandbox else REAL_JOIN_WAIT)
+    extra_env = {
+        "RUNCRATE_JOIN_WAIT": str(wait),
+        # Sandbox peers come up within milliseconds of each other.
+        "RUNCRATE_PROBE_INTERVAL": "0.1" if spec.sandbox else "1",
+    }
+    node_env: NodeEnv = lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)}  # noqa: E731
     with _Session(runner) as session:
-        results = _run(
-            spec,
-            spec.nodes,
-            "join_network.sh",
-            "join_network",
-            session,
-            on_output,
-            extra_env={
-                "RUNCRATE_JOIN_WAIT": str(wait),
-                # Sandbox peers come up within milliseconds of each other.
-                "RUNCRATE_PROBE_INTERVAL": "0.1" if spec.sandbox else "1",
-            },
-            node_env=lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)},
-        )
+        if spec.sandbox:
+            results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
+                           extra_env=extra_env, node_env=node_env)
+        else:
+            # Every tunnel up first, then the probes: see join_network.sh on RUNCRATE_JOIN_PHASE.
+            results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
+                           extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "up"}, node_env=node_env)
+            up = [node for node in spec.nodes if results[node.name].ok]
+            results.update(_run(spec, up, "join_network.sh", "join_network", session, on_output,
+                                extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "reach"}, node_env=node_env))
     reaches: dict[tuple[str, str], bool] = {}
     for name, result in results.items():
         if not result.ok:

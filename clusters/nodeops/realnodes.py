@@ -130,7 +130,12 @@ class Underlay:
         return str(self.subnet.network_address + 10 + slot)
 
     def ensure(self) -> None:
-        """The switch and the host's guard routes; safe to call again."""
+        """The switch and the host's guard routes; safe to call again, and from nodes
+        booting at once."""
+        with _locked(self.run_dir / ".underlay.lock"):
+            self._ensure()
+
+    def _ensure(self) -> None:
         if not _netns_exists(self.switch):
             _ip("netns", "add", self.switch)
             _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")

@@ -64,6 +64,11 @@ class Provider(abc.ABC):
     def boot(self, node: Node) -> None:
         """Ask the machine to start. Safe to call again for a machine already booting."""
 
+    def boot_all(self, nodes: list[Node]) -> None:
+        """Ask each machine to start (a provider may start them at once)."""
+        for node in nodes:
+            self.boot(node)
+
     @abc.abstractmethod
     def boot_status(self, node: Node) -> BootReport:
         ...

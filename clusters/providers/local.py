@@ -29,10 +29,12 @@ import shutil
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from clusters.nodeops import operations, realnodes, sandbox
@@ -47,6 +49,10 @@ if TYPE_CHECKING:
     from clusters.nodeops.targets import ClusterSpec
     from clusters.providers.base import OutputCallback
     from offers.models import Host
+
+
+# Real nodes booted at once by one pass.
+BOOT_THREADS = 16
 
 
 def machines_dir() -> Path:
@@ -175,6 +181,25 @@ class LocalProvider(FabricProvider):
         log.close()
         (machine / "pid").write_text(str(process.pid))
         self._emit(node.name, "boot", f"{host.name}: {'sshd' if sshd else 'asyncssh'} on {host.address}:{host.port}")
+
+    def boot_all(self, nodes: list[Node]) -> None:
+        if not self.real or len(nodes) < 2:
+            super().boot_all(nodes)
+            return
+        # A real node takes a fraction of a second of namespaces, mounts and sshd, mostly
+        # waiting: boot them at once, so 32 machines come up about as soon as 2. What each
+        # boot reads of the database is read here first; the threads touch none of it.
+        for node in nodes:
+            _ = node.host, node.cluster.volume
+
+        def boot(node: Node) -> None:
+            try:
+                self.boot(node)
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(nodes)), thread_name_prefix="boot") as pool:
+            list(pool.map(boot, nodes))
 
     def _boot_real(self, node: Node) -> None:
         host = node.host

@@ -329,3 +329,16 @@ def test_a_provisioning_pass_pushes_once_for_all_its_nodes_not_once_per_node(env
     assert set(cluster.nodes.values_list("state", flat=True)) == {Node.State.BOOTING}
     # The create, the sixteen boots, and their output lines: a few pushes, not one per node.
     assert len(pushes) <= 3, pushes
+
+
+def test_output_arriving_after_the_install_does_not_make_the_next_pass_install_again(environment, machine_type):
+    # The install's last lines are written when the pass ends, after the node was marked as
+    # installed: they must not relabel it, or every later pass would install again.
+    cluster = create(environment, machine_type, software="slurm")
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.INSTALLING)
+    node = cluster.nodes.first()
+    services.update_nodes(cluster.pk, [(node, {"state": Node.State.INSTALLING, "step": services.INSTALLED_STEP})])
+    services.append_node_logs(cluster.pk, {node.pk: [("install_software:daemons", "slurmd started")]})
+    node.refresh_from_db()
+    assert node.step == services.INSTALLED_STEP
+    assert "slurmd started" in node.log_tail

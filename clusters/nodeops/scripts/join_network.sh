@@ -6,42 +6,51 @@
 #
 # Sandbox mode never touches an interface or a 10.77.x address: names resolve through
 # $ROOT/etc/runcrate/sandbox-peers to the peers' loopback SSH endpoints.
+#
+# RUNCRATE_JOIN_PHASE: "up" stops once wg0 is up, "reach" only checks the peers, "all" does
+# both. The control plane brings every node's wg0 up before any node probes: a handshake
+# sent to a peer whose tunnel is not up yet is retried only after WireGuard's 5-second
+# REKEY_TIMEOUT, which would make every join wait that long.
 set -euo pipefail
 
 WAIT="${RUNCRATE_JOIN_WAIT:-120}"
+PHASE="${RUNCRATE_JOIN_PHASE:-all}"
 
-step "wireguard-config"
-write_file "$ROOT/etc/wireguard/wg0.conf" 0600 <<<"${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"
+if [ "$PHASE" != reach ]; then
+    step "wireguard-config"
+    write_file "$ROOT/etc/wireguard/wg0.conf" 0600 <<<"${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"
 
-if has_fault never_joins; then
-    # Fault injection: this node's tunnel never comes up, so nobody reaches it.
-    log "fault injected: never_joins; the tunnel stays down"
-    write_file "$STATE_DIR/network" 0644 <<<never_joins
-else
-    step "wireguard-up"
-    if is_sandbox; then
-        log "sandbox: wg0.conf written, no interface brought up"
+    if has_fault never_joins; then
+        # Fault injection: this node's tunnel never comes up, so nobody reaches it.
+        log "fault injected: never_joins; the tunnel stays down"
+        write_file "$STATE_DIR/network" 0644 <<<never_joins
     else
-        apt_install wireguard-tools
-        if ip link show wg0 >/dev/null 2>&1; then
-            : # already up (a peer was added): only its peers change
-        elif [ ! -d /sys/module/wireguard ] && ! modprobe wireguard 2>/dev/null; then
-            # No kernel module (an older kernel, or one built without it): wg-quick runs
-            # the userspace implementation over /dev/net/tun instead.
-            apt_install wireguard-go
-            export WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go
-            export WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1
-            log "no WireGuard kernel module: wg0 runs on wireguard-go"
-        fi
-        if ip link show wg0 >/dev/null 2>&1; then
-            wg syncconf wg0 <(wg-quick strip wg0)
+        step "wireguard-up"
+        if is_sandbox; then
+            log "sandbox: wg0.conf written, no interface brought up"
         else
-            wg-quick up wg0
+            apt_install wireguard-tools
+            if ip link show wg0 >/dev/null 2>&1; then
+                : # already up (a peer was added): only its peers change
+            elif [ ! -d /sys/module/wireguard ] && ! modprobe wireguard 2>/dev/null; then
+                # No kernel module (an older kernel, or one built without it): wg-quick runs
+                # the userspace implementation over /dev/net/tun instead.
+                apt_install wireguard-go
+                export WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go
+                export WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1
+                log "no WireGuard kernel module: wg0 runs on wireguard-go"
+            fi
+            if ip link show wg0 >/dev/null 2>&1; then
+                wg syncconf wg0 <(wg-quick strip wg0)
+            else
+                wg-quick up wg0
+            fi
+            if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
         fi
-        if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
+        write_file "$STATE_DIR/network" 0644 <<<up
     fi
-    write_file "$STATE_DIR/network" 0644 <<<up
 fi
+[ "$PHASE" != up ] || exit 0
 
 # probe NAME: succeed when the peer answers by name.
 probe() {
