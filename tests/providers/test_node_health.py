@@ -1,0 +1,109 @@
+"""The node health check on real nodes: a real Slurm cluster (namespaces, wireguard-go,
+slurmd), whose daemons are killed by pid and started again as an operator would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from api.keys import create_api_key
+from clusters import health, services, tasks
+from clusters.models import Cluster, Node, NodeHealth, Reason, Status
+from clusters.nodeops import realnodes
+from notifications.models import Notification
+from tests.providers.conftest import SETTLED, drive
+from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
+
+CAN, WHY = realnodes.capability()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}"),
+]
+
+
+def pids_named(real_machines: Path, node: Node, name: str) -> list[int]:
+    """Host pids of the processes called `name` inside that node's own PID namespace."""
+    found = []
+    for pid in realnodes.processes_in({"pid": realnodes.namespaces(handle(real_machines, node))["pid"]}):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def rounds_until(cluster: Cluster, index: int, wanted: str, rounds: int) -> tuple[int, dict[str, str]]:
+    """Run the beat's per-cluster task up to `rounds` times; the round it saw `wanted`."""
+    found: dict[str, str] = {}
+    for number in range(1, rounds + 1):
+        found = tasks.check_cluster_health(cluster.pk) or {}
+        if found.get(f"node-{index}") == wanted:
+            return number, found
+        time.sleep(1)
+    return 0, found
+
+
+def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting_it_healthy(
+    environment, owner, real_machines, client
+):
+    machine_type = real_machine_type(3)
+    cluster = services.create_cluster(
+        environment=environment, name="watch", machine_type=machine_type, machine_count=3, software="slurm",
+        created_by=owner,
+    )
+    cluster = drive(cluster, SETTLED, timeout=150)
+    assert cluster.status == Status.READY, story(cluster)
+    started = time.monotonic()
+    assert tasks.check_cluster_health(cluster.pk) == {f"node-{i}": NodeHealth.HEALTHY for i in range(3)}
+    round_seconds = time.monotonic() - started
+    assert round_seconds < 15, f"one round over 3 nodes took {round_seconds:.1f} s"
+    nodes = list(cluster.nodes.select_related("host").order_by("index"))
+
+    # wireguard-go of node-1 dies: node-1 has lost the private network, its peers have not.
+    [wireguard] = pids_named(real_machines, nodes[1], "wireguard-go")
+    os.kill(wireguard, signal.SIGKILL)
+    number, found = rounds_until(cluster, 1, NodeHealth.NETWORK_DOWN, rounds=2)
+    assert number, found
+    assert found["node-0"] == found["node-2"] == NodeHealth.HEALTHY
+    assert "wg0 is down" in cluster.nodes.get(index=1).health_detail
+
+    # The API and the page say so.
+    _, key = create_api_key(workspace=environment.workspace, created_by=owner, name="watch")
+    detail = client.get(f"/api/v1/clusters/{cluster.pk}", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    assert [n["health"] for n in detail["nodes"]] == ["healthy", "network_down", "healthy"]
+    assert detail["unhealthy_nodes"] == 1 and detail["status"] == "ready"
+    client.force_login(owner)
+    page = client.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "node-1 is private network down" in page and "Private network down" in page
+
+    # Brought back up the way join_network.sh does: healthy again, with a handshake.
+    up = on_node(real_machines, nodes[1], "WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go "
+                                          "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 wg-quick up wg0")
+    assert up.returncode == 0, up.stderr
+    number, found = rounds_until(cluster, 1, NodeHealth.HEALTHY, rounds=3)
+    assert number, found
+
+    # slurmd on node-2 dies: its software is down; the rest of the cluster is fine.
+    assert on_node(real_machines, nodes[2], "kill -9 $(cat /run/slurmd.pid)").returncode == 0
+    number, found = rounds_until(cluster, 2, NodeHealth.SOFTWARE_DOWN, rounds=2)
+    assert number, found
+    assert found["node-0"] == found["node-1"] == NodeHealth.HEALTHY
+    assert cluster.nodes.get(index=2).health_detail == "slurmd not running"
+    assert on_node(real_machines, nodes[2], "slurmd").returncode == 0
+    number, found = rounds_until(cluster, 2, NodeHealth.HEALTHY, rounds=3)
+    assert number, found
+
+    events = list(cluster.events.filter(event__startswith="node_").order_by("id").values_list("event", "reason"))
+    assert events == [
+        ("node_unhealthy", Reason.NODE_NETWORK_DOWN), ("node_recovered", ""),
+        ("node_unhealthy", Reason.NODE_SOFTWARE_DOWN), ("node_recovered", ""),
+    ]
+    kinds = list(Notification.objects.filter(workspace=environment.workspace, kind__startswith="node_")
+                 .order_by("id").values_list("kind", flat=True))
+    assert kinds == ["node_unhealthy", "node_recovered", "node_unhealthy", "node_recovered"]
+    assert health.due_clusters() == [], "every node was just checked"
