@@ -1,0 +1,142 @@
+"""health.sh's markers and the per-node verdicts, from output captured on real nodes (a
+3-node Slurm cluster of clusters.nodeops.realnodes: all well, then wireguard-go killed on
+node-1 and slurmd on node-2) and from sinfo/kubectl/ray output in their real formats."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from clusters.nodeops.parsers import (
+    HealthReport,
+    judge_health,
+    parse_health_report,
+    slurm_state_works,
+)
+from tests.nodeops.test_nodeops_parsers import RAY_STATUS
+
+DATA = Path(__file__).parent / "data"
+
+
+def captured(tag: str) -> dict[str, HealthReport | str]:
+    return {f"node-{i}": parse_health_report((DATA / f"health-{tag}-node-{i}.txt").read_text()) for i in range(3)}
+
+
+def test_the_markers_of_a_healthy_head_are_read_in_full():
+    report = parse_health_report((DATA / "health-ok-node-0.txt").read_text())
+    assert report.wg_up is True and report.wg_daemon == "running"
+    assert report.peers == {"node-1": True, "node-2": True}
+    assert report.handshakes == {"node-1": 5, "node-2": 5}
+    assert report.daemons == {"slurmd": True, "slurmctld": True}
+    assert report.status == "node-0 idle\nnode-1 idle\nnode-2 idle" and report.status_exit is None
+
+
+def test_a_healthy_real_cluster_is_healthy_on_every_node():
+    verdicts = judge_health(captured("ok"), "slurm", head="node-0")
+    assert {name: v.health for name, v in verdicts.items()} == dict.fromkeys(("node-0", "node-1", "node-2"), "healthy")
+    assert verdicts["node-1"].detail == "reaches 2 peers over wg0; slurmd running; idle in sinfo"
+
+
+def test_killed_wireguard_go_and_slurmd_are_told_apart_and_the_peers_stay_healthy():
+    verdicts = judge_health(captured("bad"), "slurm", head="node-0")
+    assert verdicts["node-0"].health == "healthy"
+    assert (verdicts["node-1"].health, verdicts["node-1"].detail) == (
+        "network_down", "wg0 is down (wireguard-go is not running)"
+    )
+    # sinfo still says idle (slurmctld notices after SlurmdTimeout): the node's own view wins.
+    assert (verdicts["node-2"].health, verdicts["node-2"].detail) == ("software_down", "slurmd not running")
+
+
+def test_a_node_that_could_not_be_asked_is_unreachable_and_its_peers_are_not_blamed():
+    reports = captured("ok")
+    reports["node-2"] = "no answer after 2 attempts (TimeoutError)"
+    head = reports["node-0"]
+    assert isinstance(head, HealthReport)
+    reports["node-0"] = replace(head, peers={"node-1": True, "node-2": False})
+    verdicts = judge_health(reports, "slurm", head="node-0")
+    assert verdicts["node-2"].health == "unreachable"
+    assert verdicts["node-2"].detail == "Does not answer over SSH: no answer after 2 attempts (TimeoutError)"
+    assert verdicts["node-0"].health == verdicts["node-1"].health == "healthy"
+
+
+def test_a_node_that_reaches_too_few_of_its_peers_is_network_down_even_with_wg0_up():
+    up = HealthReport(wg_up=True, wg_daemon="kernel")
+    names = [f"node-{i}" for i in range(4)]
+
+    def reaching(me: str, bad: set[str]) -> HealthReport:
+        return replace(up, peers={p: p not in bad for p in names if p != me})
+
+    # node-3's packets go nowhere: it fails every peer, each peer fails only node-3.
+    reports: dict[str, HealthReport | str] = {
+        name: reaching(name, {"node-3"} if name != "node-3" else set(names)) for name in names
+    }
+    verdicts = judge_health(reports, "none")
+    assert verdicts["node-3"].health == "network_down"
+    assert verdicts["node-3"].detail == "Cannot reach node-0, node-1, node-2 over the private network"
+    assert [verdicts[n].health for n in names[:3]] == ["healthy"] * 3
+    assert "cannot reach node-3" in verdicts["node-0"].detail
+
+
+def test_a_stale_handshake_is_told_but_does_not_make_a_node_unhealthy():
+    reports = captured("ok")
+    node = reports["node-1"]
+    assert isinstance(node, HealthReport)
+    reports["node-1"] = replace(node, handshakes={"node-0": 400, "node-2": None})
+    verdicts = judge_health(reports, "slurm", head="node-0")
+    assert verdicts["node-1"].health == "healthy"
+    assert "; no recent WireGuard handshake with node-0, node-2;" in verdicts["node-1"].detail
+
+
+def test_sinfo_states_that_cannot_run_jobs_are_software_down():
+    assert all(slurm_state_works(s) for s in ("idle", "allocated", "mixed", "completing", "reserved", "idle$"))
+    assert not any(slurm_state_works(s) for s in ("down*", "idle*", "drained", "draining", "fail", "unknown", "idle~"))
+    reports = captured("ok")
+    head = reports["node-0"]
+    assert isinstance(head, HealthReport)
+    reports["node-0"] = replace(head, status="node-0 mixed\nnode-1 down*\n")
+    verdicts = judge_health(reports, "slurm", head="node-0")
+    assert verdicts["node-0"].detail.endswith("mixed in sinfo") and verdicts["node-0"].health == "healthy"
+    assert (verdicts["node-1"].health, verdicts["node-1"].detail) == ("software_down", "down* in sinfo")
+    assert (verdicts["node-2"].health, verdicts["node-2"].detail) == ("software_down", "Not listed by sinfo")
+
+
+def test_a_status_command_that_failed_marks_the_head_only():
+    reports = captured("ok")
+    head = reports["node-0"]
+    assert isinstance(head, HealthReport)
+    reports["node-0"] = replace(head, status="", status_exit=124)
+    verdicts = judge_health(reports, "slurm", head="node-0")
+    assert (verdicts["node-0"].health, verdicts["node-0"].detail) == (
+        "software_down", "`sinfo` failed on the head (exit status 124)"
+    )
+    assert verdicts["node-1"].health == verdicts["node-2"].health == "healthy"
+
+
+def test_kubernetes_and_ray_views_from_the_head():
+    up = HealthReport(wg_up=True, wg_daemon="kernel")
+    items = [
+        {"metadata": {"name": "node-0"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        {"metadata": {"name": "node-1"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+    ]
+    reports: dict[str, HealthReport | str] = {
+        "node-0": replace(up, peers={"node-1": True}, status=json.dumps({"kind": "List", "items": items})),
+        "node-1": replace(up, peers={"node-0": True}),
+    }
+    verdicts = judge_health(reports, "kubernetes", head="node-0")
+    assert verdicts["node-0"].health == "healthy"
+    assert (verdicts["node-1"].health, verdicts["node-1"].detail) == ("software_down", "NotReady in Kubernetes")
+
+    reports = {
+        "node-0": replace(up, peers={"node-1": True}, daemons={"raylet": True, "gcs_server": True}, status=RAY_STATUS),
+        "node-1": replace(up, peers={"node-0": True}, daemons={"raylet": False}),
+    }
+    verdicts = judge_health(reports, "ray", head="node-0")
+    assert verdicts["node-0"].detail.endswith("3/2 nodes alive in ray status")
+    assert (verdicts["node-1"].health, verdicts["node-1"].detail) == ("software_down", "raylet not running")
+
+
+def test_output_without_markers_is_not_a_report():
+    assert not parse_health_report("bash: line 1: something went wrong\n").printed_anything
+    verdicts = judge_health({"node-0": parse_health_report("")}, "none", head="node-0")
+    assert verdicts["node-0"].health == "unreachable"
