@@ -271,9 +271,17 @@ def cluster_summary(cluster: Record) -> str:
     text = render_pairs(pairs)
     nodes = cluster.get("nodes") or []
     if nodes:
-        rows = [[n.get("name"), n.get("role"), n.get("status"), n.get("private_ip")] for n in nodes]
-        text += "\n\n" + render_table(["NODE", "ROLE", "STATUS", "PRIVATE IP"], rows)
+        rows = [[n.get("name"), n.get("role"), n.get("status"), n.get("private_ip"), _health(n)] for n in nodes]
+        text += "\n\n" + render_table(["NODE", "ROLE", "STATUS", "PRIVATE IP", "HEALTH"], rows)
     return text
+
+
+def _health(node: dict) -> str:
+    """What the last health check found: "network_down: wg0 is down"; "-" before the first."""
+    found = node.get("health") or "unknown"
+    if found == "unknown":
+        return "-"
+    return f"{found}: {node['health_detail']}" if found != "healthy" and node.get("health_detail") else found
 
 
 @clusters.command("events")

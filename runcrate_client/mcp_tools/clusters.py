@@ -24,7 +24,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def cluster_status(cluster_id: str) -> dict[str, Any]:
-        """Status of one cluster: its nodes (name, role, status, private_ip), price, billing start and
+        """Status of one cluster: its nodes (name, role, status, private_ip, health: healthy / unreachable /
+        network_down / software_down with health_detail), unhealthy_nodes, price, billing start and
         its latest events. Statuses: provisioning -> installing -> ready; `failed` (never billed, machines
         released), `degraded` (software failed; still billed: delete_cluster, or ask the user to retry the
         install), `terminated`."""
