@@ -724,7 +724,9 @@ def record_node_health(cluster_id: int, found: dict[int, tuple[str, str]], *, ch
             .filter(pk__in=list(found), cluster_id=cluster_id, released_at__isnull=True, state=Node.State.READY)
             .defer("log_tail").order_by("pk")
         )
-        cluster = Cluster.objects.select_related("workspace", "created_by").filter(pk=cluster_id).first()
+        cluster = (
+            Cluster.objects.select_related("workspace", "created_by").defer("node_secrets").filter(pk=cluster_id).first()
+        )
         if cluster is None or cluster.status != Status.READY or not nodes:
             return []
         changed, shown = [], []
