@@ -47,6 +47,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
     public = write_ed25519_keypair(run / "client", "bench-control-plane")
     states = [run / f"m{i}" for i in range(count)]
     started = time.monotonic()
+    cpu_started = time.process_time()
     phases: dict[str, float] = {}
     mark = started
 
@@ -99,6 +100,9 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
                 time.sleep(0.5)
             lap("check_ready")
         seconds = time.monotonic() - started
+        # What the control plane itself spent (SSH sessions, crypto, parsing), against the
+        # wall time the nodes' own work takes on this computer's CPUs.
+        phases["control plane CPU"] = time.process_time() - cpu_started
         memory = [pss_kib(realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]})) for h in handles]
         return seconds, memory, phases
     finally:

@@ -99,6 +99,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
         missing = sorted(set(payload.ssh_key_ids) - {k.pk for k in ssh_keys})
         raise invalid({"ssh_key_ids": [f"No SSH key {i} in this workspace." for i in missing]}, "Unknown SSH key.")
 
+    response_body: dict[str, Any] | None = None
     try:
         # The cluster and the record of its creation commit together: a concurrent retry with
         # the same key either sees the record or fails on its unique constraint and rolls back.
@@ -108,8 +109,8 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
                 machine_count=payload.machines, software=payload.software, volume=volume, ssh_keys=ssh_keys,
                 created_by=ctx.api_key.created_by, actor=ctx.actor,
             )
-            response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
             if idempotency_key:
+                response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
                 IdempotentRequest.objects.create(
                     api_key=ctx.api_key, workspace=ctx.workspace, key=idempotency_key, method="POST",
                     path=request.path, request_hash=fingerprint, status_code=201, response_body=response_body,
@@ -119,6 +120,10 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
         if record is None:
             raise
         return _replay(record, fingerprint)
+    if response_body is None:
+        # Read after the commit: the workspace row lock that serialises creates is not held
+        # while the answer is built.
+        response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
     return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
 
 
