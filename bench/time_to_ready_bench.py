@@ -1,0 +1,101 @@
+"""Create → ready on the `local` provider, through the whole control plane, at 2, 8 and 32
+machines: the issue-13 row "create → ready, local, 32 vs 2 machines".
+
+Each run creates a cluster with `services.create_cluster` (the service the API and the
+dashboard call) and drives it with `lifecycle.advance`, as a worker does when a pass asks
+to be looked at again: leases, heartbeats, node output, pushes and billing all run. The
+machines are real Linux nodes in namespaces where this computer allows (else the loopback
+sandboxes `make run` falls back to). Prints, per size and software, the time to ready, its
+ratio to 2 machines, and the CPU the control plane itself spent (this process: SSH
+sessions, crypto, queries); the rest of the wall time is the nodes' own work on this
+computer's CPUs. Asserts nothing.
+
+    DATABASE_URL=postgres://… .venv/bin/python bench/time_to_ready_bench.py [--sizes 2,8,32] [--software none,slurm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
+os.environ.setdefault("LOG_LEVEL", "CRITICAL")
+import _support  # noqa: E402
+
+_support.setup_django()
+
+from django.conf import settings  # noqa: E402
+
+from clusters import lifecycle, services  # noqa: E402
+from clusters.models import Cluster, Status  # noqa: E402
+from clusters.providers import local  # noqa: E402
+from offers.models import Host  # noqa: E402
+from tests.factories import MachineTypeFactory, WorkspaceFactory  # noqa: E402
+
+SETTLED = {Status.READY, Status.DEGRADED, Status.FAILED}
+
+
+def one_run(environment, count: int, software: str, block: int) -> tuple[float, float, str]:
+    machine_type = MachineTypeFactory(provider="local", kind="vm", price_per_machine_hour=Decimal("1.00"))
+    Host.objects.bulk_create(
+        Host(machine_type=machine_type, name=f"ttr-{block}-{i}", address=f"127.76.{block}.{i + 1}", port=2222)
+        for i in range(count)
+    )
+    started, cpu = time.monotonic(), time.process_time()
+    cluster = services.create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
+                                      machine_count=count, software=software)
+    deadline = started + 300
+    while True:
+        again = lifecycle.advance(cluster.pk)
+        cluster.refresh_from_db()
+        if cluster.status in SETTLED or time.monotonic() > deadline:
+            break
+        if not again:
+            time.sleep(0.05)
+    seconds, cpu = time.monotonic() - started, time.process_time() - cpu
+    outcome = cluster.status
+    stopping = time.monotonic()
+    services.terminate_cluster(cluster)
+    lifecycle.advance(cluster.pk)
+    return seconds, cpu, f"{outcome}; terminated in {time.monotonic() - stopping:.1f}s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2,8,32")
+    parser.add_argument("--software", default="none,slurm")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")]
+    with _support.own_database("ready"), tempfile.TemporaryDirectory(prefix="rc-ttr-") as machines:
+        settings.LOCAL_MACHINES_DIR = machines
+        settings.CLUSTER_SELF_RESCHEDULE = False
+        print(local.describe_mode())
+        workspace = WorkspaceFactory(credit_balance=Decimal("1000000"))
+        environment = workspace.default_environment
+        environment.monthly_budget = Decimal("1000000")
+        environment.save(update_fields=["monthly_budget"])
+        print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'vs 2':>5} | control plane CPU | outcome")
+        print("-" * 70)
+        block = 0
+        for software in args.software.split(","):
+            base = None
+            for count in sizes:
+                block += 1
+                seconds, cpu, outcome = one_run(environment, count, software, block)
+                base = base or seconds
+                print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / base:4.1f}× | "
+                      f"{cpu:15.1f}s | {outcome}")
+        leftover = [c.name for c in Cluster.objects.exclude(status=Status.TERMINATED)]
+        if leftover:
+            print(f"not terminated: {leftover}")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
