@@ -25,6 +25,7 @@ from clusters.queries import EVENTS_WINDOW, cluster_for_detail, cluster_for_list
 log = logging.getLogger(__name__)
 
 CHANGED = "cluster.changed"  # handled by consumers' cluster_changed
+NETWORK_CHANGED = "network.changed"  # handled by ClusterConsumer.network_changed
 
 
 def cluster_group(cluster_id: int) -> str:
@@ -147,3 +148,19 @@ def current_cluster_detail(cluster_id: int) -> str:
     """The detail page's live parts as one string (what a socket receives on joining)."""
     messages, _ = render_cluster_now(cluster_id)
     return "".join(messages)
+
+
+def broadcast_network(cluster_id: int) -> None:
+    """After a commit: the cluster's network test changed (a round of pairs, its outcome)."""
+    send_to_group(cluster_group(cluster_id), {"type": NETWORK_CHANGED, "cluster_id": cluster_id})
+
+
+def render_network_card(cluster_id: int) -> str:
+    """The Network card as it is now, swapped in by id."""
+    from clusters import network_tests
+
+    cluster = Cluster.objects.select_related("machine_type").filter(pk=cluster_id).first()
+    if cluster is None:
+        return ""
+    context = _push_context(cluster, network=network_tests.card(cluster))
+    return render_to_string("clusters/network.html#network-card", context)

@@ -79,26 +79,39 @@ def hostfile(cluster: Cluster) -> str:
     return "".join(f"{ep.name} slots={slots}\n" for ep in endpoints(cluster))
 
 
+# What setup_shared.sh exports for NCCL and Gloo (the private interface, socket settings):
+# every launch line sources it, and mpirun forwards it to every rank.
+NCCL_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_IB_DISABLE",
+                  "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
+
+
+def nccl_env_path(cluster: Cluster) -> str:
+    """/shared/nccl.env, or each node's own copy where containers share no folder."""
+    return "/shared/nccl.env" if cluster.machine_type.shares_folder else "/etc/runcrate/nccl.env"
+
+
 def launch_lines(cluster: Cluster) -> dict[str, str]:
     nodes = len(endpoints(cluster))
     gpus = cluster.machine_type.gpus_per_machine
     world = nodes * gpus
     head = "node-0"
+    source = f"source {nccl_env_path(cluster)} && "
+    forward = " ".join(f"-x {name}" for name in NCCL_VARIABLES)
     return {
         "torchrun": (
-            f"torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
+            f"{source}torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
             f"--rdzv-backend=c10d --rdzv-endpoint={head}:{MASTER_PORT} train.py"
         ),
         "mpirun": (
-            f"mpirun -np {world} --hostfile /shared/hostfile -x NCCL_SOCKET_IFNAME={PRIVATE_INTERFACE} "
+            f"{source}mpirun -np {world} --hostfile /shared/hostfile {forward} "
             f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
         ),
         "deepspeed": (
-            f"deepspeed --hostfile /shared/hostfile --num_nodes {nodes} --num_gpus {gpus} "
+            f"{source}deepspeed --hostfile /shared/hostfile --num_nodes {nodes} --num_gpus {gpus} "
             f"--master_addr {head} --master_port {MASTER_PORT} train.py --deepspeed ds_config.json"
         ),
         "nccl": (
-            f"mpirun -np {world} --hostfile /shared/hostfile -x NCCL_SOCKET_IFNAME={PRIVATE_INTERFACE} "
+            f"{source}mpirun -np {world} --hostfile /shared/hostfile {forward} "
             f"-x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 8G -f 2 -g 1"
         ),
     }

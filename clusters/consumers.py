@@ -17,6 +17,7 @@ from clusters.broadcast import (
     render_cluster_changes,
     render_cluster_now,
     render_cluster_row,
+    render_network_card,
     user_group,
 )
 from clusters.models import Cluster
@@ -117,6 +118,7 @@ class ClusterConsumer(_LiveConsumer):
         # the socket was reconnecting) was pushed to nobody: send the state as it is now.
         messages, self.last_event_id = await database_sync_to_async(render_cluster_now)(self.cluster_id)
         await self.send_all(messages)
+        await self.network_changed({})
 
     async def cluster_changed(self, event: dict[str, Any]) -> None:
         # Rendered here, per socket, not on the thread that committed the change: it only
@@ -125,6 +127,11 @@ class ClusterConsumer(_LiveConsumer):
             self.cluster_id, event["nodes"], self.last_event_id
         )
         await self.send_all(messages)
+
+    async def network_changed(self, event: dict[str, Any]) -> None:
+        html = await database_sync_to_async(render_network_card)(self.cluster_id)
+        if html:
+            await self.send(text_data=html)
 
     async def send_all(self, messages: list[str]) -> None:
         for html in messages:

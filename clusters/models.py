@@ -360,6 +360,8 @@ class NetworkTest(models.Model):
     detail = models.TextField(blank=True)
     # The nodes measured, as names by index, fixed when the test starts.
     node_names = models.JSONField(default=list, blank=True)
+    # nccl: all_reduce_perf's table, one {size_bytes, time_us, algbw_gbs, busbw_gbs} per message size.
+    nccl_rows = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -114,5 +114,13 @@ def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCr
     )
 
 
+def network_test_floor_gbps() -> float:
+    """What a pair of nodes must carry in a network test not to be marked slow: the low end of
+    the offer's promise (offers.models.PRIVATE_NETWORK_MIN_GBPS), unless settings say otherwise."""
+    from offers.models import PRIVATE_NETWORK_MIN_GBPS
+
+    return float(getattr(settings, "NETWORK_TEST_SLOW_BELOW_GBPS", PRIVATE_NETWORK_MIN_GBPS))
+
+
 def name_taken(name: str) -> Conflict:
     return Conflict("name_taken", f"A live cluster named {name!r} already exists in this environment.", field="name")

@@ -85,3 +85,36 @@ def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
         return health.check_cluster(cluster_id)
     finally:
         health.release(cluster_id)
+
+
+@shared_task(soft_time_limit=240, time_limit=270)
+def run_network_test(test_id: int) -> str | None:
+    """Run one queued network test (clusters.network_tests); not under the cluster's lease."""
+    from clusters import network_tests
+
+    return network_tests.run(test_id)
+
+
+def queue_network_test(test_id: int) -> bool:
+    """After a commit: a broker that is down is logged; the sweep queues the test again."""
+    try:
+        run_network_test.delay(test_id)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the retry
+        log.exception("could not queue network test %s; the sweep will", test_id)
+        return False
+    return True
+
+
+@shared_task(soft_time_limit=60)
+def sweep_network_tests() -> dict:
+    """Fail tests whose worker died (running too long); queue again those queued long ago
+    whose task never started (the broker lost it)."""
+    from clusters.models import NetworkTest
+
+    failed = services.fail_stale_network_tests()
+    grace = timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS)
+    lost = list(NetworkTest.objects.filter(status=NetworkTest.Status.QUEUED, created_at__lt=grace)
+                .values_list("pk", flat=True))
+    for test_id in lost:
+        queue_network_test(test_id)
+    return {"failed": failed, "queued_again": len(lost)}

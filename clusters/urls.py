@@ -16,5 +16,6 @@ urlpatterns = [
     path("<int:cluster_id>/retry-install/", views.cluster_retry_install, name="retry_install"),
     path("<int:cluster_id>/ssh-config/", views.cluster_ssh_config, name="ssh_config"),
     path("<int:cluster_id>/workers/", views.cluster_add_workers, name="add_workers"),
+    path("<int:cluster_id>/network-tests/", views.cluster_network_test, name="network_test"),
     path("<int:cluster_id>/nodes/<str:node_name>/terminate/", views.node_terminate, name="node_terminate"),
 ]

@@ -195,6 +195,18 @@ def cluster_add_workers(request: AuthenticatedHttpRequest, cluster_id: int) -> H
 
 @login_required
 @require_POST
+def cluster_network_test(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
+    cluster = get_cluster_for_user(request, cluster_id)
+    try:
+        test = services.start_network_test(cluster, actor=actor_label(request))
+        messages.success(request, f"Network test {test.pk} queued: the Network card fills in as each pair is measured.")
+    except DomainError as error:
+        flash(request, error)
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
 def node_terminate(request: AuthenticatedHttpRequest, cluster_id: int, node_name: str) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     if node_name not in {node.name for node in cluster.nodes.all()}:

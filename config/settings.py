@@ -251,7 +251,13 @@ CELERY_BEAT_SCHEDULE = {
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
+    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": 60.0},
 }
+# The network test (clusters.network_tests): run once by itself when a cluster becomes ready
+# (off in tests, which start it where they mean to), and a run still `running` this long
+# after it started is taken for one whose worker died (the sweep fails it).
+NETWORK_TEST_AFTER_READY = env_bool("NETWORK_TEST_AFTER_READY", not TESTING)
+NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 300)
 
 # The lifecycle: how long a step waits before the reconciler looks again, and whether a
 # task re-queues itself (off in tests, which drive every step by hand).

@@ -59,6 +59,8 @@ class Interconnect(models.TextChoices):
 
 # What a self-serve cluster gets between its machines, and what it suits (the product's words).
 PRIVATE_NETWORK_SPEED = "about 1–2 Gbit/s"
+# The low end of that promise: a network test marks a pair measured below it as slow.
+PRIVATE_NETWORK_MIN_GBPS = 1.0
 NETWORK_CAVEAT = (
     "Self-serve clusters run on Ethernet with an encrypted private network between the machines, "
     f"{PRIVATE_NETWORK_SPEED}. That suits independent jobs, Slurm arrays, Ray, Kubernetes and LoRA "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
+    from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult
 
 
 class BootState(enum.Enum):
@@ -96,3 +97,10 @@ class Provider(abc.ABC):
 
     def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract
         """Give the machine back to the operator's pool (nothing to do for most drivers)."""
+
+    def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
+        """Measure what the private network carries between `nodes` (clusters.network_tests).
+        A driver without machines to measure says so; it never makes figures up."""
+        from clusters.nodeops.operations import NetworkTestResult
+
+        return NetworkTestResult("iperf3", error=f"The {self.name} provider has no network to measure.")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
 from clusters.nodeops import operations
-from clusters.nodeops.operations import ClusterSecrets, StepResult
+from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
@@ -98,7 +98,10 @@ class FabricProvider(Provider):
             sandbox=self.sandbox,
             volume_source=self.volume_source(cluster),
             gateway=(cluster.machine_type.location.gateway_host or None) if self.through_gateway else None,
-            extra_env=(("RUNCRATE_SSH_KEYS", node_payload(k.public_key for k in cluster.ssh_keys.all())),),
+            extra_env=(
+                ("RUNCRATE_SSH_KEYS", node_payload(k.public_key for k in cluster.ssh_keys.all())),
+                ("RUNCRATE_INTERCONNECT", cluster.machine_type.interconnect),
+            ),
         )
 
     def _emit(self, name: str, step: str, text: str) -> None:
@@ -198,6 +201,17 @@ class FabricProvider(Provider):
             if spec.volume_source and spec.head.name in stopping:
                 operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
             operations.stop(spec, runner=runner, on_output=self._emit, only=stopping)
+
+    def measures_with_nccl(self, cluster: Cluster) -> bool:
+        """Machines with GPUs run nccl-tests' all_reduce_perf (when every node has it)."""
+        return not self.sandbox and cluster.machine_type.gpus_per_machine > 0
+
+    def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
+        spec = self.spec_for(cluster, nodes)
+        with self._runner() as runner:
+            return operations.network_test(
+                spec, runner=runner, report=report, prefer_nccl=self.measures_with_nccl(cluster)
+            )
 
     @staticmethod
     def _live_nodes(cluster: Cluster, nodes: list[Node]) -> list[Node]:

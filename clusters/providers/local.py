@@ -140,6 +140,10 @@ class LocalProvider(FabricProvider):
             spec = dataclasses.replace(spec, extra_env=(*spec.extra_env, ("RUNCRATE_KUBELET_STANDIN", "1")))
         return spec
 
+    def measures_with_nccl(self, cluster: Cluster) -> bool:
+        # This computer's machines have no GPUs, whatever the catalogue says: iperf3 over wg0.
+        return False
+
     def boot(self, node: Node) -> None:
         host = node.host
         if not ipaddress.ip_address(host.address).is_loopback:

@@ -7,6 +7,8 @@
 #   $ROOT/shared (both roots live on the same computer).
 # container: no shared folder; each node keeps its own disk and gets its own copy of the
 #   hostfiles and runcrate.env in /etc/runcrate.
+# nccl.env (in /shared, or /etc/runcrate on containers): NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+#   set to the interface that carries the node's 10.77.0.x address, socket settings for it.
 #
 # Every kind: /etc/runcrate/node.env holds this node's NODE_RANK, NODE_NAME, NODE_ADDR.
 set -euo pipefail
@@ -67,10 +69,46 @@ RUNCRATE_HOSTFILE=$hostfile_path
 ENV
 }
 
+# private_interface: the interface that carries this node's 10.77.0.x address (wg0 once the
+# node joined; sandbox nodes have none and get the name it has on a real machine).
+private_interface() {
+    local name
+    if ! is_sandbox; then
+        name="$(ip -o -4 addr show 2>/dev/null | awk -v ip="$RUNCRATE_PRIVATE_IP" '$4 ~ "^" ip "/" {print $2; exit}')"
+        [ -n "$name" ] || die "no interface carries $RUNCRATE_PRIVATE_IP: the private network is not up"
+        printf '%s' "$name"
+    else
+        printf 'wg0'
+    fi
+}
+
+# write_nccl_env PATH: NCCL and Gloo over the private network, with socket settings for an
+# encrypted overlay on Ethernet (no InfiniBand: a self-serve offer never has one).
+write_nccl_env() {
+    local interface ib_disable=0
+    interface="$(private_interface)"
+    case "${RUNCRATE_INTERCONNECT:-eth}" in
+        eth*) ib_disable=1 ;;
+        *) ;;
+    esac
+    write_file "$1" 0644 <<ENV
+# Written by Runcrate: collective traffic over the cluster's private network ($interface,
+# ${RUNCRATE_NETWORK:-10.77.0.0/24}). Use it with: source $2
+export NCCL_SOCKET_IFNAME=$interface
+export GLOO_SOCKET_IFNAME=$interface
+export NCCL_SOCKET_FAMILY=AF_INET
+export NCCL_IB_DISABLE=$ib_disable
+# Several TCP streams per peer: one stream over WireGuard is bound by one core's encryption.
+export NCCL_SOCKET_NTHREADS=4
+export NCCL_NSOCKS_PERTHREAD=4
+ENV
+}
+
 case "$KIND" in
     container)
         step "local-files"
         write_job_files "$STATE_DIR"
+        write_nccl_env "$STATE_DIR/nccl.env" /etc/runcrate/nccl.env
         log "container: no shared folder; job files in /etc/runcrate"
         ;;
     vm | bare_metal)
@@ -97,6 +135,7 @@ case "$KIND" in
             fi
             step "job-files"
             write_job_files "$ROOT/shared"
+            write_nccl_env "$ROOT/shared/nccl.env" /shared/nccl.env
             log "exported /shared, wrote hostfile for $COUNT nodes"
         else
             step "nfs-mount"

@@ -15,6 +15,13 @@ attempt remove_block "$authorized_keys" customer 0600
 # The cluster's own node-to-node key too: its private half was on machines the tenant had root on.
 attempt remove_block "$authorized_keys" cluster 0600
 
+step "network-test"
+# An iperf3 server left by a network test that never finished (its worker died).
+if [ -s "$STATE_DIR/iperf3.pid" ]; then
+    kill "$(<"$STATE_DIR/iperf3.pid")" 2>/dev/null || true
+    rm -f "$STATE_DIR/iperf3.pid"
+fi
+
 step "software"
 if is_sandbox; then
     for software in slurm kubernetes ray; do

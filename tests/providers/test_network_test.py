@@ -1,0 +1,105 @@
+"""The network test on real nodes: iperf3 and ping over wg0 between namespaced machines.
+
+The figures are what wireguard-go really moved between the nodes; a node whose link is
+throttled with `tc` inside its own namespace (and on the switch port that feeds it) is the
+one whose pairs come out slow. Also: /shared/nccl.env names the interface that really
+carries 10.77.0.x on every node, and the Connect card's launch lines source it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from clusters import connect, services, tasks
+from clusters.models import NetworkTest, NetworkTestPair, Status
+from clusters.nodeops import realnodes
+from tests.providers.conftest import SETTLED, drive
+from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
+
+CAN, WHY = realnodes.capability()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}"),
+]
+
+
+def throttle(real_machines, node, rate: str = "200mbit") -> None:  # noqa: F811
+    """Both directions of one node's link: its eth0 (what it sends) and the switch port that
+    feeds it (what it receives)."""
+    node_handle = handle(real_machines, node)
+    rule = ["tc", "qdisc", "replace", "dev", "{dev}", "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+    inside = realnodes.run_in(node_handle, [part.replace("{dev}", "eth0") for part in rule])
+    assert inside.returncode == 0, inside.stderr
+    switch = realnodes.Underlay(real_machines).switch
+    outside = subprocess.run(["ip", "netns", "exec", switch, *[p.replace("{dev}", node_handle.veth) for p in rule]],
+                             capture_output=True, text=True)
+    assert outside.returncode == 0, outside.stderr
+
+
+def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes_out_slow(
+    environment, real_machines, settings  # noqa: F811
+):
+    settings.NETWORK_TEST_AFTER_READY = True
+    machine_type = real_machine_type(3)
+    cluster = services.create_cluster(environment=environment, name="net", machine_type=machine_type, machine_count=3)
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    nodes = list(cluster.nodes.select_related("host").order_by("index"))
+
+    # Ready queued the first test by itself (tasks run inline here: it ran after the commit).
+    first = cluster.network_tests.get()
+    assert first.trigger == NetworkTest.Trigger.AFTER_READY and first.method == NetworkTest.Method.IPERF3
+    assert first.status in (NetworkTest.Status.PASSED, NetworkTest.Status.SLOW), first.detail
+    pairs = list(first.pairs.all())
+    assert {(p.phase, p.source_index, p.target_index) for p in pairs} == (
+        {("ring", 0, 1), ("ring", 1, 2), ("ring", 2, 0)}
+        | {("pairs", s, t) for s in range(3) for t in range(3) if s != t}
+    )
+    assert all(p.gbps and p.gbps > 0 and not p.error for p in pairs), [(p.source_index, p.target_index, p.error) for p in pairs]
+    assert all(p.latency_ms is not None and 0 < p.latency_ms < 50 for p in pairs if p.phase == "pairs")
+
+    # The interface NCCL is told to use is the one that carries the node's private address.
+    for node in nodes:
+        shown = on_node(real_machines, node, "cat /shared/nccl.env").stdout
+        assert "export NCCL_SOCKET_IFNAME=wg0" in shown and "export GLOO_SOCKET_IFNAME=wg0" in shown
+        assert "export NCCL_IB_DISABLE=1" in shown
+        sourced = on_node(real_machines, node, "source /shared/nccl.env && ip -o -4 addr show dev $NCCL_SOCKET_IFNAME")
+        assert f"inet {node.private_ip}/24" in sourced.stdout, sourced.stderr
+    launch = connect.launch_lines(cluster)
+    assert all("source /shared/nccl.env" in launch[name] for name in ("torchrun", "mpirun", "nccl"))
+
+    # node-2's link is throttled each way to a tenth of the slowest pair just measured (this
+    # computer's two CPUs run every node's wireguard-go: what it carries depends on its load),
+    # and a pair is slow under a third of it: exactly node-2's pairs come out slow.
+    slowest = min(p.gbps for p in pairs if p.phase == "pairs")
+    settings.NETWORK_TEST_SLOW_BELOW_GBPS = slowest / 3
+    throttle(real_machines, nodes[2], f"{max(int(slowest * 100), 5)}mbit")
+    second = services.start_network_test(cluster, actor="alice")
+    second.refresh_from_db()
+    assert second.status == NetworkTest.Status.SLOW, second.detail
+    measured = {(p.source_index, p.target_index): p for p in second.pairs.filter(phase=NetworkTestPair.Phase.PAIRS)}
+    assert len(measured) == 6
+    for (source, target), pair in measured.items():
+        touches = 2 in (source, target)
+        assert pair.slow == touches, (source, target, pair.gbps)
+        if touches:
+            assert pair.gbps < slowest / 5, (source, target, pair.gbps, slowest)
+    assert "slow" in second.detail and "node-2" in second.detail
+    assert cluster.events.filter(event="network_test_finished").count() == 2
+
+
+def test_a_test_of_a_cluster_terminated_before_it_ran_fails_cleanly(environment, real_machines):  # noqa: F811
+    machine_type = real_machine_type(2)
+    cluster = services.create_cluster(environment=environment, name="gone", machine_type=machine_type, machine_count=2)
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    # Queued, then the cluster is terminated before a worker took the test.
+    test = NetworkTest.objects.create(cluster=cluster, trigger="on_demand", expected_gbps=1.0, node_names=["node-0", "node-1"])
+    services.terminate_cluster(cluster, actor="alice")
+    assert tasks.run_network_test(test.pk) == NetworkTest.Status.FAILED
+    test.refresh_from_db()
+    assert test.status == NetworkTest.Status.FAILED and "terminating" in test.detail
+    assert not test.pairs.exists()
+    drive(cluster, SETTLED)
