@@ -656,3 +656,91 @@ class Instance(Schema):
     @staticmethod
     def resolve_price_per_hour(node: Any) -> Decimal:
         return node.cluster.price_per_machine_hour
+
+
+# -- network tests ------------------------------------------------------------------------------
+
+
+class NetworkTestPair(Schema):
+    phase: choice(["ring", "pairs", "nccl"]) = Field(  # type: ignore[valid-type]
+        description="ring: every node sent to the next at once; pairs: one pair per node at a time.")
+    source: str = Field(description="The node that sent, e.g. node-0.")
+    target: str = Field(description="The node that received.")
+    gbps: float | None = Field(description="What iperf3 measured arriving, Gbit/s; null when it could not run.")
+    latency_ms: float | None = Field(description="ping's average round trip over the private network.")
+    slow: bool = Field(description="Under the test's expected_gbps.")
+    error: str | None
+    measured_at: Timestamp
+
+    @staticmethod
+    def resolve_source(pair: Any) -> str:
+        return f"node-{pair.source_index}"
+
+    @staticmethod
+    def resolve_target(pair: Any) -> str:
+        return f"node-{pair.target_index}"
+
+    @staticmethod
+    def resolve_error(pair: Any) -> str | None:
+        return pair.error or None
+
+
+class NetworkTestSummary(Schema):
+    pairs_measured: int
+    pairs_expected: int = Field(description="0 for nccl (measured as one all-reduce).")
+    slow_pairs: int
+    failed_pairs: int
+    min_gbps: float | None
+    max_gbps: float | None
+    max_latency_ms: float | None
+    nccl_peak_busbw_gbs: float | None = Field(description="all_reduce_perf's best bus bandwidth, GB/s.")
+
+
+class NcclRow(Schema):
+    size_bytes: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+
+
+class NetworkTestItem(Schema):
+    id: int
+    cluster_id: int
+    status: choice(["queued", "running", "passed", "slow", "failed"])  # type: ignore[valid-type]
+    trigger: choice(["after_ready", "on_demand"])  # type: ignore[valid-type]
+    method: choice(["iperf3", "nccl"])  # type: ignore[valid-type]
+    requested_by: str
+    expected_gbps: float = Field(description="A pair under this is slow (the offer promises about 1–2 Gbit/s).")
+    nodes: list[str]
+    created_at: Timestamp
+    started_at: OptionalTimestamp
+    finished_at: OptionalTimestamp
+    detail: str | None
+    summary: NetworkTestSummary
+
+    @staticmethod
+    def resolve_nodes(test: Any) -> list[str]:
+        return list(test.node_names)
+
+    @staticmethod
+    def resolve_detail(test: Any) -> str | None:
+        return test.detail or None
+
+    @staticmethod
+    def resolve_summary(test: Any) -> dict[str, Any]:
+        from clusters import network_tests
+
+        return network_tests.summary(test)
+
+
+class NetworkTest(NetworkTestItem):
+    pairs: list[NetworkTestPair] = Field(description="Every measurement so far: rows fill in as pairs finish.")
+    nccl: list[NcclRow] = Field(description="all_reduce_perf's bus bandwidth by message size (method nccl).")
+
+    @staticmethod
+    def resolve_pairs(test: Any) -> list[Any]:
+        return list(test.pairs.all())
+
+    @staticmethod
+    def resolve_nccl(test: Any) -> list[Any]:
+        return list(test.nccl_rows)

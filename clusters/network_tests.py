@@ -72,6 +72,7 @@ def run(test_id: int) -> str | None:
 
 @dataclass(frozen=True)
 class Cell:
+    target: str
     gbps: float | None
     latency_ms: float | None
     slow: bool
@@ -109,8 +110,8 @@ def matrix(test: NetworkTest, phase: str = NetworkTestPair.Phase.PAIRS) -> list[
                 cells.append(None)
                 continue
             pair = found.get((s, t))
-            cells.append(Cell(pair.gbps, pair.latency_ms, pair.slow, pair.error, True) if pair
-                         else Cell(None, None, False, "", False))
+            cells.append(Cell(target, pair.gbps, pair.latency_ms, pair.slow, pair.error, True) if pair
+                         else Cell(target, None, None, False, "", False))
         rows.append(MatrixRow(source, cells))
     return rows
 

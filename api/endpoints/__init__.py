@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.app import api
-from api.endpoints import account, billing, catalogue, clusters, instances, quotes, volumes
+from api.endpoints import account, billing, catalogue, clusters, instances, network_tests, quotes, volumes
 
-for module in (catalogue, clusters, instances, billing, volumes, account, quotes):
+for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, quotes):
     api.add_router("", module.router)
