@@ -12,11 +12,10 @@ until the sweep (sweep_network_tests) fails it, NETWORK_TEST_STALE_SECONDS after
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 
 from clusters import rules, services
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
@@ -146,7 +145,7 @@ def summary(test: NetworkTest) -> dict[str, Any]:
     }
 
 
-def with_pairs(tests: Iterable[NetworkTest] | Any) -> Any:
+def with_pairs(tests: QuerySet[NetworkTest]) -> QuerySet[NetworkTest]:
     return tests.prefetch_related(Prefetch("pairs", queryset=NetworkTestPair.objects.order_by("phase", "source_index", "target_index")))
 
 

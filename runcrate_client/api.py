@@ -395,6 +395,25 @@ class RuncrateClient:
     def add_workers(self, cluster_id: str, count: int = 1) -> Record | None:
         return self._data("POST", f"/clusters/{_seg(cluster_id)}/workers", json={"count": count})
 
+    def start_network_test(self, cluster_id: str) -> Record:
+        return self._data("POST", f"/clusters/{_seg(cluster_id)}/network-tests")
+
+    def list_network_tests(self, cluster_id: str, limit: int | None = None, offset: int | None = None) -> Page:
+        return self._page(f"/clusters/{_seg(cluster_id)}/network-tests", {"limit": limit, "offset": offset})
+
+    def get_network_test(self, cluster_id: str, test_id: str) -> Record:
+        return self._data("GET", f"/clusters/{_seg(cluster_id)}/network-tests/{_seg(test_id)}")
+
+    def find_cluster_id(self, name_or_id: str) -> str:
+        """A cluster's id from its id or its name (the live cluster of that name first)."""
+        if name_or_id.isascii() and name_or_id.isdigit():
+            return name_or_id
+        named = [c for c in self.iterate("/clusters") if c.get("name") == name_or_id]
+        named.sort(key=lambda c: (c.get("status") in ("terminated", "failed"), -int(c.get("id") or 0)))
+        if not named:
+            raise ApiError(404, "not_found", f"No cluster named {name_or_id!r} in this environment.")
+        return str(named[0]["id"])
+
     def list_volumes(self) -> list[Record]:
         return list(self.iterate("/volumes"))
 

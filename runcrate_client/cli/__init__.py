@@ -3,7 +3,18 @@ the root command, exit codes and shared options are in base.py."""
 
 from __future__ import annotations
 
-from runcrate_client.cli import account, billing, catalogue, clusters, config, instances, mcp, quotes, volumes  # noqa: F401
+from runcrate_client.cli import (  # noqa: F401
+    account,
+    billing,
+    catalogue,
+    clusters,
+    config,
+    instances,
+    mcp,
+    network,
+    quotes,
+    volumes,
+)
 from runcrate_client.cli.base import main
 
 __all__ = ["main"]

@@ -6,6 +6,7 @@ error ends the command with one line on stderr and an exit code per kind of erro
     0 ok · 1 other (server error, unreachable, rate limited) · 2 usage / bad input (400)
     3 authentication or permission (401, 403, no key) · 4 payment (402) · 5 not found (404)
     6 conflict (409) · 7 `clusters watch`: the cluster ended failed, degraded or terminated
+    8 `clusters network-test --watch`: slow pairs found · 9 the network test could not run
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ EXIT_PAYMENT = 4
 EXIT_NOT_FOUND = 5
 EXIT_CONFLICT = 6
 EXIT_CLUSTER_FAILED = 7
+EXIT_NETWORK_SLOW = 8
+EXIT_NETWORK_FAILED = 9
 
 SOFTWARE_CHOICES = ("none", "slurm", "kubernetes", "ray")
 READY = "ready"
@@ -155,7 +158,8 @@ def main(ctx: click.Context, api_key: str | None, api_url: str | None, environme
 
     \b
     Exit codes: 0 ok, 1 other error, 2 usage/bad input, 3 auth, 4 payment,
-    5 not found, 6 conflict, 7 watched cluster failed/degraded/terminated.
+    5 not found, 6 conflict, 7 watched cluster failed/degraded/terminated,
+    8 network test found slow pairs, 9 network test could not run.
     """
     state = State(api_key, api_url, environment, timeout, workspace)
     ctx.obj = state

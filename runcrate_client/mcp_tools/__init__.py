@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, plan
+from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan
 
-TOOL_MODULES = (catalogue, plan, clusters, instances, account, billing)
+TOOL_MODULES = (catalogue, plan, clusters, network, instances, account, billing)

@@ -27,7 +27,9 @@ def running_test(cluster) -> NetworkTest:
     # Created as the runner finds it (queued, then claimed): no task is queued for it here.
     test = NetworkTest.objects.create(cluster=cluster, trigger="on_demand", expected_gbps=1.0,
                                       node_names=["node-0", "node-1"])
-    return services.claim_network_test(test.pk)
+    claimed = services.claim_network_test(test.pk)
+    assert claimed is not None
+    return claimed
 
 
 async def test_a_measured_pair_is_pushed_to_the_page_as_it_is_recorded(cluster, developer):
