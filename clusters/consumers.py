@@ -117,8 +117,11 @@ class ClusterConsumer(_LiveConsumer):
         # A change committed between rendering the page and joining the group (or while
         # the socket was reconnecting) was pushed to nobody: send the state as it is now.
         messages, self.last_event_id = await database_sync_to_async(render_cluster_now)(self.cluster_id)
+        # The Network card travels in the same first message (its own pushes come apart).
+        network = await database_sync_to_async(render_network_card)(self.cluster_id)
+        if messages and network:
+            messages[0] += network
         await self.send_all(messages)
-        await self.network_changed({})
 
     async def cluster_changed(self, event: dict[str, Any]) -> None:
         # Rendered here, per socket, not on the thread that committed the change: it only
