@@ -147,3 +147,14 @@ def test_a_queued_test_whose_task_was_lost_is_queued_again_by_the_sweep(environm
     assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}
     test.refresh_from_db()
     assert test.status == "failed" and "no network to measure" in test.detail
+
+
+def test_a_queued_test_of_a_cluster_terminated_before_it_ran_is_not_run(api, environment, machine_type):
+    cluster = ready_cluster(environment, machine_type, machines=2)
+    test = services.start_network_test(cluster, actor="alice")
+    services.terminate_cluster(cluster, actor="alice")
+    assert tasks.run_network_test(test.pk) == "failed"
+    test.refresh_from_db()
+    assert test.detail == "Not run: the cluster is terminating." and not test.pairs.exists()
+    status, body = api.post(f"/clusters/{cluster.pk}/network-tests")
+    assert status == 409 and error_of(body)["code"] == "not_ready"
