@@ -150,6 +150,14 @@ def end_usage(cluster: Cluster, at: dt.datetime) -> None:
     )
 
 
+def end_node_usage(node_ids: Iterable[int], at: dt.datetime) -> None:
+    """End the intervals of some machines of a cluster (a replaced machine, or one that was
+    swapped in and did not take over), as end_usage does for a whole cluster."""
+    MachineUsage.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True).update(
+        ended_at=Greatest(Value(at), F("billed_until"))
+    )
+
+
 # --- metering ---------------------------------------------------------------------------------
 
 

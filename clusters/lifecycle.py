@@ -42,7 +42,8 @@ class NodeOutput:
 
     def __init__(self, cluster_id: int, nodes: list[Node], interval: float = 1.0) -> None:
         self.cluster_id = cluster_id
-        self.ids = {node.name: node.pk for node in nodes}
+        # A machine being swapped in shares its node's name: the output of that name is its.
+        self.ids = {node.name: node.pk for node in sorted(nodes, key=lambda n: n.replacing_id is not None)}
         self.interval = interval
         self.owner = threading.current_thread()
         self.lines: queue.SimpleQueue[tuple[int, str, str]] = queue.SimpleQueue()
@@ -359,6 +360,84 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.DONE
 
 
+def ready(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    """A ready cluster: workers being added, or a node being replaced (never both at once:
+    services refuse the one while the other runs)."""
+    in_service = [n for n in nodes if n.replacing_id is None]
+    if any(n.replacing_id is not None for n in nodes):
+        return replace(cluster, nodes, provider)
+    return grow(cluster, in_service, provider)
+
+
+def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    """Swap a new machine in for a node: boot it, join it to the mesh and the software under
+    the node's name and address (in the old machine's place), check it, and only then stop the
+    old machine. Until then the old machine is the node for every other step."""
+    new = next(n for n in nodes if n.replacing_id is not None)
+    old = next((n for n in nodes if n.pk == new.replacing_id), None)
+    in_service = [n for n in nodes if n.replacing_id is None]
+    if old is None:
+        # The old machine is gone already (a pass died between its release and the swap).
+        services.finish_replacement(cluster, new)
+        return Next.DONE
+    with_new = [new if n.pk == old.pk else n for n in in_service]
+    now = timezone.now()
+    boot_deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
+    if new.state == Node.State.READY:
+        # Ready and billed: the old machine stops now and its billing ends with it.
+        _stop_machines(cluster, [old], provider)
+        services.finish_replacement(cluster, new)
+        return Next.DONE
+    if new.state in (Node.State.PENDING, Node.State.BOOTING, Node.State.UP):
+        if new.boot_requested_at is not None and now - new.boot_requested_at > boot_deadline:
+            return _fail_replacement(
+                cluster, new, in_service, provider,
+                f"not up and joined within {_minutes(cluster.machine_type.boot_deadline_minutes)}",
+            )
+        failed = _boot_and_poll(cluster, [new], provider)
+        if failed:
+            return _fail_replacement(cluster, new, in_service, provider, failed[1])
+        if new.state == Node.State.BOOTING:
+            return Next.WAIT
+        outcome = provider.join_network(cluster, with_new)
+        if not outcome.ok:
+            waiting = outcome.failed.get(new.name) or "waiting for peers"
+            if new.detail != waiting[:255]:
+                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": "waiting for peers"})])
+            return Next.WAIT
+        services.mark_replacement_joined(cluster, new)
+        return Next.AGAIN
+    if cluster.software == "none":
+        services.mark_replacement_ready(cluster, new)
+        return Next.AGAIN
+    _mark_installing(cluster, [new])
+    outcome = _install_once(cluster, [new], provider)
+    if outcome.ok:
+        outcome = provider.check_ready(cluster, [new])
+    if outcome.failed:
+        return _fail_replacement(cluster, new, in_service, provider, outcome.failed.get(new.name, "install failed"))
+    if outcome.pending:
+        if new.joined_at is not None and now - new.joined_at > INSTALL_TIMEOUT:
+            return _fail_replacement(cluster, new, in_service, provider, "not ready within 30 minutes")
+        return Next.WAIT
+    services.mark_replacement_ready(cluster, new)
+    return Next.AGAIN
+
+
+def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provider: Provider, detail: str) -> Next:
+    joined = new.state not in (Node.State.PENDING, Node.State.BOOTING)
+    _stop_machines(cluster, [new], provider)
+    services.fail_replacement(cluster, new, detail)
+    if joined:
+        # The peers may have taken the new machine's key and address for the node: give them
+        # the old machine's back (best effort: the old one may be why it was being replaced).
+        try:
+            provider.join_network(cluster, in_service)
+        except Exception:  # noqa: BLE001 - the cluster is as it was before the swap either way
+            log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
+    return Next.DONE
+
+
 def _release_worker(cluster: Cluster, node: Node, provider: Provider, detail: str) -> None:
     _stop_machines(cluster, [node], provider)
     services.release_worker(cluster, node, detail)
@@ -373,7 +452,7 @@ def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 STEPS = {
     Status.PROVISIONING: provision,
     Status.INSTALLING: install,
-    Status.READY: grow,
+    Status.READY: ready,
     Status.TERMINATING: terminate,
 }
 
@@ -384,6 +463,8 @@ def needs_driving() -> list[int]:
     now = timezone.now()
     moving = Q(status__in=[Status.PROVISIONING, Status.INSTALLING, Status.TERMINATING])
     growing = Q(status=Status.READY, nodes__state__in=GROWING, nodes__released_at__isnull=True)
+    # A machine being swapped in, up to the old machine's stop (it is ready by then).
+    growing |= Q(status=Status.READY, nodes__replacing__isnull=False, nodes__released_at__isnull=True)
     return list(
         Cluster.objects.filter(moving | growing)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))

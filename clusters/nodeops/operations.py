@@ -12,6 +12,7 @@ sync_volume_out -> stop.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import ipaddress
@@ -204,6 +205,34 @@ def generate_secrets(spec: ClusterSpec, existing: ClusterSecrets | None = None) 
         kube_ca_cert=ca_cert,
         kube_ca_key=ca_key,
     )
+
+
+def replacement_key_name(node_id: int) -> str:
+    """Where the WireGuard key of a machine being swapped in for a node is kept until it has
+    taken over (it then becomes that node's key)."""
+    return f"replacement-{node_id}"
+
+
+def with_replacement_keys(secrets: ClusterSecrets, replacements: Mapping[str, int]) -> ClusterSecrets:
+    """`secrets` with a key of its own for each machine being swapped in ({node name: its id}),
+    made once (what the control plane stores; `keys_as_used` gives what their join uses).
+
+    A new key, not the old node's: two machines holding one key would both be that peer to
+    the others, and every packet from the old one would pull the peers' endpoint back to it.
+    With its own key the old machine drops off the mesh the moment the peers take the new
+    config, whether or not it can still be reached to be told."""
+    keys = dict(secrets.wireguard)
+    for node_id in replacements.values():
+        keys.setdefault(replacement_key_name(node_id), WireGuardKey.generate())
+    return dataclasses.replace(secrets, wireguard=keys)
+
+
+def keys_as_used(secrets: ClusterSecrets, replacements: Mapping[str, int]) -> ClusterSecrets:
+    """The secrets a join with those machines uses: each one's own key under the name it takes."""
+    keys = dict(secrets.wireguard)
+    for name, node_id in replacements.items():
+        keys[name] = keys[replacement_key_name(node_id)]
+    return dataclasses.replace(secrets, wireguard=keys)
 
 
 def _kubernetes_ca() -> tuple[str, str]:

@@ -107,15 +107,18 @@ class FabricProvider(Provider):
     def _emit(self, name: str, step: str, text: str) -> None:
         self.on_output(name, step, text)
 
-    def _secrets(self, cluster: Cluster, spec: ClusterSpec) -> ClusterSecrets:
+    def _secrets(self, cluster: Cluster, spec: ClusterSpec, nodes: list[Node] | None = None) -> ClusterSecrets:
         from clusters import services
 
         stored = cluster.plain_node_secrets
         existing = ClusterSecrets.from_dict(stored) if stored else None
         secrets = operations.generate_secrets(spec, existing)
+        # A machine being swapped in joins with a WireGuard key of its own (operations.with_replacement_keys).
+        swapping = {n.name: n.pk for n in nodes or () if n.replacing_id is not None}
+        secrets = operations.with_replacement_keys(secrets, swapping)
         if secrets.to_dict() != stored:
             services.save_node_secrets(cluster, secrets.to_dict())
-        return secrets
+        return operations.keys_as_used(secrets, swapping)
 
     def _runner(self) -> NodeRunner:
         return NodeRunner(self.retry_policy, keep_connections=True)
@@ -132,7 +135,7 @@ class FabricProvider(Provider):
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         spec = self.spec_for(cluster, nodes)
-        secrets = self._secrets(cluster, spec)
+        secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
             names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
             if not names.ok:
@@ -191,6 +194,12 @@ class FabricProvider(Provider):
 
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         HEALTH_RUNNERS.forget(cluster.pk)
+        # A machine being swapped in is stopped in a spec of its own (it stands in its old
+        # node's place there); the nodes in service, the old one included, in theirs.
+        for group in ([n for n in nodes if n.replacing_id is None], [n for n in nodes if n.replacing_id is not None]):
+            self._stop(cluster, group)
+
+    def _stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         if not nodes:
             return
         # A spec starts at the head, so build it from every live node even when only a
@@ -215,7 +224,13 @@ class FabricProvider(Provider):
 
     @staticmethod
     def _live_nodes(cluster: Cluster, nodes: list[Node]) -> list[Node]:
-        live = [n for n in cluster.nodes.select_related("host").all() if n.released_at is None]
+        """The cluster's nodes in service, with a machine of `nodes` that is being swapped in
+        standing in the place of the node it replaces (it takes that node's name and address)."""
+        swapping = {n.replacing_id: n for n in nodes if n.replacing_id is not None}
+        live = [
+            swapping.get(n.pk, n) for n in cluster.nodes.select_related("host").all()
+            if n.released_at is None and n.replacing_id is None
+        ]
         return live or list(nodes)
 
 

@@ -216,16 +216,36 @@ sim_registry() {
     fi
 }
 
+# This machine's own id (not its node name: a machine swapped in for a node takes the name).
+sim_machine() {
+    local id=""
+    [ ! -s "$STATE_DIR/machine-id" ] || read -r id <"$STATE_DIR/machine-id"
+    if [ -z "$id" ]; then
+        read -r id </proc/sys/kernel/random/uuid
+        write_file "$STATE_DIR/machine-id" 0644 <<<"$id"
+    fi
+    printf '%s' "$id"
+}
+
+# A registry entry: "index address gpus" (what the stand-ins read), then the machine's id.
 sim_register() {
     local dir
     dir="$(sim_registry "$1")"
     mkdir -p "$dir"
-    printf '%s %s %s\n' "$NODE_INDEX" "$RUNCRATE_PRIVATE_IP" "${RUNCRATE_GPUS_PER_NODE:-0}" \
+    printf '%s %s %s\n%s\n' "$NODE_INDEX" "$RUNCRATE_PRIVATE_IP" "${RUNCRATE_GPUS_PER_NODE:-0}" "$(sim_machine)" \
         | write_file "$dir/$NODE_NAME" 0644
 }
 
+# Only this machine's own entry: a replaced machine stopping leaves its successor registered,
+# as a real controller keeps the node once the new daemon has registered under its name.
 sim_unregister() {
-    rm -f "$(sim_registry "$1")/$NODE_NAME"
+    local entry _line owner=""
+    entry="$(sim_registry "$1")/$NODE_NAME"
+    [ -f "$entry" ] || return 0
+    { read -r _line; read -r owner || true; } <"$entry"
+    if [ -z "$owner" ] || [ "$owner" = "$(sim_machine)" ]; then
+        rm -f "$entry"
+    fi
 }
 
 # sim_tool NAME SOFTWARE: write stdin as $ROOT/usr/local/bin/NAME, preceded by the
