@@ -3,11 +3,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.http import HttpResponse
-from django.shortcuts import redirect
-from django.urls import reverse
-from django_htmx.http import HttpResponseClientRedirect
 
-from accounts.http import HtmxHttpRequest
+from accounts.http import HtmxHttpRequest, page_redirect
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, NoWorkspace, resolve_tenancy
 
 
@@ -29,6 +26,5 @@ class CurrentWorkspaceMiddleware:
 
     def process_exception(self, request: HtmxHttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, NoWorkspace) and request.user.is_authenticated:
-            url = reverse("accounts:welcome")
-            return HttpResponseClientRedirect(url) if getattr(request, "htmx", False) else redirect(url)
+            return page_redirect(request, "accounts:welcome")
         return None

@@ -187,6 +187,13 @@ class GpuType(Schema):
         return gpu.name
 
 
+def _machine_type(obj: Any) -> Any:
+    """What an offer's fields are read from: a MachineType, or an offers.services.Offer's one."""
+    from offers.services import Offer as PricedOffer
+
+    return obj.machine_type if isinstance(obj, PricedOffer) else obj
+
+
 class OfferSummary(Schema):
     id: int = Field(description="The offer id to create a cluster from.")
     gpu: str
@@ -198,20 +205,32 @@ class OfferSummary(Schema):
     community: bool = Field(description="Independent operator's host: keep secrets off it.")
 
     @staticmethod
-    def resolve_gpu(mt: Any) -> str:
-        return mt.gpu.slug
+    def resolve_gpu(obj: Any) -> str:
+        return _machine_type(obj).gpu.slug
 
     @staticmethod
-    def resolve_machine_kind(mt: Any) -> str:
-        return mt.kind
+    def resolve_gpus_per_machine(obj: Any) -> int:
+        return _machine_type(obj).gpus_per_machine
 
     @staticmethod
-    def resolve_location(mt: Any) -> str:
-        return mt.location.code
+    def resolve_machine_kind(obj: Any) -> str:
+        return _machine_type(obj).kind
 
     @staticmethod
-    def resolve_location_name(mt: Any) -> str:
-        return mt.location.name
+    def resolve_location(obj: Any) -> str:
+        return _machine_type(obj).location.code
+
+    @staticmethod
+    def resolve_location_name(obj: Any) -> str:
+        return _machine_type(obj).location.name
+
+    @staticmethod
+    def resolve_interconnect(obj: Any) -> str:
+        return _machine_type(obj).interconnect
+
+    @staticmethod
+    def resolve_community(obj: Any) -> bool:
+        return _machine_type(obj).community
 
 
 class Offer(OfferSummary):
@@ -226,34 +245,6 @@ class Offer(OfferSummary):
     price_per_cluster_hour: Money = Field(description="price_per_machine_hour × machines.")
     software: list[choice(Software.values)]  # type: ignore[valid-type]
     warning: str | None
-
-    @staticmethod
-    def resolve_gpu(offer: Any) -> str:
-        return offer.machine_type.gpu.slug
-
-    @staticmethod
-    def resolve_gpus_per_machine(offer: Any) -> int:
-        return offer.machine_type.gpus_per_machine
-
-    @staticmethod
-    def resolve_machine_kind(offer: Any) -> str:
-        return offer.machine_type.kind
-
-    @staticmethod
-    def resolve_location(offer: Any) -> str:
-        return offer.machine_type.location.code
-
-    @staticmethod
-    def resolve_location_name(offer: Any) -> str:
-        return offer.machine_type.location.name
-
-    @staticmethod
-    def resolve_interconnect(offer: Any) -> str:
-        return offer.machine_type.interconnect
-
-    @staticmethod
-    def resolve_community(offer: Any) -> bool:
-        return offer.machine_type.community
 
     @staticmethod
     def resolve_vcpus(offer: Any) -> int:

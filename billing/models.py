@@ -3,7 +3,6 @@ Stripe top-ups and events, auto-recharge settings, and claim rows for billing em
 
 from __future__ import annotations
 
-import datetime as dt
 from decimal import Decimal
 
 from django.conf import settings
@@ -11,10 +10,6 @@ from django.db import models
 from django.db.models import F, Q
 
 from accounts.models import Environment, Workspace
-
-
-def month_start(moment: dt.datetime | dt.date) -> dt.date:
-    return dt.date(moment.year, moment.month, 1)
 
 
 class LedgerEntry(models.Model):

@@ -18,17 +18,11 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage
+from billing.months import month_bounds
 from billing.services import HOURS, posted_total, to_cents
 from clusters.models import Cluster
 
 ZERO = Decimal("0.00")
-
-
-def month_bounds(year: int, month: int) -> tuple[dt.datetime, dt.datetime]:
-    """[first instant, first instant of the next month) in UTC."""
-    start = dt.datetime(year, month, 1, tzinfo=dt.UTC)
-    end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.UTC)
-    return start, end
 
 
 def burn_rate(workspace: Workspace | int) -> Decimal:

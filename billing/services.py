@@ -22,7 +22,8 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
-from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, month_start
+from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage
+from billing.months import month_start, next_month_start
 from config.errors import PaymentRequired
 
 if TYPE_CHECKING:
@@ -61,10 +62,6 @@ def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> 
     """What the ledger holds for a machine billed from `started_at` to `until`: the running
     total rounded to cents, never a sum of rounded pieces, so rounding cannot drift."""
     return to_cents(accrued(rate, started_at, until))
-
-
-def next_month_start(moment: dt.datetime) -> dt.datetime:
-    return dt.datetime(moment.year + (moment.month == 12), moment.month % 12 + 1, 1, tzinfo=dt.UTC)
 
 
 def required_balance(price_per_hour: Decimal) -> Decimal:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import logging
-import re
 from decimal import Decimal, InvalidOperation
 
 import stripe
@@ -13,35 +12,29 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
-from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
+from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest, page_redirect
 from billing import payments, queries
 from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
+from billing.months import BadMonth, month_bounds, parse_month
 from config.errors import DomainError, flash
 
 log = logging.getLogger(__name__)
 USAGE_LINES_PER_PAGE = 25
-MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
 
 
 def _month(request: AuthenticatedHttpRequest) -> dt.date:
     """?month=YYYY-MM, the current month by default; anything else is a 404."""
-    value = request.GET.get("month")
-    if not value:
-        now = timezone.now()
-        return dt.date(now.year, now.month, 1)
-    match = MONTH.fullmatch(value)
-    # The year stops before 9999: the month's end is the first day of the next month.
-    if not match or not 1 <= int(match["month"]) <= 12 or not 2000 <= int(match["year"]) < 9999:
-        raise Http404("Months look like 2026-03.")
-    return dt.date(int(match["year"]), int(match["month"]), 1)
+    try:
+        return parse_month(request.GET.get("month"))
+    except BadMonth as exc:
+        raise Http404(str(exc)) from None
 
 
 def _spend_chart(
@@ -72,7 +65,7 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_billing_access(request)
     workspace = tenancy.workspace
     month = _month(request)
-    start, end = queries.month_bounds(month.year, month.month)
+    start, end = month_bounds(month.year, month.month)
     # A page of "Cluster usage" lines, each summed in SQL; its machines load when it opens.
     usage_page = Paginator(queries.usage_lines(workspace, month.year, month.month), USAGE_LINES_PER_PAGE).get_page(
         request.GET.get("page")
@@ -142,17 +135,13 @@ def export_csv(request: AuthenticatedHttpRequest) -> HttpResponse:
                 "machine", item["description"], item["cluster_id"], row["node"], row["gpu"], row["start"].isoformat(),
                 row["end"].isoformat() if row["end"] else "", row["hours"], row["rate"], f"-{row['amount']}",
             ])
-    start, end = queries.month_bounds(month.year, month.month)
+    start, end = month_bounds(month.year, month.month)
     for entry in LedgerEntry.objects.filter(workspace=tenancy.workspace, created_at__gte=start, created_at__lt=end).exclude(
         kind=LedgerEntry.Kind.USAGE
     ).order_by("created_at", "id"):
         writer.writerow([entry.kind, f"{entry.description} ({entry.get_state_display()})", "", "", "", entry.created_at.isoformat(),
                          "", "", "", entry.amount])
     return response
-
-
-def _go(request: AuthenticatedHttpRequest, url: str) -> HttpResponse:
-    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
 def _amount(value: str | None) -> Decimal:
@@ -174,8 +163,8 @@ def top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
         )
     except DomainError as exc:
         flash(request, exc)
-        return _go(request, reverse("billing:overview"))
-    return _go(request, session.url)
+        return page_redirect(request, "billing:overview")
+    return page_redirect(request, session.url)
 
 
 @login_required
@@ -187,7 +176,7 @@ def dev_top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
     except payments.PaymentError as exc:
         raise Http404(str(exc)) from None
     messages.success(request, f"Development top-up: ${entry.amount:,.2f} added (no payment was taken).")
-    return _go(request, reverse("billing:overview"))
+    return page_redirect(request, "billing:overview")
 
 
 @login_required
@@ -202,7 +191,7 @@ def auto_recharge(request: AuthenticatedHttpRequest) -> HttpResponse:
         messages.success(request, "Auto-recharge saved.")
     except DomainError as exc:
         flash(request, exc)
-    return _go(request, reverse("billing:overview"))
+    return page_redirect(request, "billing:overview")
 
 
 @login_required
@@ -216,8 +205,8 @@ def save_card(request: AuthenticatedHttpRequest) -> HttpResponse:
         )
     except DomainError as exc:
         flash(request, exc)
-        return _go(request, reverse("billing:overview"))
-    return _go(request, session.url)
+        return page_redirect(request, "billing:overview")
+    return page_redirect(request, session.url)
 
 
 @csrf_exempt

@@ -8,11 +8,9 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
-from accounts.http import AuthenticatedHttpRequest
+from accounts.http import AuthenticatedHttpRequest, page_redirect
 from accounts.models import Environment
 from accounts.tenancy import require_tenancy
 from clusters import connect, queries, services
@@ -237,15 +235,11 @@ def instance_terminate(request: AuthenticatedHttpRequest, instance_id: int) -> H
         services.terminate_instance(instance)
     except DomainError as error:
         flash(request, error)
-    if request.htmx:
-        return HttpResponseClientRedirect(reverse("clusters:instances"))
-    return redirect("clusters:instances")
+    return page_redirect(request, "clusters:instances")
 
 
 def _back_to(request: AuthenticatedHttpRequest, cluster: Cluster) -> HttpResponse:
-    if request.htmx:
-        return HttpResponseClientRedirect(cluster.get_absolute_url())
-    return redirect(cluster)
+    return page_redirect(request, cluster)
 
 
 @login_required

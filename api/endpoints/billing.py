@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.http import HttpRequest
@@ -11,6 +10,7 @@ from ninja import Query, Router
 
 from api import schemas
 from api.app import context, invalid, ok, page, responses
+from billing.months import BadMonth, parse_month
 
 router = Router(tags=["Billing"])
 
@@ -42,16 +42,11 @@ def billing_balance(request: HttpRequest) -> dict[str, Any]:
 
 
 def _month(raw: str) -> tuple[int, int]:
-    if not raw:
-        now = timezone.now()
-        return now.year, now.month
     try:
-        parsed = dt.datetime.strptime(raw, "%Y-%m")
-    except ValueError:
-        raise invalid({"month": ["Use YYYY-MM, e.g. 2025-06."]}) from None
-    if parsed.year < 2000:
-        raise invalid({"month": ["Use a month from 2000 on."]})
-    return parsed.year, parsed.month
+        month = parse_month(raw)
+    except BadMonth as exc:
+        raise invalid({"month": [str(exc)]}) from None
+    return month.year, month.month
 
 
 @router.get("billing/usage", operation_id="listUsage", summary="Usage in a month, one line per cluster",

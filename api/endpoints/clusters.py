@@ -17,7 +17,7 @@ from api.models import IdempotentRequest
 from clusters import services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
-from clusters.models import Cluster, Volume
+from clusters.models import FINAL_STATUSES, Cluster, Volume
 from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status, with_nodes
 from offers.models import MachineType
@@ -190,7 +190,7 @@ def terminate_cluster(request: HttpRequest, cluster_id: schemas.PathId) -> Statu
     cluster = get_cluster(request, cluster_id)
     if not services.terminate_cluster(cluster, actor=context(request).actor):
         cluster.refresh_from_db(fields=["status"])
-        if cluster.status in (ClusterStatus.TERMINATED, ClusterStatus.FAILED):
+        if cluster.status in FINAL_STATUSES:
             raise ApiError(409, "already_terminated", f"{cluster.name} is already {cluster.status}: it holds no machines.")
         # Already terminating: asking again is not an error, the answer is the same.
     return Status(202, ok(fresh(cluster)))

@@ -424,9 +424,13 @@ def test_usage_has_one_line_per_cluster_with_its_machine_rows(api, environment, 
     assert set(line["rows"][0]) >= {"node", "gpu", "start", "end", "hours", "rate", "amount"}
 
 
-def test_usage_month_must_be_yyyy_mm(api):
-    status, body = api.get("/billing/usage", month="June")
+@pytest.mark.parametrize("month", ["June", "2026-1", "2026-13", "1999-12", "9999-12"])
+def test_usage_month_must_be_yyyy_mm_in_range(api, month):
+    status, body = api.get("/billing/usage", month=month)
     assert status == 400 and "month" in error_of(body)["details"]
+
+
+def test_usage_of_a_month_in_range_is_listed(api):
     status, body = api.get("/billing/usage", month="2024-01")
     assert status == 200 and body["data"] == [] and body["meta"]["month"] == "2024-01"
 
