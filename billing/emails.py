@@ -6,27 +6,27 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from billing.models import BillingNotice
+from notifications.kinds import Kind
+
+# Each notice is one email of this kind.
+NOTICE_KINDS: dict[str, Kind] = {
+    BillingNotice.Kind.BALANCE_LOW: Kind.BALANCE_LOW,
+    BillingNotice.Kind.TOP_UP_RECEIVED: Kind.TOPUP_RECEIVED,
+    BillingNotice.Kind.AUTO_RECHARGE_FAILED: Kind.AUTO_RECHARGE_FAILED,
+}
 
 
 def queue_notice(notice_id: int) -> None:
     """Hand the notice to notifications.notify(), inside the caller's transaction: it is
     recorded with the notice, sent after commit, retried while SMTP fails, and skipped for
     members who turned the kind off (see docs/notifications.md). A cluster stopped for its
-    balance or budget gets the lifecycle's critical "stopped" email, so those notices send
-    nothing here."""
-    from notifications.kinds import Kind
+    balance or budget gets the lifecycle's critical "stopped" email; billing keeps no notice
+    of its own for that."""
     from notifications.services import billing_contact_ids, notify
 
     notice = BillingNotice.objects.get(pk=notice_id)
-    kind = {
-        BillingNotice.Kind.BALANCE_LOW: Kind.BALANCE_LOW,
-        BillingNotice.Kind.TOP_UP_RECEIVED: Kind.TOPUP_RECEIVED,
-        BillingNotice.Kind.AUTO_RECHARGE_FAILED: Kind.AUTO_RECHARGE_FAILED,
-    }.get(BillingNotice.Kind(notice.kind))
-    if kind is None:
-        return
     notify(
-        kind, user_ids=billing_contact_ids(notice.workspace_id),
+        NOTICE_KINDS[notice.kind], user_ids=billing_contact_ids(notice.workspace_id),
         context={**notice.context, "workspace_id": notice.workspace_id},
         # One email per notice: a re-armed balance warning is a new notice, hence a new email.
         dedupe_key=f"billing-notice:{notice.pk}", workspace_id=notice.workspace_id,

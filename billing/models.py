@@ -180,8 +180,6 @@ class BillingNotice(models.Model):
 
     class Kind(models.TextChoices):
         BALANCE_LOW = "balance_low", "Balance running low"
-        BALANCE_EXHAUSTED = "balance_exhausted", "Stopped: balance exhausted"
-        BUDGET_REACHED = "budget_reached", "Stopped: monthly budget reached"
         TOP_UP_RECEIVED = "top_up_received", "Top-up received"
         AUTO_RECHARGE_FAILED = "auto_recharge_failed", "Auto-recharge failed"
 

@@ -20,7 +20,6 @@ class Kind(models.TextChoices):
     NODE_UNHEALTHY = "node_unhealthy", "A cluster machine turned unhealthy"
     NODE_RECOVERED = "node_recovered", "A cluster machine is healthy again"
     BALANCE_LOW = "balance_low", "Low balance warning"
-    BUDGET_WARNING = "budget_warning", "Monthly budget warning"
     TOPUP_RECEIVED = "topup_received", "Top-up received"
     AUTO_RECHARGE_FAILED = "auto_recharge_failed", "Auto-recharge failed"
     QUOTE_RECEIVED = "quote_received", "Quote request (to sales)"
@@ -57,8 +56,6 @@ SPECS: dict[str, KindSpec] = {
                                   help="The machine that turned unhealthy passed its checks again."),
     Kind.BALANCE_LOW: KindSpec("Your Runcrate balance is low: ${balance}", _BILLING,
                                help="When the workspace's credit balance falls below the warning level."),
-    Kind.BUDGET_WARNING: KindSpec("{environment_name} has used {percent}% of its monthly budget", _BILLING,
-                                  help="When an environment nears its monthly budget."),
     Kind.TOPUP_RECEIVED: KindSpec("We received your top-up of ${amount}", _BILLING, help="A receipt for each top-up."),
     Kind.AUTO_RECHARGE_FAILED: KindSpec("Auto-recharge of ${amount} failed", _BILLING, critical=True),
     Kind.QUOTE_RECEIVED: KindSpec("Quote request: {quote.machines} × {quote.gpu} from {quote_from}", _QUOTE, critical=True),

@@ -167,7 +167,7 @@ def test_an_unknown_kind_is_a_programming_error(db):
         services.notify("nope", recipients=["a@example.com"], dedupe_key="x")
 
 
-def test_billing_notices_are_sent_through_notify_and_stop_notices_are_left_to_the_cluster_email(smtp, workspace, owner):
+def test_a_billing_notice_is_sent_through_notify_once_per_key(smtp, workspace, owner):
     from billing import emails
     from billing.models import BillingNotice
 
@@ -178,10 +178,18 @@ def test_billing_notices_are_sent_through_notify_and_stop_notices_are_left_to_th
     [message] = smtp.messages
     assert subject_of(message) == "We received your top-up of $1,025.00"
     assert Notification.objects.get(dedupe_key=f"billing-notice:{notice.pk}").kind == Kind.TOPUP_RECEIVED
-    emails.create_notice(
-        workspace_id=workspace.pk, kind=BillingNotice.Kind.BALANCE_EXHAUSTED, key="balance_exhausted:1", context={}
+    again = emails.create_notice(
+        workspace_id=workspace.pk, kind=BillingNotice.Kind.TOP_UP_RECEIVED, key="top_up:cs_9", context={"amount": "1,025.00"}
     )
-    assert len(smtp.messages) == 1
+    assert again is None
+    assert len(smtp.messages) == 1 and Notification.objects.count() == 1
+
+
+def test_every_billing_notice_kind_has_an_email_kind():
+    from billing import emails
+    from billing.models import BillingNotice
+
+    assert {kind.value for kind in BillingNotice.Kind} == set(emails.NOTICE_KINDS)
 
 
 def test_a_message_that_cannot_be_rendered_fails_at_once(smtp, broker):
@@ -195,12 +203,12 @@ def test_a_message_that_cannot_be_rendered_fails_at_once(smtp, broker):
 def test_a_permanent_refusal_is_not_retried(smtp, broker):
     with transaction.atomic():
         services.notify(
-            Kind.BUDGET_WARNING, recipients=["bounce@example.com"], dedupe_key="budget:1",
-            context={"environment_name": "prod", "percent": 80, "spent": "800", "budget": "1000"},
+            Kind.TOPUP_RECEIVED, recipients=["bounce@example.com"], dedupe_key="topup:bounce",
+            context={"amount": "50"},
         )
     assert broker.run_next() == "failed"
     assert broker.queued == []
-    delivery = Delivery.objects.get(notification__dedupe_key="budget:1")
+    delivery = Delivery.objects.get(notification__dedupe_key="topup:bounce")
     assert delivery.status == Delivery.Status.FAILED and delivery.attempts == 1 and "550" in delivery.last_error
     assert smtp.messages == []
 
