@@ -29,7 +29,8 @@ class SSHKeyForm(forms.Form):
 
 class EnvironmentForm(forms.Form):
     name = forms.SlugField(max_length=50)
-    monthly_budget = forms.DecimalField(min_value=Decimal("0"), max_digits=12, decimal_places=2, initial=Decimal("1000"))
+    monthly_budget = forms.DecimalField(min_value=Decimal("0"), max_digits=12, decimal_places=2, initial=Decimal("1000"),
+                                        label="Monthly budget ($)")
 
 
 class BudgetForm(forms.Form):

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.forms",  # the built-in widget templates, for FORM_RENDERER below
     "channels",
     "django_htmx",
     "template_partials",
@@ -97,6 +98,11 @@ TEMPLATES = [
         },
     }
 ]
+
+# Forms render through the project's templates, so templates/django/forms/field.html is every
+# field's group (`field.as_field_group`): label, widget, help text and errors, with the ids the
+# widget's aria-describedby names.
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
 
 DATABASE_URL = env_str("DATABASE_URL")
 # PostgreSQL connections per process are bounded by a pool (psycopg's, through Django): a burst
