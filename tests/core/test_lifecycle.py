@@ -336,7 +336,7 @@ def test_output_arriving_after_the_install_does_not_make_the_next_pass_install_a
     # installed: they must not relabel it, or every later pass would install again.
     cluster = create(environment, machine_type, software="slurm")
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.INSTALLING)
-    node = cluster.nodes.first()
+    node = cluster.nodes.earliest("index")
     services.update_nodes(cluster.pk, [(node, {"state": Node.State.INSTALLING, "step": services.INSTALLED_STEP})])
     services.append_node_logs(cluster.pk, {node.pk: [("install_software:daemons", "slurmd started")]})
     node.refresh_from_db()
