@@ -144,3 +144,31 @@ def test_the_beat_task_checks_each_due_ready_cluster_once_and_skips_one_in_a_rou
     assert tasks.check_node_health() == 1
     assert health.due_clusters() == []
     assert cache.get(health.lock_key(cluster.pk)) is None, "each round let go of its cluster"
+
+
+def test_two_rounds_that_find_the_same_change_at_once_record_and_email_it_once(smtp, cluster):
+    import threading
+
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL")
+    smtp.messages.clear()
+    worker = node(cluster, 1)
+    start = threading.Barrier(2)
+
+    def round_() -> None:
+        try:
+            start.wait()
+            services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=round_) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert health_events(cluster) == [("node_unhealthy", Reason.NODE_UNREACHABLE)]
+    assert Notification.objects.filter(kind="node_unhealthy").count() == 1
+    assert len(smtp.messages) == 1
