@@ -40,10 +40,18 @@ if [ "$PHASE" != reach ]; then
                 export WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1
                 log "no WireGuard kernel module: wg0 runs on wireguard-go"
             fi
+            # Up without PersistentKeepalive: with it, wg0 greets every peer the moment it
+            # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
+            # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
+            # once every tunnel is up.
             if ip link show wg0 >/dev/null 2>&1; then
-                wg syncconf wg0 <(wg-quick strip wg0)
+                wg syncconf wg0 <(wg-quick strip wg0 | grep -v '^PersistentKeepalive')
             else
-                wg-quick up wg0
+                mkdir -p "$STATE_DIR/wg-up"
+                grep -v '^PersistentKeepalive' "$ROOT/etc/wireguard/wg0.conf" |
+                    write_file "$STATE_DIR/wg-up/wg0.conf" 0600
+                wg-quick up "$STATE_DIR/wg-up/wg0.conf"
+                rm -f "$STATE_DIR/wg-up/wg0.conf"
             fi
             if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
         fi
@@ -51,6 +59,7 @@ if [ "$PHASE" != reach ]; then
     fi
 fi
 [ "$PHASE" != up ] || exit 0
+
 
 # probe NAME: succeed when the peer answers by name.
 probe() {
@@ -105,15 +114,26 @@ elif is_sandbox; then
         sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
     done
 else
-    # Real peers may still be bringing their tunnel up: wait for all of them at once.
+    # Real peers may still be bringing their tunnel up: wait for all of them at once. The
+    # node with the lower index greets first: when two peers start a handshake with each
+    # other at the same instant, both are dropped, and WireGuard tries again only after
+    # its 5-second REKEY_TIMEOUT.
     results="$(mktemp -d)"
     trap 'rm -rf "$results"' EXIT
+    position=0
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
+        position=$((position + 1))
         [ "$name" = "$NODE_NAME" ] && continue
-        (if reach "$name"; then : >"$results/$name"; fi) &
+        if [ "$((position - 1))" -lt "$NODE_INDEX" ]; then
+            (sleep 0.5; if reach "$name"; then : >"$results/$name"; fi) &
+        else
+            (if reach "$name"; then : >"$results/$name"; fi) &
+        fi
     done
     wait
+    # Every tunnel is up and greeted: the whole configuration, PersistentKeepalive included.
+    ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg-quick strip wg0)
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
         if [ -e "$results/$name" ]; then reached[$name]=ok; fi
