@@ -252,6 +252,8 @@ METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 NODE_HEALTH_INTERVAL_SECONDS = env_int("NODE_HEALTH_INTERVAL_SECONDS", 30)
 NODE_HEALTH_ROUND_SECONDS = env_int("NODE_HEALTH_ROUND_SECONDS", 60)
 NODE_HEALTH_MAX_CLUSTERS_PER_ROUND = env_int("NODE_HEALTH_MAX_CLUSTERS_PER_ROUND", 500)
+if NODE_HEALTH_INTERVAL_SECONDS < 5 or NODE_HEALTH_ROUND_SECONDS < 10:
+    raise ImproperlyConfigured("NODE_HEALTH_INTERVAL_SECONDS must be at least 5 and NODE_HEALTH_ROUND_SECONDS at least 10")
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
