@@ -21,6 +21,7 @@ from clusters import rules, services
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
 from clusters.nodeops.operations import NetworkTestReport, PairMeasurement
 from clusters.providers import get_provider
+from offers.models import PRIVATE_NETWORK_SPEED
 
 log = logging.getLogger(__name__)
 
@@ -163,4 +164,5 @@ def card(cluster: Cluster) -> dict[str, Any]:
         "can_start": cluster.status == Status.READY and not (latest and not latest.is_finished),
         "shown": bool(tests) or cluster.status == Status.READY,
         "floor_gbps": latest.expected_gbps if latest else rules.network_test_floor_gbps(),
+        "promise": PRIVATE_NETWORK_SPEED,
     }
