@@ -53,7 +53,8 @@ def run(test_id: int) -> str | None:
     if cluster.status != Status.READY:
         services.fail_network_test_of_ended_cluster(test)
         return NetworkTest.Status.FAILED
-    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
+    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True)
+                 .order_by("index"))
     try:
         result = get_provider(cluster.provider).network_test(cluster, nodes, _Recorder(test))
     except Exception as exc:  # noqa: BLE001 - the test fails with the reason, the cluster is untouched

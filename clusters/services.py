@@ -879,8 +879,14 @@ def _network_test_after_ready(cluster: Cluster) -> None:
         _queue_network_test(cluster, NetworkTest.Trigger.AFTER_READY, SYSTEM)
 
 
+def _measured_node_names(cluster_id: int) -> list[str]:
+    # A machine being swapped in shares its name with the one it replaces until it took over.
+    live = Node.objects.filter(cluster_id=cluster_id, released_at__isnull=True, replacing__isnull=True)
+    return [n.name for n in live.order_by("index")]
+
+
 def _queue_network_test(cluster: Cluster, trigger: str, actor: str) -> NetworkTest:
-    names = [n.name for n in cluster.nodes.filter(released_at__isnull=True).order_by("index")]
+    names = _measured_node_names(cluster.pk)
     test = NetworkTest.objects.create(
         cluster=cluster, trigger=trigger, requested_by=actor, expected_gbps=rules.network_test_floor_gbps(),
         node_names=names,
@@ -907,6 +913,9 @@ def start_network_test(cluster: Cluster, *, actor: str = SYSTEM) -> NetworkTest:
             raise Conflict(
                 "not_ready", f"The network of a ready cluster can be tested; {cluster.name} is {cluster.status}."
             )
+        # Mid-swap the mesh holds two machines under one name: measure once the new one took over.
+        if (swapping := replacement_in_progress(cluster)) is not None:
+            raise swapping
         fail_stale_network_tests(cluster_id=cluster.pk)
         active = cluster.network_tests.filter(status__in=ACTIVE_NETWORK_TEST).first()
         if active is not None:
@@ -928,7 +937,7 @@ def claim_network_test(test_id: int) -> NetworkTest | None:
     ):
         return None
     test = NetworkTest.objects.select_related("cluster", "cluster__machine_type").get(pk=test_id)
-    names = [n.name for n in test.cluster.nodes.filter(released_at__isnull=True).order_by("index")]
+    names = _measured_node_names(test.cluster_id)
     NetworkTest.objects.filter(pk=test_id).update(node_names=names)
     test.node_names = names
     _after_commit_network_changed(test.cluster_id)

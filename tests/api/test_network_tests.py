@@ -158,3 +158,11 @@ def test_a_queued_test_of_a_cluster_terminated_before_it_ran_is_not_run(api, env
     assert test.detail == "Not run: the cluster is terminating." and not test.pairs.exists()
     status, body = api.post(f"/clusters/{cluster.pk}/network-tests")
     assert status == 409 and error_of(body)["code"] == "not_ready"
+
+
+def test_a_cluster_mid_replacement_is_measured_once_the_new_machine_took_over(api, environment, machine_type):
+    cluster = ready_cluster(environment, machine_type, machines=2)
+    services.replace_node(cluster, "node-1", actor="alice")
+    status, body = api.post(f"/clusters/{cluster.pk}/network-tests")
+    assert status == 409 and error_of(body)["code"] == "replacement_in_progress"
+    assert not NetworkTest.objects.exists()

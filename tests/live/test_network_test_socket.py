@@ -41,7 +41,7 @@ async def test_a_measured_pair_is_pushed_to_the_page_as_it_is_recorded(cluster, 
 
     test = await database_sync_to_async(running_test)(cluster)
     running = await receive_until(socket, 'data-testid="network-test-status">Running<')
-    assert running.lstrip().startswith('<div id="network-card" hx-swap-oob="true">')
+    assert running.lstrip().startswith('<div id="network-card" aria-live="polite" hx-swap-oob="true">')
 
     await database_sync_to_async(services.record_network_pairs)(
         test, [PairMeasurement("pairs", "node-1", "node-0", 0.37, 0.55)]
