@@ -284,6 +284,10 @@ class Node(Schema):
     step: str | None
     detail: str | None
     ssh: str | None = Field(description="The Connect card's ssh line for this node, once the cluster is ready or degraded.")
+    replacing: bool = Field(
+        description="A new machine being swapped in for the node of the same name: it takes that node's name and "
+                    "private address, and the old machine stops once it is ready (then this is false).")
+    instance_id: int = Field(description="The machine's id on the Instances list.")
     health: choice(NodeHealth.values) = Field(  # type: ignore[valid-type]
         description="What the periodic health check last found (unknown until a ready cluster's first check).")
     health_detail: str | None = Field(description="Why: what the check saw on the node.")
@@ -297,6 +301,14 @@ class Node(Schema):
     @staticmethod
     def resolve_status(node: Any) -> str:
         return node.state
+
+    @staticmethod
+    def resolve_replacing(node: Any) -> bool:
+        return bool(node.is_replacement)
+
+    @staticmethod
+    def resolve_instance_id(node: Any) -> int:
+        return node.pk
 
     @staticmethod
     def resolve_ssh(node: Any) -> str | None:
@@ -607,10 +619,16 @@ class Instance(Schema):
     private_ip: str | None
     price_per_hour: Money = Field(description="This machine's hourly price.")
     billing_started_at: OptionalTimestamp
+    replaces_instance_id: int | None = Field(
+        description="Set while this machine is being swapped in for that instance (same name and private address).")
 
     @staticmethod
     def resolve_status(node: Any) -> str:
         return node.state
+
+    @staticmethod
+    def resolve_replaces_instance_id(node: Any) -> int | None:
+        return node.replacing_id if node.is_replacement else None
 
     @staticmethod
     def resolve_cluster_name(node: Any) -> str:

@@ -38,7 +38,8 @@ def _gateway(cluster: Cluster) -> str:
 
 def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
     gateway = _gateway(cluster)
-    live = [n for n in cluster.nodes.all() if n.released_at is None]
+    # A machine being swapped in is not the node yet: the old one is, until the swap is done.
+    live = [n for n in cluster.nodes.all() if n.released_at is None and n.replacing_id is None]
     return [_endpoint(node, gateway) for node in live]
 
 
@@ -69,7 +70,7 @@ def ssh_line(node: Node) -> str | None:
     """A live node's `ssh` line exactly as the Connect card shows it (the API's
     `nodes[].ssh`); None until the card shows it (every machine up and joined)."""
     cluster = node.cluster
-    if cluster.status not in CONNECTABLE or node.released_at is not None:
+    if cluster.status not in CONNECTABLE or node.released_at is not None or node.replacing_id is not None:
         return None
     return _endpoint(node, _gateway(cluster)).ssh_command
 

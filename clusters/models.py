@@ -181,6 +181,17 @@ class Cluster(models.Model):
         return self.status == Status.READY
 
     @property
+    def node_being_replaced(self) -> Node | None:
+        """The machine being swapped in for one of the nodes, if any (from the loaded nodes)."""
+        return next((n for n in self.nodes.all() if n.is_replacement), None)
+
+    @property
+    def can_replace_nodes(self) -> bool:
+        """Replace is offered on a ready cluster whose machines are all ready, one at a time."""
+        live = [n for n in self.nodes.all() if n.released_at is None]
+        return self.status == Status.READY and all(n.state == Node.State.READY and not n.is_replacement for n in live)
+
+    @property
     def head(self) -> Node | None:
         return next((n for n in self.nodes.all() if n.index == 0), None)
 
@@ -310,6 +321,29 @@ class Node(models.Model):
     @property
     def private_ip(self) -> str:
         return f"10.77.0.{self.index + 1}"
+
+    @property
+    def is_replacement(self) -> bool:
+        """A machine being swapped in for the live node of the same name (until the swap is done)."""
+        return self.replacing_id is not None and self.released_at is None
+
+    @property
+    def was_replaced(self) -> bool:
+        return self.released_at is not None and self.step == "replaced"
+
+    @property
+    def row_id(self) -> str:
+        """The page's element id: `node-<i>` for the machine that is the node now; a machine
+        being swapped in, or one given back, has one of its own (they share the name)."""
+        if self.is_replacement:
+            return f"node-{self.index}-replacement"
+        if self.released_at is not None:
+            return f"node-{self.index}-released-{self.pk}"
+        return f"node-{self.index}"
+
+    @property
+    def is_unhealthy(self) -> bool:
+        return self.health not in (NodeHealth.HEALTHY, NodeHealth.UNKNOWN)
 
 
 class ClusterEvent(models.Model):

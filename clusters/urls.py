@@ -18,4 +18,5 @@ urlpatterns = [
     path("<int:cluster_id>/workers/", views.cluster_add_workers, name="add_workers"),
     path("<int:cluster_id>/network-tests/", views.cluster_network_test, name="network_test"),
     path("<int:cluster_id>/nodes/<str:node_name>/terminate/", views.node_terminate, name="node_terminate"),
+    path("<int:cluster_id>/nodes/<str:node_name>/replace/", views.node_replace, name="replace_node"),
 ]

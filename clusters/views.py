@@ -217,6 +217,24 @@ def node_terminate(request: AuthenticatedHttpRequest, cluster_id: int, node_name
 
 
 @login_required
+@require_POST
+def node_replace(request: AuthenticatedHttpRequest, cluster_id: int, node_name: str) -> HttpResponse:
+    cluster = get_cluster_for_user(request, cluster_id)
+    if node_name not in {node.name for node in cluster.nodes.all() if node.released_at is None}:
+        raise Http404(f"{cluster.name} has no node {node_name}.")
+    try:
+        new = services.replace_node(cluster, node_name, actor=actor_label(request))
+    except DomainError as error:
+        flash(request, error)
+    else:
+        messages.success(
+            request, f"Replacing {node_name}: a new machine ({new.host.name}) is starting. {node_name} keeps running "
+            "until the new machine has taken over.",
+        )
+    return _back_to(request, cluster)
+
+
+@login_required
 def instances(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Every machine the workspace runs, in every environment; each belongs to a cluster."""
     tenancy = require_tenancy(request)

@@ -414,6 +414,10 @@ class RuncrateClient:
             raise ApiError(404, "not_found", f"No cluster named {name_or_id!r} in this environment.")
         return str(named[0]["id"])
 
+    def replace_node(self, cluster_id: str, node_name: str) -> Record | None:
+        """A new machine of the same type takes the node's name and address; the old one then stops."""
+        return self._data("POST", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}/replace")
+
     def list_volumes(self) -> list[Record]:
         return list(self.iterate("/volumes"))
 

@@ -73,10 +73,11 @@ class PlanSigner:
         ttl = float(os.environ.get("RUNCRATE_MCP_TOKEN_TTL") or DEFAULT_TOKEN_TTL)
         return cls(secret.encode() if secret else secrets.token_bytes(32), ttl)
 
-    def issue(self, plan: dict[str, Any], price_per_hour: str, environment: str | None) -> tuple[str, float]:
+    def issue(self, plan: dict[str, Any], price_per_hour: str, environment: str | None,
+              fields: tuple[str, ...] = PLAN_FIELDS) -> tuple[str, float]:
         expires_at = self.clock() + self.ttl
         payload = {
-            **{k: normalize(k, plan.get(k)) for k in PLAN_FIELDS},
+            **{k: normalize(k, plan.get(k)) for k in fields},
             "price_per_hour": price_per_hour,
             "environment": environment,
             "exp": round(expires_at, 3),
@@ -85,7 +86,8 @@ class PlanSigner:
         body = _b64(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         return f"{TOKEN_PREFIX}.{body}.{self._sign(body)}", expires_at
 
-    def verify(self, token: str, request: dict[str, Any], environment: str | None) -> dict[str, Any]:
+    def verify(self, token: str, request: dict[str, Any], environment: str | None,
+               fields: tuple[str, ...] = PLAN_FIELDS) -> dict[str, Any]:
         """The token's payload, if it is genuine, unexpired, and matches the request exactly."""
         try:
             prefix, body, signature = token.strip().split(".")
@@ -100,7 +102,7 @@ class PlanSigner:
             raise PlanTokenError("the confirmation token was issued for another environment")
         mismatched = [
             f"{k} (planned {payload.get(k)!r}, asked {normalize(k, request.get(k))!r})"
-            for k in PLAN_FIELDS
+            for k in fields
             if payload.get(k) != normalize(k, request.get(k))
         ]
         if mismatched:

@@ -231,3 +231,21 @@ def terminate_node(request: HttpRequest, cluster_id: schemas.PathId, node_name: 
         raise not_found(f"Node {node_name!r} of cluster {cluster.name}")
     services.refuse_node_termination(cluster, node_name)
     raise AssertionError("refuse_node_termination always refuses")  # pragma: no cover
+
+
+@router.post("clusters/{cluster_id}/nodes/{node_name}/replace", operation_id="replaceNode",
+             summary="Replace a node with a new machine of the same type",
+             description="Reserves one machine of the cluster's offer now; it boots, takes the node's name and private "
+                         "address, joins the private network and the software, and only then is the old machine "
+                         "stopped. The new machine is billed from when it is up, the old one until it stops. 409: "
+                         "not_ready, replacement_in_progress, cluster_changing (workers being added), "
+                         "head_replace_refused (node-0 runs the controller and /shared), offer_unavailable (no machine "
+                         "of this type can start now: nothing else is tried). 402 when the balance does not cover one "
+                         "hour of the cluster plus the machine swapped in.",
+             response=responses({202: CLUSTER}, 402, 404, 409))
+def replace_node(request: HttpRequest, cluster_id: schemas.PathId, node_name: schemas.Text) -> Status:
+    cluster = get_cluster(request, cluster_id)
+    if node_name not in {n.name for n in cluster.nodes.all() if n.released_at is None}:
+        raise not_found(f"Node {node_name!r} of cluster {cluster.name}")
+    services.replace_node(cluster, node_name, actor=context(request).actor)
+    return Status(202, ok(fresh(cluster)))

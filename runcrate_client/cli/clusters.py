@@ -220,6 +220,11 @@ def machine_count(cluster: Record) -> Any:
     return machines
 
 
+def node_label(node: Record) -> str:
+    """A node's name; a machine being swapped in shares it, and says so."""
+    return f"{node.get('name')} (replacement)" if node.get("replacing") else str(node.get("name"))
+
+
 def offer_gpu(cluster: Record) -> Any:
     offer = cluster.get("offer")
     if isinstance(offer, dict):
@@ -271,7 +276,7 @@ def cluster_summary(cluster: Record) -> str:
     text = render_pairs(pairs)
     nodes = cluster.get("nodes") or []
     if nodes:
-        rows = [[n.get("name"), n.get("role"), n.get("status"), n.get("private_ip"), _health(n)] for n in nodes]
+        rows = [[node_label(n), n.get("role"), n.get("status"), n.get("private_ip"), _health(n)] for n in nodes]
         text += "\n\n" + render_table(["NODE", "ROLE", "STATUS", "PRIVATE IP", "HEALTH"], rows)
     return text
 
@@ -339,7 +344,7 @@ def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, time
                 + (f" ({total} machines)" if total else ""))
             cluster_status = status
         for node in cluster.get("nodes") or []:
-            name = str(node.get("name"))
+            name = node_label(node)
             current = str(node.get("status"))
             if node_status.get(name) != current:
                 ip = f" {node['private_ip']}" if node.get("private_ip") else ""
@@ -426,6 +431,73 @@ def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool
     if as_json:
         return print_json(result)
     click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}.")
+
+
+@clusters.command("replace-node")
+@click.argument("cluster_id")
+@click.argument("node_name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--watch", is_flag=True, help="Follow the swap until the new machine has taken over (exit 0) or not (exit 7).")
+@click.option("--interval", default=2.0, show_default=True, type=float, help="Seconds between polls with --watch.")
+@json_option
+@pass_state
+def clusters_replace_node(
+    state: State, cluster_id: str, node_name: str, yes: bool, watch: bool, interval: float, as_json: bool
+) -> None:
+    """Replace a node with a new machine of the same offer: it takes the node's name and private address,
+    joins the network and the software, then the old machine stops. While both run, one machine more is billed."""
+    client = state.client()
+    if not yes:
+        cluster = client.get_cluster(cluster_id)
+        if not sys.stdin.isatty():
+            fail("refusing to replace a node without confirmation; pass --yes", EXIT_USAGE)
+        question = (f"Replace {node_name} of cluster {cluster.get('name')} ({cluster_id})? A new machine takes its name "
+                    f"and address, then this one stops: files on its own disk are lost. Both are billed while they overlap")
+        if not click.confirm(question, default=False):
+            fail("not replaced", EXIT_OTHER)
+    result = client.replace_node(cluster_id, node_name) or {}
+    new = next((n for n in result.get("nodes") or [] if n.get("replacing") and n.get("name") == node_name), None)
+    if not watch:
+        if as_json:
+            return print_json(result)
+        click.echo(f"Replacing {node_name} of cluster {cluster_id}: a new machine is starting; {node_name} keeps running "
+                   f"until it has taken over. Follow it with: runcrate clusters replace-node … --watch, or "
+                   f"runcrate clusters events {cluster_id}")
+        return
+    code = watch_replacement(client, cluster_id, node_name, new.get("instance_id") if new else None, interval,
+                             quiet=as_json)
+    if as_json:
+        print_json(client.get_cluster(cluster_id))
+    sys.exit(code)
+
+
+def watch_replacement(client: RuncrateClient, cluster_id: str, node_name: str, instance_id: Any, interval: float,
+                      quiet: bool = False) -> int:
+    """Poll until the machine swapped in is the node (exit 0) or was given back (exit 7), printing new events."""
+    say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
+    seen = {str(e.get("id")) for e in client.all_cluster_events(cluster_id)}
+    last = ""
+    while True:
+        cluster = client.get_cluster(cluster_id)
+        for event in client.all_cluster_events(cluster_id):
+            if str(event.get("id")) not in seen:
+                seen.add(str(event.get("id")))
+                say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
+        node = next((n for n in cluster.get("nodes") or [] if n.get("instance_id") == instance_id), None)
+        if node is None or cluster.get("status") != READY and not node.get("replacing"):
+            say(f"Cluster {cluster.get('name') or cluster_id} is {cluster.get('status')}; {node_name} was not replaced.")
+            return EXIT_CLUSTER_FAILED
+        status = str(node.get("status"))
+        if status != last:
+            say(f"{_now()}    {node_name} (new machine) -> {status}")
+            last = status
+        if not node.get("replacing"):
+            if status == READY:
+                say(f"{node_name} now runs on the new machine; the old one stopped and is no longer billed.")
+                return EXIT_OK
+            say(f"The new machine did not take over ({node.get('detail') or status}); the old {node_name} keeps running.")
+            return EXIT_CLUSTER_FAILED
+        time.sleep(interval)
 
 
 @clusters.command("terminate-node")

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan
+from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan, replace
 
-TOOL_MODULES = (catalogue, plan, clusters, network, instances, account, billing)
+TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, billing)
