@@ -447,6 +447,9 @@ def clusters_replace_node(
     """Replace a node with a new machine of the same offer: it takes the node's name and private address,
     joins the network and the software, then the old machine stops. While both run, one machine more is billed."""
     client = state.client()
+    # The machines there before: the new one is the machine of that name that was not.
+    before = {n.get("instance_id") for n in client.get_cluster(cluster_id).get("nodes") or []} if watch or not yes else set()
+    seen = {str(e.get("id")) for e in client.all_cluster_events(cluster_id)} if watch else set()
     if not yes:
         cluster = client.get_cluster(cluster_id)
         if not sys.stdin.isatty():
@@ -456,7 +459,8 @@ def clusters_replace_node(
         if not click.confirm(question, default=False):
             fail("not replaced", EXIT_OTHER)
     result = client.replace_node(cluster_id, node_name) or {}
-    new = next((n for n in result.get("nodes") or [] if n.get("replacing") and n.get("name") == node_name), None)
+    new = next((n for n in result.get("nodes") or []
+                if n.get("name") == node_name and n.get("instance_id") not in before), None)
     if not watch:
         if as_json:
             return print_json(result)
@@ -465,17 +469,17 @@ def clusters_replace_node(
                    f"runcrate clusters events {cluster_id}")
         return
     code = watch_replacement(client, cluster_id, node_name, new.get("instance_id") if new else None, interval,
-                             quiet=as_json)
+                             seen, quiet=as_json)
     if as_json:
         print_json(client.get_cluster(cluster_id))
     sys.exit(code)
 
 
 def watch_replacement(client: RuncrateClient, cluster_id: str, node_name: str, instance_id: Any, interval: float,
-                      quiet: bool = False) -> int:
-    """Poll until the machine swapped in is the node (exit 0) or was given back (exit 7), printing new events."""
+                      seen: set[str], quiet: bool = False) -> int:
+    """Poll until the machine swapped in is the node (exit 0) or was given back (exit 7), printing
+    the events not in `seen` (those from before the request)."""
     say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
-    seen = {str(e.get("id")) for e in client.all_cluster_events(cluster_id)}
     last = ""
     while True:
         cluster = client.get_cluster(cluster_id)

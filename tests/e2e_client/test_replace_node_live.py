@@ -46,9 +46,13 @@ def test_the_cli_replaces_a_node_and_watches_the_swap(live_server, dashboard_key
     assert Node.objects.get(pk=node_1[1]["instance_id"]).host_id != old.host_id
 
 
-async def test_an_agent_plans_then_replaces_a_node_with_the_token(live_server, dashboard_key, instant_offer,
-                                                                    environment):
-    cluster = ready_cluster(environment, instant_offer, "agent-swap")
+@pytest.fixture
+def agent_cluster(live_server, instant_offer, environment):
+    return ready_cluster(environment, instant_offer, "agent-swap")
+
+
+async def test_an_agent_plans_then_replaces_a_node_with_the_token(live_server, dashboard_key, agent_cluster):
+    cluster = agent_cluster
     server = StdioServerParameters(command=sys.executable, args=["-m", "runcrate_client.mcp_server"],
                                    env=runcrate_env(live_server.url, dashboard_key), cwd=REPO_ROOT)
     async with Client(server) as client:
