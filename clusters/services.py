@@ -660,7 +660,7 @@ def _swap_in_progress(cluster: Cluster) -> Node | None:
     )
 
 
-def replacement_in_progress(cluster: Cluster) -> Conflict | None:
+def replacement_in_progress(cluster: Cluster) -> ClusterError | None:
     """One machine is swapped in at a time: the cluster is never billed for more machines than
     it has plus the one being swapped in."""
     swapping = _swap_in_progress(cluster)

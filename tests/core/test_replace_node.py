@@ -176,9 +176,9 @@ def test_it_refuses_the_head_an_unknown_node_and_a_cluster_that_is_not_ready(rea
     with pytest.raises(Conflict) as error:
         services.replace_node(ready_cluster, "node-0")
     assert error.value.code == "head_replace_refused" and "controller" in error.value.message
-    with pytest.raises(ClusterError) as error:
+    with pytest.raises(ClusterError) as unknown:
         services.replace_node(ready_cluster, "node-9")
-    assert error.value.code == "node_not_found" and error.value.status == 404
+    assert unknown.value.code == "node_not_found" and unknown.value.status == 404
     services.terminate_cluster(ready_cluster)
     with pytest.raises(Conflict) as error:
         services.replace_node(Cluster.objects.get(pk=ready_cluster.pk), "node-1")
