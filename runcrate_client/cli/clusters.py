@@ -434,7 +434,7 @@ def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool
 
 
 @clusters.command("replace-node")
-@click.argument("cluster_id")
+@click.argument("cluster")
 @click.argument("node_name")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--watch", is_flag=True, help="Follow the swap until the new machine has taken over (exit 0) or not (exit 7).")
@@ -442,19 +442,21 @@ def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool
 @json_option
 @pass_state
 def clusters_replace_node(
-    state: State, cluster_id: str, node_name: str, yes: bool, watch: bool, interval: float, as_json: bool
+    state: State, cluster: str, node_name: str, yes: bool, watch: bool, interval: float, as_json: bool
 ) -> None:
     """Replace a node with a new machine of the same offer: it takes the node's name and private address,
-    joins the network and the software, then the old machine stops. While both run, one machine more is billed."""
+    joins the network and the software, then the old machine stops. While both run, one machine more is billed.
+    CLUSTER is the cluster's id or name."""
     client = state.client()
+    cluster_id = client.find_cluster_id(cluster)
     # The machines there before: the new one is the machine of that name that was not.
     before = {n.get("instance_id") for n in client.get_cluster(cluster_id).get("nodes") or []} if watch or not yes else set()
     seen = {str(e.get("id")) for e in client.all_cluster_events(cluster_id)} if watch else set()
     if not yes:
-        cluster = client.get_cluster(cluster_id)
+        current = client.get_cluster(cluster_id)
         if not sys.stdin.isatty():
             fail("refusing to replace a node without confirmation; pass --yes", EXIT_USAGE)
-        question = (f"Replace {node_name} of cluster {cluster.get('name')} ({cluster_id})? A new machine takes its name "
+        question = (f"Replace {node_name} of cluster {current.get('name')} ({cluster_id})? A new machine takes its name "
                     f"and address, then this one stops: files on its own disk are lost. Both are billed while they overlap")
         if not click.confirm(question, default=False):
             fail("not replaced", EXIT_OTHER)

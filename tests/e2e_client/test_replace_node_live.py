@@ -35,7 +35,7 @@ def test_the_cli_replaces_a_node_and_watches_the_swap(live_server, dashboard_key
     head = runcrate("clusters", "replace-node", str(cluster.pk), "node-0", "--yes")
     assert head.returncode == 6 and "head_replace_refused" in head.stderr
 
-    swapped = runcrate("clusters", "replace-node", str(cluster.pk), "node-1", "--yes", "--watch", "--interval", "0.2")
+    swapped = runcrate("clusters", "replace-node", "cli-swap", "node-1", "--yes", "--watch", "--interval", "0.2")
     assert swapped.returncode == 0, swapped.stdout + swapped.stderr
     assert "node-1 now runs on the new machine" in swapped.stdout and "[node_replaced]" in swapped.stdout
 
