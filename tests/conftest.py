@@ -4,18 +4,14 @@ import os
 import shutil
 
 import pytest
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 from accounts.models import Role
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 
-# Tests that point this process's Celery app at a private Redis and stop it mid-run leave
-# the app's broker pools behind them; they run last so no test after them inherits those.
-RUN_LAST = ("tests/live/test_redis_outage.py", "tests/live/test_worker_crash.py")
-
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: next((i + 1 for i, path in enumerate(RUN_LAST) if item.nodeid.startswith(path)), 0))
     # Resolved lazily: the database engine is known once Django's settings are loaded.
     from django.conf import settings
 
@@ -49,6 +45,19 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
         test["NAME"] = str(directory / "db.sqlite3")
         # Runs after django_db_setup's teardown has dropped the database itself.
         request.addfinalizer(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+
+@pytest.fixture
+async def socket_thread_connections():
+    """Give back the database connection of the thread consumers query in, after the test.
+
+    channels' test communicators turn database_sync_to_async's clean-up off while they send
+    and receive (channels.testing.application patches close_old_connections to a no-op), so
+    what a consumer read leaves asgiref's sync thread holding a connection checked out of the
+    pool, and the test database cannot be dropped while it is open. The clean-up runs in that
+    same thread (thread-sensitive sync_to_async)."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -116,19 +117,39 @@ class Processes:
         self.running.clear()
 
 
-def publish_to(redis_url: str):
-    """Make this test process queue tasks on `redis_url` instead of running them inline."""
+def forget_broker_pools() -> None:
+    """Close this process's broker connections and drop every pool that held them.
+
+    Closing only the app's pool (`app.pool.force_close_all()`) is not enough: the closed pool
+    stays registered in kombu's process-wide pool groups under its broker URL, so the next
+    `app.pool` for that URL is the same closed pool, and `app.amqp` keeps the producer pool
+    built on it; either answers "Acquire on closed pool" to the next publish. kombu's reset()
+    closes every pool and empties the groups; the app's own references go with them.
+    """
+    from kombu import pools
+
     from config.celery import app
 
-    saved = (app.conf.task_always_eager, app.conf.broker_url)
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+def publish_to(redis_url: str, key_prefix: str = "") -> Callable[[], None]:
+    """Make this test process queue tasks on `redis_url` (under `key_prefix`, as a worker started
+    with CELERY_KEY_PREFIX reads them) instead of running them inline; the returned function
+    puts the app back as it was."""
+    from config.celery import app
+
+    saved = (app.conf.task_always_eager, app.conf.broker_url, app.conf.broker_transport_options)
+    forget_broker_pools()
     app.conf.task_always_eager = False
     app.conf.broker_url = redis_url
-    app.pool.force_close_all()
-    app._pool = None
+    if key_prefix:
+        app.conf.broker_transport_options = {**saved[2], "global_keyprefix": key_prefix}
 
     def restore() -> None:
-        app.conf.task_always_eager, app.conf.broker_url = saved
-        app.pool.force_close_all()
-        app._pool = None
+        forget_broker_pools()
+        app.conf.task_always_eager, app.conf.broker_url, app.conf.broker_transport_options = saved
 
     return restore

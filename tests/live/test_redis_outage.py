@@ -99,7 +99,9 @@ def test_the_api_rate_limit_lets_requests_through_while_its_cache_is_down(on_red
     assert "Rate limiter cache unavailable" in caplog.text
 
 
-async def test_a_socket_opened_while_the_channel_layer_is_down_is_refused_cleanly(on_redis, environment, owner):
+async def test_a_socket_opened_while_the_channel_layer_is_down_is_refused_cleanly(
+    on_redis, environment, owner, socket_thread_connections
+):
     from channels.db import database_sync_to_async
 
     client = Client()

@@ -13,7 +13,10 @@ from clusters import services
 from clusters.models import Cluster, Node, Status
 from config.asgi import application
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("isolated_channel_layer")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("isolated_channel_layer", "socket_thread_connections"),
+]
 
 ORIGIN = "http://127.0.0.1:8000"
 TIMEOUT = 5  # seconds a message may take to arrive; a bound, not a measurement
