@@ -209,7 +209,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # The cache holds rate-limit counters, which every web process must share: Redis when there
-# is one. Tests keep the per-process memory cache so their counters start empty.
+# is one. Tests keep the per-process memory cache so their counters start empty
+# (tests/live/test_real_worker.py runs the limiter, and a real worker, on Redis).
 if REDIS_URL and not TESTING:
     CACHES = {
         "default": {
@@ -243,7 +244,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker reconnects to Redis for as long as it is down; a publish (after a commit) gives up
 # within about a second and is logged, and the sweep re-drives what it would have queued.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2}
+# Deployments (and test runs) sharing one Redis keep their queues apart, as CHANNEL_PREFIX and
+# CACHE_PREFIX keep their channels and cache keys.
+if CELERY_KEY_PREFIX := env_str("CELERY_KEY_PREFIX", ""):
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = CELERY_KEY_PREFIX
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
