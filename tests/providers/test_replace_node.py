@@ -125,9 +125,20 @@ def sinfo(handle) -> dict[str, str]:
 
 
 @pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")
-def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_machines(environment, real_machines):
+def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_machines(
+    environment, owner, real_machines, client
+):
+    import os
+    import signal
+    from decimal import Decimal
+
+    from api.keys import create_api_key
+    from api.schemas import timestamp
+    from clusters import tasks
+    from clusters.models import NodeHealth
     from clusters.nodeops import realnodes
     from clusters.providers.local import LocalProvider
+    from tests.providers.test_node_health import pids_named, rounds_until
 
     machine_type = real_machine_type(4)
     cluster = services.create_cluster(
@@ -140,6 +151,10 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     old_handle = realnodes.running(provider._dir(old.host))
     assert old_handle is not None
     old_namespaces = realnodes.namespaces(old_handle)
+    # node-1's slurmd dies: the health check says so, and the customer replaces the machine.
+    for pid in pids_named(real_machines, old, "slurmd"):
+        os.kill(pid, signal.SIGKILL)
+    assert rounds_until(cluster, 1, NodeHealth.SOFTWARE_DOWN, rounds=5)[0], "node-1 never turned software_down"
 
     new = services.replace_node(cluster, "node-1", actor="alice")
     cluster = drive_swap(cluster, timeout=300)
@@ -157,6 +172,8 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     # node-1's job ran on the new machine: the old one is gone, namespaces and processes.
     assert realnodes.running(provider._dir(old.host)) is None
     assert realnodes.processes_in(old_namespaces) == []
+    # The cluster is whole and healthy again, the new machine checked like the others.
+    assert tasks.check_cluster_health(cluster.pk) == {f"node-{i}": NodeHealth.HEALTHY for i in range(3)}
 
     # Both machines' rows: the old one from the cluster's join to its stop, the new one from its join.
     old_usage, new_usage = MachineUsage.objects.get(node=old), MachineUsage.objects.get(node=new)
@@ -172,3 +189,12 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     for usage in (old_usage, new_usage):
         assert usage.billed_until == usage.ended_at
         assert usage.posted_amount == billing.posted_total(rate, usage.started_at, usage.ended_at)
+    # The bill: one line for the cluster, a row per machine, node-1 twice (old, then new).
+    key = create_api_key(workspace=environment.workspace, created_by=owner, name="bill")[1]
+    [line] = client.get("/api/v1/billing/usage", HTTP_AUTHORIZATION=f"Bearer {key}").json()["data"]
+    assert [r["node"] for r in line["rows"]] == ["node-0", "node-1", "node-1", "node-2"]
+    assert Decimal(line["amount"]) == sum(Decimal(r["amount"]) for r in line["rows"])
+    node_1 = sorted((r["start"], r["end"], Decimal(r["amount"])) for r in line["rows"] if r["node"] == "node-1")
+    assert node_1 == sorted(
+        (timestamp(u.started_at), timestamp(u.ended_at), u.posted_amount) for u in (old_usage, new_usage)
+    )
