@@ -48,7 +48,7 @@ def test_replacing_shows_the_new_machine_beside_the_node_until_the_swap(member_c
     assert response.status_code == 200 and response["HX-Redirect"] == ready.get_absolute_url()
     text = member_client.get(ready.get_absolute_url()).text
     assert 'id="node-2"' in text and 'id="node-2-replacement"' in text
-    assert "(replacement, pending)" in text
+    assert "(replacement, pending)" in text and "(being replaced: runs until the new machine is ready)" in text
     assert "action=\"" + replace_url(ready, "node-1") + "\"" not in text, "one replacement at a time"
     assert "Replacing node-2" in text
 
