@@ -20,6 +20,16 @@ from clusters.management.commands.runstack import beat_command, worker_command
 BASE_DIR = Path(settings.BASE_DIR)
 
 
+def wait_for(condition: Callable[[], bool], timeout: float, step: float = 0.2) -> bool:
+    """Poll `condition` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -8,7 +8,6 @@ its tests drive each step by hand and start with empty counters."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -23,7 +22,7 @@ from clusters.nodeops.sandbox import find_sshd
 from config.celery import app
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
-from tests.live.processes import Processes, publish_to
+from tests.live.processes import Processes, publish_to, wait_for
 from tests.providers.conftest import local_machine_type
 
 REDIS_URL = settings.REDIS_URL or ""
@@ -83,15 +82,6 @@ def api(db):
     membership = MembershipFactory(workspace=workspace, user=UserFactory(username="worker"), role=Role.OWNER)
     _, raw = create_api_key(workspace=workspace, created_by=membership.user, name="worker")
     return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def status(cluster_id: int) -> str:

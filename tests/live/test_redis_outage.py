@@ -16,7 +16,7 @@ from api.keys import create_api_key
 from clusters.models import Cluster, Status
 from config.asgi import application
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
-from tests.live.processes import Processes, RedisServer, publish_to
+from tests.live.processes import Processes, RedisServer, publish_to, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -47,15 +47,6 @@ def api(db):
     _, raw = create_api_key(workspace=workspace, created_by=membership.user, name="outage")
     client = Client(raise_request_exception=False, HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def status(cluster_id: int) -> str:

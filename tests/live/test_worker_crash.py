@@ -10,7 +10,7 @@ import pytest
 from clusters import services
 from clusters.models import Cluster, Node, Status
 from tests.factories import machine_type_with_hosts
-from tests.live.processes import Processes, RedisServer, publish_to
+from tests.live.processes import Processes, RedisServer, publish_to, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -31,15 +31,6 @@ def stack(tmp_path):
         restore()
         processes.stop()
         redis.stop()
-
-
-def wait_for(condition, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_a_worker_killed_mid_join_leaves_a_cluster_that_another_worker_brings_to_ready(environment, stack):
