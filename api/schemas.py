@@ -387,7 +387,9 @@ class Cluster(Schema):
 
     @staticmethod
     def resolve_nodes(cluster: Any) -> list[Any]:
-        return sorted(cluster.nodes.all(), key=lambda n: n.index)
+        # By name, and of one name the older machine first (one being swapped in, or a worker
+        # added after one that never came up, follows it).
+        return sorted(cluster.nodes.all(), key=lambda n: (n.index, n.pk))
 
 
 class ClusterEvent(Schema):

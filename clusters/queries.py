@@ -47,7 +47,7 @@ def cluster_for_list(queryset: ClusterQuerySet) -> ClusterQuerySet:
 def with_nodes(queryset: ClusterQuerySet) -> ClusterQuerySet:
     """Rows that list their nodes (the API's): prefetched once per page, without log tails."""
     return queryset.prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.defer("log_tail").order_by("index"))
+        Prefetch("nodes", queryset=Node.objects.defer("log_tail").order_by("index", "pk"))
     )
 
 
@@ -60,7 +60,7 @@ def clusters_page(queryset: ClusterQuerySet, number: int | str | None, per_page:
 def cluster_for_detail(queryset: ClusterQuerySet) -> ClusterQuerySet:
     """The detail page's cluster with its nodes (each one a row of the page)."""
     return queryset.select_related(*_CATALOGUE, "volume", "created_by").defer("node_secrets").prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.select_related("host").order_by("index")),
+        Prefetch("nodes", queryset=Node.objects.select_related("host").order_by("index", "pk")),
     )
 
 
@@ -90,7 +90,7 @@ def committed_rate(workspace_id: int) -> Decimal:
 
 def nodes_by_id(cluster_id: int, node_ids: list[int]) -> list[Node]:
     """The given nodes of one cluster, for pushing the rows that changed."""
-    return list(Node.objects.filter(cluster_id=cluster_id, pk__in=node_ids).select_related("host").order_by("index"))
+    return list(Node.objects.filter(cluster_id=cluster_id, pk__in=node_ids).select_related("host").order_by("index", "pk"))
 
 
 def recent_events(cluster_id: int, *, before: int | None = None, after: int | None = None,
