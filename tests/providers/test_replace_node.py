@@ -114,6 +114,31 @@ def test_a_replacement_that_never_joins_is_released_and_the_old_machine_stays_th
     assert "replacement_failed" in cluster.events.values_list("event", flat=True)
 
 
+def test_terminating_during_a_swap_stops_both_machines_each_in_its_own_spec(environment, local_machines):
+    machine_type = local_machine_type(3, block=34)
+    Host.objects.filter(name="local-34-2").update(fault=HostFault.NEVER_JOINS)
+    cluster = drive(
+        services.create_cluster(environment=environment, name="both", machine_type=machine_type, machine_count=2),
+        SETTLED,
+    )
+    old = cluster.nodes.select_related("host").get(index=1)
+    new = services.replace_node(cluster, "node-1")
+    for _ in range(2):
+        lifecycle.advance(cluster.pk)
+    new.refresh_from_db()
+    assert new.state == Node.State.UP and (local_machines / "local-34-2").exists()
+
+    services.terminate_cluster(cluster, actor="alice")
+    cluster = drive(cluster, SETTLED)
+
+    assert cluster.status == Status.TERMINATED
+    assert not cluster.events.filter(event="stop_error").exists(), list(cluster.events.values_list("message", flat=True))
+    for node in (old, new):
+        node.refresh_from_db()
+        assert node.released_at is not None and not (local_machines / node.host.name).exists()
+    assert not Host.objects.filter(state=Host.State.RESERVED).exists()
+
+
 # --- real nodes --------------------------------------------------------------------------------
 
 
