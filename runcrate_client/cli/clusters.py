@@ -235,12 +235,13 @@ def offer_gpu(cluster: Record) -> Any:
 
 
 @clusters.command("info")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @json_option
 @pass_state
 def clusters_info(state: State, cluster_id: str, as_json: bool) -> None:
-    """A cluster, its nodes and their private addresses."""
-    cluster = state.client().get_cluster(cluster_id)
+    """A cluster, its nodes and their private addresses. CLUSTER is the cluster's id or name."""
+    client = state.client()
+    cluster = client.get_cluster(client.find_cluster_id(cluster_id))
     if as_json:
         return print_json(cluster)
     click.echo(cluster_summary(cluster))
@@ -290,12 +291,13 @@ def _health(node: dict) -> str:
 
 
 @clusters.command("events")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @json_option
 @pass_state
 def clusters_events(state: State, cluster_id: str, as_json: bool) -> None:
-    """What happened to a cluster, oldest first."""
-    items = state.client().all_cluster_events(cluster_id)
+    """What happened to a cluster, oldest first. CLUSTER is the cluster's id or name."""
+    client = state.client()
+    items = client.all_cluster_events(client.find_cluster_id(cluster_id))
     items.sort(key=lambda e: str(e.get("created_at") or ""))
     if as_json:
         return print_json(items)
@@ -312,13 +314,15 @@ def event_text(event: Record) -> str:
 
 
 @clusters.command("watch")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between polls.")
 @click.option("--timeout", default=0.0, show_default=True, help="Give up after this many seconds (0: never).")
 @json_option
 @pass_state
 def clusters_watch(state: State, cluster_id: str, interval: float, timeout: float, as_json: bool) -> None:
-    """Follow a cluster until it is ready (exit 0) or failed/degraded/terminated (exit 7)."""
+    """Follow a cluster until it is ready (exit 0) or failed/degraded/terminated (exit 7). CLUSTER is the
+    cluster's id or name."""
+    cluster_id = state.client().find_cluster_id(cluster_id)
     code = watch_cluster(state.client(), cluster_id, interval=interval, timeout=timeout, quiet=as_json)
     if as_json:
         print_json(state.client().get_cluster(cluster_id))
@@ -386,13 +390,14 @@ def _now() -> str:
 
 
 @clusters.command("delete")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @pass_state
 def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> None:
-    """Terminate a cluster: every machine stops and billing ends. Alias: rm."""
+    """Terminate a cluster: every machine stops and billing ends. CLUSTER is the cluster's id or name. Alias: rm."""
     client = state.client()
+    cluster_id = client.find_cluster_id(cluster_id)
     if not yes:
         cluster = client.get_cluster(cluster_id)
         if not sys.stdin.isatty():
@@ -409,25 +414,30 @@ def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> 
 
 
 @clusters.command("retry-install")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @json_option
 @pass_state
 def clusters_retry_install(state: State, cluster_id: str, as_json: bool) -> None:
-    """Install the software again on a degraded cluster."""
-    result = state.client().retry_install(cluster_id)
+    """Install the software again on a degraded cluster. CLUSTER is the cluster's id or name."""
+    client = state.client()
+    cluster_id = client.find_cluster_id(cluster_id)
+    result = client.retry_install(cluster_id)
     if as_json:
         return print_json(result)
     click.echo(f"Retrying the install on cluster {cluster_id}. Follow it with: runcrate clusters watch {cluster_id}")
 
 
 @clusters.command("add-worker")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="How many workers to add (the server knows the limit).")
 @json_option
 @pass_state
 def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool) -> None:
-    """Add worker machines to a running cluster; each is billed from the moment it is up."""
-    result = state.client().add_workers(cluster_id, count)
+    """Add worker machines to a running cluster; each is billed from the moment it is up. CLUSTER is the
+    cluster's id or name."""
+    client = state.client()
+    cluster_id = client.find_cluster_id(cluster_id)
+    result = client.add_workers(cluster_id, count)
     if as_json:
         return print_json(result)
     click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}.")
@@ -507,10 +517,12 @@ def watch_replacement(client: RuncrateClient, cluster_id: str, node_name: str, i
 
 
 @clusters.command("terminate-node")
-@click.argument("cluster_id")
+@click.argument("cluster_id", metavar="CLUSTER")
 @click.argument("node_name")
 @pass_state
 def clusters_terminate_node(state: State, cluster_id: str, node_name: str) -> None:
     """Ask to stop one node. The API refuses: a node ends with its cluster (exit 6)."""
-    state.client().terminate_node(cluster_id, node_name)
+    client = state.client()
+    cluster_id = client.find_cluster_id(cluster_id)
+    client.terminate_node(cluster_id, node_name)
     click.echo(f"Node {node_name} of cluster {cluster_id} is terminating.")
