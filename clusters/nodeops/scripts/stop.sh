@@ -45,8 +45,12 @@ fi
 
 step "shared"
 if ! is_sandbox; then
-    if ! is_head && mountpoint -q /shared 2>/dev/null; then
-        attempt umount -l /shared
+    # Read the mount table, never stat /shared: once the head or the tunnel is gone (a
+    # replaced machine, the head stopping at the same time) the sshfs mount no longer
+    # answers, and a stat waits for it for as long as a minute. Lazily and without
+    # canonicalising the path, for the same reason.
+    if ! is_head && grep -qs ' /shared ' /proc/mounts; then
+        attempt umount -l -c /shared
         managed_block /etc/fstab shared </dev/null
     fi
     if is_head && command -v exportfs >/dev/null 2>&1; then
