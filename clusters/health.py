@@ -32,10 +32,13 @@ def lock_key(cluster_id: int) -> str:
 
 def checked_nodes(cluster: Cluster) -> list[Node]:
     """The nodes a round asks about: live and ready, and not a machine still being swapped in
-    for another (`replacing` set). A node with a replacement on the way keeps being checked."""
+    for another (`replacing` set). A node with a replacement on the way keeps being checked
+    until the replacement has joined: from then on the new machine holds the node's private
+    address, so the old one is cut off from its peers by design while it is being stopped."""
     return list(
         cluster.nodes.select_related("host")
         .filter(released_at__isnull=True, replacing__isnull=True, state=Node.State.READY)
+        .exclude(replacement__joined_at__isnull=False)
         .defer("log_tail").order_by("index")
     )
 

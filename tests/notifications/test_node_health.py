@@ -172,3 +172,14 @@ def test_two_rounds_that_find_the_same_change_at_once_record_and_email_it_once(s
     assert health_events(cluster) == [("node_unhealthy", Reason.NODE_UNREACHABLE)]
     assert Notification.objects.filter(kind="node_unhealthy").count() == 1
     assert len(smtp.messages) == 1
+
+
+def test_a_node_whose_replacement_has_joined_is_no_longer_checked(cluster):
+    # From its join on, the new machine holds the node's private address: the old one is cut
+    # off from its peers on purpose while it stops, which is no news for its owner.
+    old = node(cluster, 1)
+    spare = Host.objects.create(machine_type=cluster.machine_type, name="spare")
+    new = Node.objects.create(cluster=cluster, index=1, host=spare, replacing=old, state=Node.State.BOOTING)
+    assert "node-1" in (health.check_cluster(cluster.pk) or {}), "a replacement on the way: still checked"
+    Node.objects.filter(pk=new.pk).update(state=Node.State.JOINED, joined_at=old.joined_at)
+    assert "node-1" not in (health.check_cluster(cluster.pk) or {})
