@@ -70,7 +70,7 @@ def workspace_instances(workspace_id: int) -> QuerySet[Node]:
     return (
         Node.objects.filter(cluster__workspace_id=workspace_id, released_at__isnull=True)
         .select_related("cluster__environment", "cluster__machine_type__gpu", "cluster__machine_type__location", "host")
-        .order_by("-cluster__created_at", "cluster_id", "index")
+        .order_by("-cluster__created_at", "cluster_id", "index", "pk")
     )
 
 
