@@ -178,7 +178,9 @@ class Cluster(models.Model):
 
     @property
     def can_add_worker(self) -> bool:
-        return self.status == Status.READY
+        """Workers are added to a ready cluster, not while a node is being swapped (the
+        service refuses it; the page does not offer it). Reads the loaded nodes."""
+        return self.status == Status.READY and self.node_being_replaced is None
 
     @property
     def node_being_replaced(self) -> Node | None:

@@ -51,12 +51,19 @@ def test_replacing_shows_the_new_machine_beside_the_node_until_the_swap(member_c
     assert "(replacement, pending)" in text and "(being replaced: runs until the new machine is ready)" in text
     assert "action=\"" + replace_url(ready, "node-1") + "\"" not in text, "one replacement at a time"
     assert "Replacing node-2" in text
+    assert "Add worker(s)" not in text, "the service refuses adding workers during a swap"
 
+    Node.objects.filter(cluster=ready, index=2, replacing__isnull=True).update(
+        health=NodeHealth.SOFTWARE_DOWN, health_checked_at=ready.ready_at
+    )
     for _ in range(5):
         if not lifecycle.advance(ready.pk):
             break
     text = member_client.get(ready.get_absolute_url()).text
     assert 'id="node-2-replacement"' not in text and "(replaced)" in text
+    assert "Add worker(s)" in text
+    # The stopped machine's last health is history, not news.
+    assert NodeHealth.SOFTWARE_DOWN.label not in text
 
 
 def test_no_free_machine_is_said_plainly(member_client, ready, machine_type):
