@@ -118,3 +118,16 @@ def machine_type_with_hosts(count: int = 4, **kwargs) -> MachineType:
     machine_type = MachineTypeFactory(**kwargs)
     HostFactory.create_batch(count, machine_type=machine_type)
     return machine_type
+
+
+def ready_cluster(environment: Environment, machine_type: MachineType, owner: User, count: int = 3) -> Any:
+    """A cluster named "train" on the simulated provider, driven to ready by the eager tasks."""
+    from clusters import services
+    from clusters.models import Status
+
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=count, created_by=owner,
+    )
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    return cluster

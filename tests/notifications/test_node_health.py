@@ -11,6 +11,7 @@ from clusters import health, services, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
 from notifications.models import Notification
 from offers.models import Host, HostFault
+from tests.factories import ready_cluster
 from tests.notifications.conftest import subject_of, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,12 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def cluster(environment, machine_type, owner) -> Cluster:
-    cluster = services.create_cluster(
-        environment=environment, name="train", machine_type=machine_type, machine_count=3, created_by=owner,
-    )
-    cluster.refresh_from_db()
-    assert cluster.status == Status.READY
-    return cluster
+    return ready_cluster(environment, machine_type, owner)
 
 
 def node(cluster: Cluster, index: int) -> Node:

@@ -6,20 +6,16 @@ from __future__ import annotations
 import pytest
 
 from clusters import broadcast, health, services
-from clusters.models import Cluster, NodeHealth, Status
+from clusters.models import Cluster, NodeHealth
 from offers.models import Host, HostFault
+from tests.factories import ready_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def cluster(environment, machine_type, owner) -> Cluster:
-    cluster = services.create_cluster(
-        environment=environment, name="train", machine_type=machine_type, machine_count=3, created_by=owner,
-    )
-    cluster.refresh_from_db()
-    assert cluster.status == Status.READY
-    return cluster
+    return ready_cluster(environment, machine_type, owner)
 
 
 def break_node(cluster: Cluster, index: int) -> None:
