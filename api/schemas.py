@@ -67,11 +67,12 @@ OptionalTimestamp = Annotated[dt.datetime | None, PlainSerializer(timestamp, ret
                               WithJsonSchema({"type": ["string", "null"], "format": "date-time"})]
 
 
-def choice(values: list[Any], *, nullable: bool = False) -> Any:
-    """A string documented as one of `values` (the response check holds the server to it)."""
+def enum(values: list[Any], *, nullable: bool = False) -> WithJsonSchema:
+    """Documents a string as one of `values` (the response check holds the server to it):
+    `Annotated[str, enum([...])]`."""
     if nullable:
-        return Annotated[str | None, WithJsonSchema({"type": ["string", "null"], "enum": [*values, None]})]
-    return Annotated[str, WithJsonSchema({"type": "string", "enum": list(values)})]
+        return WithJsonSchema({"type": ["string", "null"], "enum": [*values, None]})
+    return WithJsonSchema({"type": "string", "enum": list(values)})
 
 
 def _whole_number(value: Any) -> Any:
@@ -102,10 +103,6 @@ WholeNumber = Annotated[int, BeforeValidator(_whole_number), WithJsonSchema({"ty
 Id = Annotated[int, BeforeValidator(_identifier),
                WithJsonSchema({"type": ["integer", "string"], "description": "An id (a string of digits is accepted)."})]
 Text = Annotated[str, BeforeValidator(_no_nul)]
-
-
-def text(max_length: int, **extra: Any) -> Any:
-    return Annotated[Text, Field(max_length=max_length, **extra)]
 
 
 class Body(Schema):
@@ -198,10 +195,10 @@ class OfferSummary(Schema):
     id: int = Field(description="The offer id to create a cluster from.")
     gpu: str
     gpus_per_machine: int = Field(json_schema_extra={"enum": [1, 2, 4, 8]})
-    machine_kind: choice(MachineKind.values)  # type: ignore[valid-type]
+    machine_kind: Annotated[str, enum(MachineKind.values)]
     location: str
     location_name: str
-    interconnect: choice(Interconnect.values)  # type: ignore[valid-type]
+    interconnect: Annotated[str, enum(Interconnect.values)]
     community: bool = Field(description="Independent operator's host: keep secrets off it.")
 
     @staticmethod
@@ -243,7 +240,7 @@ class Offer(OfferSummary):
     available_machines: int = Field(description="Machines of this offer free right now.")
     price_per_machine_hour: Money
     price_per_cluster_hour: Money = Field(description="price_per_machine_hour × machines.")
-    software: list[choice(Software.values)]  # type: ignore[valid-type]
+    software: list[Annotated[str, enum(Software.values)]]
     warning: str | None
 
     @staticmethod
@@ -268,7 +265,7 @@ class Offer(OfferSummary):
 
 
 class OfferQuery(Schema):
-    gpu: text(30, description="GPU model, e.g. H100.") = ""  # type: ignore[valid-type]
+    gpu: Annotated[Text, Field(max_length=30, description="GPU model, e.g. H100.")] = ""
     machines: int = Field(MIN_MACHINES, ge=MIN_MACHINES, le=MAX_MACHINES, description=f"Cluster size (default {MIN_MACHINES}).")
     include_community: bool = False
 
@@ -278,7 +275,7 @@ class OfferQuery(Schema):
 
 class Node(Schema):
     name: str = Field(description="node-0 (the head) … node-N-1.")
-    role: choice(["head", "worker"])  # type: ignore[valid-type]
+    role: Annotated[str, enum(["head", "worker"])]
     status: str
     private_ip: str | None = Field(description="10.77.0.x once the node joined the network.")
     step: str | None
@@ -288,7 +285,7 @@ class Node(Schema):
         description="A new machine being swapped in for the node of the same name: it takes that node's name and "
                     "private address, and the old machine stops once it is ready (then this is false).")
     instance_id: int = Field(description="The machine's id on the Instances list.")
-    health: choice(NodeHealth.values) = Field(  # type: ignore[valid-type]
+    health: Annotated[str, enum(NodeHealth.values)] = Field(
         description="What the periodic health check last found (unknown until a ready cluster's first check).")
     health_detail: str | None = Field(description="Why: what the check saw on the node.")
     health_checked_at: OptionalTimestamp = Field(description="When the node was last checked.")
@@ -333,14 +330,14 @@ class Node(Schema):
 class Cluster(Schema):
     id: int
     name: str
-    status: choice(Status.values)  # type: ignore[valid-type]
-    termination_reason: choice(Reason.values, nullable=True) = Field(  # type: ignore[valid-type]
+    status: Annotated[str, enum(Status.values)]
+    termination_reason: Annotated[str | None, enum(Reason.values, nullable=True)] = Field(
         description="Why it was terminated or failed.")
-    failure_reason: choice(Reason.values, nullable=True)  # type: ignore[valid-type]
+    failure_reason: Annotated[str | None, enum(Reason.values, nullable=True)]
     environment: str
     environment_id: int
     machines: int
-    software: choice(Software.values)  # type: ignore[valid-type]
+    software: Annotated[str, enum(Software.values)]
     offer: OfferSummary
     volume_id: int | None
     price_per_machine_hour: Money
@@ -406,15 +403,15 @@ class ClusterEvent(Schema):
 
 
 class ClusterQuery(Schema):
-    status: choice(["live", *Status.values]) = Field("", description="`live`, or one status.")  # type: ignore[valid-type]
+    status: Annotated[str, enum(["live", *Status.values])] = Field("", description="`live`, or one status.")
 
 
 class CreateCluster(Body):
-    name: text(NAME_MAX_LENGTH, description="1–63 lowercase letters, digits and hyphens.")  # type: ignore[valid-type]
+    name: Annotated[Text, Field(max_length=NAME_MAX_LENGTH, description="1–63 lowercase letters, digits and hyphens.")]
     offer_id: Id = Field(description="An offer id from cluster-offers.")
     machines: WholeNumber = Field(json_schema_extra={"minimum": MIN_MACHINES, "maximum": MAX_MACHINES})
-    software: text(20, description="Kubernetes only on vm and bare_metal offers.",  # type: ignore[valid-type]
-                   json_schema_extra={"enum": list(Software.values)}) = Software.NONE.value
+    software: Annotated[Text, Field(max_length=20, description="Kubernetes only on vm and bare_metal offers.",
+                   json_schema_extra={"enum": list(Software.values)})] = Software.NONE.value
     volume_id: Id | None = Field(None, description="Not on community offers.")
     ssh_key_ids: list[Id] = []
 
@@ -489,21 +486,21 @@ class Volume(Schema):
 
 
 class CreateVolume(Body):
-    name: text(100, description="Lowercase letters, digits, . _ -")  # type: ignore[valid-type]
+    name: Annotated[Text, Field(max_length=100, description="Lowercase letters, digits, . _ -")]
     size_gb: WholeNumber = Field(ge=1, le=100_000)
 
 
 class CreateQuote(Body):
-    contact_name: text(5000)  # type: ignore[valid-type]
-    email: text(5000, json_schema_extra={"format": "email"})  # type: ignore[valid-type]
-    company: text(5000) = ""  # type: ignore[valid-type]
-    gpu: text(5000)  # type: ignore[valid-type]
+    contact_name: Annotated[Text, Field(max_length=5000)]
+    email: Annotated[Text, Field(max_length=5000, json_schema_extra={"format": "email"})]
+    company: Annotated[Text, Field(max_length=5000)] = ""
+    gpu: Annotated[Text, Field(max_length=5000)]
     machines: WholeNumber = Field(json_schema_extra={"minimum": 1})
-    network: text(5000, json_schema_extra={"enum": ["ethernet", "infiniband", "roce"]}) = ""  # type: ignore[valid-type]
-    term: text(5000, json_schema_extra={"enum": ["on_demand", "reserved"]}) = ""  # type: ignore[valid-type]
+    network: Annotated[Text, Field(max_length=5000, json_schema_extra={"enum": ["ethernet", "infiniband", "roce"]})] = ""
+    term: Annotated[Text, Field(max_length=5000, json_schema_extra={"enum": ["on_demand", "reserved"]})] = ""
     term_months: WholeNumber | None = Field(None, description="Required for a reserved term.")
-    start_date: text(5000, json_schema_extra={"format": "date"}) = ""  # type: ignore[valid-type]
-    notes: text(5000) = ""  # type: ignore[valid-type]
+    start_date: Annotated[Text, Field(max_length=5000, json_schema_extra={"format": "date"})] = ""
+    notes: Annotated[Text, Field(max_length=5000)] = ""
 
 
 class Quote(Schema):
@@ -582,8 +579,8 @@ class SSHKey(Schema):
 
 
 class CreateSSHKey(Body):
-    name: text(100)  # type: ignore[valid-type]
-    public_key: text(16_000, description="One OpenSSH public key line: type, key and an optional comment.")  # type: ignore[valid-type]
+    name: Annotated[Text, Field(max_length=100)]
+    public_key: Annotated[Text, Field(max_length=16_000, description="One OpenSSH public key line: type, key and an optional comment.")]
 
 
 class Environment(Schema):
@@ -608,15 +605,15 @@ class Instance(Schema):
 
     id: int
     name: str = Field(description="The node's name in its cluster, node-0 (the head) … node-N-1.")
-    role: choice(["head", "worker"])  # type: ignore[valid-type]
+    role: Annotated[str, enum(["head", "worker"])]
     status: str
     cluster_id: int
     cluster_name: str
-    cluster_status: choice(Status.values)  # type: ignore[valid-type]
+    cluster_status: Annotated[str, enum(Status.values)]
     environment: str
     gpu: str
     gpus_per_machine: int
-    machine_kind: choice(MachineKind.values)  # type: ignore[valid-type]
+    machine_kind: Annotated[str, enum(MachineKind.values)]
     location: str
     private_ip: str | None
     price_per_hour: Money = Field(description="This machine's hourly price.")
@@ -673,7 +670,7 @@ class Instance(Schema):
 
 
 class NetworkTestPair(Schema):
-    phase: choice(["ring", "pairs", "nccl"]) = Field(  # type: ignore[valid-type]
+    phase: Annotated[str, enum(["ring", "pairs", "nccl"])] = Field(
         description="ring: every node sent to the next at once; pairs: one pair per node at a time.")
     source: str = Field(description="The node that sent, e.g. node-0.")
     target: str = Field(description="The node that received.")
@@ -717,9 +714,9 @@ class NcclRow(Schema):
 class NetworkTestItem(Schema):
     id: int
     cluster_id: int
-    status: choice(["queued", "running", "passed", "slow", "failed"])  # type: ignore[valid-type]
-    trigger: choice(["after_ready", "on_demand"])  # type: ignore[valid-type]
-    method: choice(["iperf3", "nccl"])  # type: ignore[valid-type]
+    status: Annotated[str, enum(["queued", "running", "passed", "slow", "failed"])]
+    trigger: Annotated[str, enum(["after_ready", "on_demand"])]
+    method: Annotated[str, enum(["iperf3", "nccl"])]
     requested_by: str
     expected_gbps: float = Field(description="A pair under this is slow (the offer promises about 1–2 Gbit/s).")
     nodes: list[str]
