@@ -17,7 +17,7 @@ from tests.nodeops.test_nodeops_cluster import bring_up, root
 @pytest.mark.parametrize("software", ["none", "slurm", "ray", "kubernetes"])
 def test_a_cluster_that_came_up_is_healthy_on_every_node(endpoints, runner, software):
     spec = endpoints.spec(software=software)
-    assert all(step.ok for step in bring_up(spec, runner).values())
+    assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
 
     result = ops.check_health(spec, runner=runner)
 
@@ -29,7 +29,7 @@ def test_a_cluster_that_came_up_is_healthy_on_every_node(endpoints, runner, soft
 
 def test_a_node_whose_tunnel_went_down_is_network_down_and_its_peers_stay_healthy(endpoints, runner):
     spec = endpoints.spec(software="slurm")
-    assert all(step.ok for step in bring_up(spec, runner).values())
+    assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
     (root(spec, 2) / "etc/runcrate/network").write_text("down\n")
 
     health = ops.check_health(spec, runner=runner).health
@@ -42,7 +42,7 @@ def test_a_node_whose_tunnel_went_down_is_network_down_and_its_peers_stay_health
 
 def test_a_node_whose_daemon_stopped_is_software_down_from_its_own_view_and_the_heads(endpoints, runner):
     spec = endpoints.spec(software="slurm")
-    assert all(step.ok for step in bring_up(spec, runner).values())
+    assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
     registry = root(spec, 0) / "var/lib/runcrate-sim/slurm/registered"
     (registry / "node-3").unlink()
 
@@ -57,7 +57,7 @@ def test_a_node_whose_daemon_stopped_is_software_down_from_its_own_view_and_the_
 def test_a_node_that_does_not_answer_over_ssh_is_unreachable(endpoints):
     spec = endpoints.spec(software="none")
     with NodeRunner(RetryPolicy(connect_timeout=1, attempts=3, backoff=0.05)) as runner:
-        assert all(step.ok for step in bring_up(spec, runner).values())
+        assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
         closed = dataclasses.replace(spec.nodes[1], port=free_port(spec.nodes[1].host))
         broken = dataclasses.replace(spec, nodes=(spec.nodes[0], closed, *spec.nodes[2:]))
 
@@ -71,7 +71,7 @@ def test_a_node_that_does_not_answer_over_ssh_is_unreachable(endpoints):
 def test_one_round_is_one_ssh_session_per_node_over_kept_connections(endpoints):
     spec = endpoints.spec(software="slurm")
     with NodeRunner(keep_connections=True) as runner:
-        assert all(step.ok for step in bring_up(spec, runner).values())
+        assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
         opened = {key: id(conn) for key, conn in runner._connections.items()}
         first = ops.check_health(spec, runner=runner)
         second = ops.check_health(spec, runner=runner)
