@@ -77,12 +77,6 @@ def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields: Any)
 # --- create -----------------------------------------------------------------------------
 
 
-def validate_cluster_request(**request: Any) -> None:
-    """The checks that need no lock (clusters.rules); create_cluster repeats the money and
-    inventory ones under locks."""
-    rules.check_request(**request)
-
-
 def check_balance(workspace: Workspace, price_per_hour: Decimal) -> None:
     problem = rules.balance_problem(workspace.credit_balance, price_per_hour)
     if problem is not None:
@@ -190,7 +184,8 @@ def create_cluster(
     software: str = Software.NONE, volume: Volume | None = None, ssh_keys: Iterable[SSHKey] = (),
     created_by: User | None = None, actor: str = SYSTEM,
 ) -> Cluster:
-    validate_cluster_request(
+    # The checks that need no lock; the money and inventory ones are repeated under locks.
+    rules.check_request(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
         software=software, volume=volume,
     )
