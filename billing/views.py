@@ -80,6 +80,7 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
         "month": month,
         "months": queries.months_with_activity(workspace),
         "summary": queries.balance_summary(workspace),
+        "summary_workspace_id": workspace.pk,
         "environments": queries.spend_by_environment(workspace, month.year, month.month),
         "usage": usage_page.object_list,
         "usage_page": usage_page,

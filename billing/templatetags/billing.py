@@ -16,4 +16,7 @@ def runway(context: template.Context) -> dict[str, Any]:
     membership = context.get("current_membership")
     if workspace is None:
         return {"summary": None}
-    return {"summary": balance_summary(workspace), "can_see_billing": bool(membership and membership.can_see_billing)}
+    # The Billing page has read the same summary for its own cards: the badge reuses it.
+    summary = context.get("summary") if context.get("summary_workspace_id") == workspace.pk else None
+    return {"summary": summary or balance_summary(workspace),
+            "can_see_billing": bool(membership and membership.can_see_billing)}
