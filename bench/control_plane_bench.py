@@ -171,7 +171,7 @@ def bench_creates(tmp: Path) -> list[dict]:
                             ("pool of 20, 1 s timeout", {"DB_POOL_SIZE": "20", "DB_POOL_TIMEOUT": "1"}),
                             ("no pool", {"DB_POOL_SIZE": "0"})]:
             for count in COUNTS:
-                peak = {"n": 0}
+                peak = {"n": 0, "refused": 0}
                 stop = threading.Event()
 
                 def watch() -> None:
@@ -180,7 +180,8 @@ def bench_creates(tmp: Path) -> list[dict]:
                             n = int(postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'bench'"))
                             peak["n"] = max(peak["n"], n - 1)  # less this probe's own
                         except subprocess.CalledProcessError:
-                            pass  # the server is full: the probe is refused too
+                            # The server is full: the probe is refused too, which the row reports.
+                            peak["refused"] += 1
                         time.sleep(0.05)
 
                 watcher = threading.Thread(target=watch)
@@ -195,7 +196,7 @@ def bench_creates(tmp: Path) -> list[dict]:
                     rows.append({"setup": label, "count": count, "error": out.stderr[-500:]})
                     continue
                 result = json.loads(out.stdout.strip().splitlines()[-1])
-                result.update(setup=label, count=count, peak_connections=peak["n"])
+                result.update(setup=label, count=count, peak_connections=peak["n"], probes_refused=peak["refused"])
                 rows.append(result)
     finally:
         redis.stop()
@@ -279,8 +280,9 @@ def main() -> None:
                         print(f"{row['setup']:26} {row['count']:>7}  failed: {row['error']}")
                         continue
                     rate = row["created"] / row["seconds"] if row["seconds"] else 0
+                    full = f" (server full: {row['probes_refused']} probes refused)" if row["probes_refused"] else ""
                     print(f"{row['setup']:26} {row['count']:>7} {row['seconds']:>8.2f} {rate:>9.1f} "
-                          f"{row['peak_connections']:>10}  {row['statuses']} {''.join(row['refusal'])}")
+                          f"{row['peak_connections']:>10}{full}  {row['statuses']} {''.join(row['refusal'])}")
     if "wakeup" in rows:
         if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
             print("wake-up: skipped, needs PostgreSQL (DATABASE_URL)")
