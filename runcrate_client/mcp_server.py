@@ -28,6 +28,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -85,6 +86,14 @@ class PlanSigner:
         }
         body = _b64(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         return f"{TOKEN_PREFIX}.{body}.{self._sign(body)}", expires_at
+
+    def offer(self, result: dict[str, Any], plan: dict[str, Any], price_per_hour: str, environment: str | None,
+              next_step: str, fields: tuple[str, ...] = PLAN_FIELDS) -> None:
+        """Add a plan tool's answer the token that confirms `plan`, its expiry and what to do next."""
+        token, expires_at = self.issue(plan, price_per_hour, environment, fields=fields)
+        result["confirmation_token"] = token
+        result["token_expires_at"] = datetime.fromtimestamp(expires_at, UTC).isoformat()
+        result["next_step"] = next_step
 
     def verify(self, token: str, request: dict[str, Any], environment: str | None,
                fields: tuple[str, ...] = PLAN_FIELDS) -> dict[str, Any]:

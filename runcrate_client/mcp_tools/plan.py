@@ -3,7 +3,6 @@ this side only signs what the server said, so an agent cannot spend without the 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -51,11 +50,9 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                         "moment every machine has joined until deleted."),
         }
         if result["can_create"]:
-            token, expires_at = signer.issue(plan, str(per_hour), tools.environment)
-            result["confirmation_token"] = token
-            result["token_expires_at"] = datetime.fromtimestamp(expires_at, UTC).isoformat()
-            result["next_step"] = ("Tell the user the price, then call create_cluster with the same offer_id, "
-                                   "machines, software, name (and volume_id/ssh_key_ids) and this confirmation_token.")
+            signer.offer(result, plan, str(per_hour), tools.environment, next_step=(
+                "Tell the user the price, then call create_cluster with the same offer_id, machines, software, "
+                "name (and volume_id/ssh_key_ids) and this confirmation_token."))
         return result
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,

@@ -3,7 +3,6 @@ overlap, so, as with clusters, the agent shows the user what it costs before it 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -53,11 +52,9 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         }
         if not problems:
             plan = {"action": "replace_node", "cluster_id": str(cluster_id), "node_name": node_name}
-            token, expires_at = signer.issue(plan, str(per_machine), tools.environment, fields=REPLACE_FIELDS)
-            result["confirmation_token"] = token
-            result["token_expires_at"] = datetime.fromtimestamp(expires_at, UTC).isoformat()
-            result["next_step"] = ("Tell the user what it costs and that the old machine's disk is lost, then call "
-                                   "replace_node with the same cluster_id, node_name and this confirmation_token.")
+            signer.offer(result, plan, str(per_machine), tools.environment, fields=REPLACE_FIELDS, next_step=(
+                "Tell the user what it costs and that the old machine's disk is lost, then call "
+                "replace_node with the same cluster_id, node_name and this confirmation_token."))
         return result
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
