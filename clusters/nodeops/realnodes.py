@@ -7,8 +7,9 @@ A node is network + UTS + mount + PID namespaces (shared/recipes/real-nodes-on-o
   host namespace gets blackhole routes for the underlay and for 10.77.0.0/24, so nothing
   on this computer can ever send those addresses out;
 - its own `/etc`, `/var` (copy-on-write overlays of the host's, so the packages installed
-  on this computer are there and every write stays on the node), `/root`, `/tmp` and a
-  tmpfs `/run`; its own hostname; PID 1 is a small reaper, and every daemon the node
+  on this computer are there and every write stays on the node), `/root`, `/tmp` — every
+  write on a tmpfs of the node's own mount namespace, its "disk", gone with the node — and
+  a tmpfs `/run`; its own hostname; PID 1 is a small reaper, and every daemon the node
   scripts start (sshd, wireguard-go, munged, slurmd, raylets) is one of its processes;
 - its own sshd with a host key generated at boot, listening on the node's 0.0.0.0:22.
 
@@ -213,7 +214,7 @@ class NodeHandle:
 
 def proxy_command(pid: int) -> str:
     """Reach the node's sshd: enter only its network namespace, dial its own loopback."""
-    return f"nsenter -t {pid} -n socat - TCP:127.0.0.1:22"
+    return f"nsenter -t {pid} -n socat - TCP:127.0.0.1:22,nodelay"
 
 
 def _is_node_init(pid: int, state_dir: Path) -> bool:
@@ -262,12 +263,20 @@ set -euo pipefail
 STATE="$1" HOSTNAME_AT_BOOT="$2" SSHD="$3"
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/sshd /run/munge /run/wireguard /run/lock
+# The node's disk: a tmpfs in its own mount namespace, seeded with what boot() wrote, gone
+# with the node. Every step writes files, and creating a file on this computer's ext4 costs
+# ~0.35 ms of kernel time (its inode allocator skips recently deleted inodes) against ~15 µs
+# on tmpfs: thousands of files when 32 nodes join at once.
+DISK="$STATE/disk"
+mount -t tmpfs -o mode=0755 node-disk "$DISK"
+cp -a "$STATE/seed/." "$DISK/"
 for dir in %(overlaid)s; do
-    mount -t overlay overlay -o "lowerdir=$dir,upperdir=$STATE/upper$dir,workdir=$STATE/work$dir" "$dir"
+    mkdir -p "$DISK/work$dir"
+    mount -t overlay overlay -o "lowerdir=$dir,upperdir=$DISK/upper$dir,workdir=$DISK/work$dir" "$dir"
 done
-mount --bind "$STATE/home/root" /root
+mount --bind "$DISK/home/root" /root
 %(binds)s
-mount --bind "$STATE/tmp" /tmp
+mount --bind "$DISK/tmp" /tmp
 mount -t tmpfs -o mode=0755 cgroup /sys/fs/cgroup
 for controller in %(cgroups)s; do
     mkdir -p "/sys/fs/cgroup/$controller"
@@ -320,31 +329,31 @@ def boot(
     address = underlay.address(slot)
 
     shutil.rmtree(state_dir, ignore_errors=True)
-    for dir in OVERLAID:
-        (state_dir / f"upper{dir}").mkdir(parents=True)
-        (state_dir / f"work{dir}").mkdir(parents=True)
-    for dir in NODE_DIRS:
-        (state_dir / f"upper{dir}").mkdir(parents=True, exist_ok=True)
-    (state_dir / "home" / "root").mkdir(parents=True, mode=0o700)
+    # What the node's disk starts with; its PID 1 copies it onto the node's own tmpfs.
+    seed = state_dir / "seed"
+    for dir in (*OVERLAID, *NODE_DIRS):
+        (seed / f"upper{dir}").mkdir(parents=True, exist_ok=True)
+    (state_dir / "disk").mkdir()
+    (seed / "home" / "root").mkdir(parents=True, mode=0o700)
     for name in (".bashrc", ".profile"):
         if Path("/etc/skel", name).exists():
-            shutil.copy(Path("/etc/skel", name), state_dir / "home" / "root" / name)
-    (state_dir / "tmp").mkdir(mode=0o1777)
-    (state_dir / "tmp").chmod(0o1777)
+            shutil.copy(Path("/etc/skel", name), seed / "home" / "root" / name)
+    (seed / "tmp").mkdir(mode=0o1777)
+    (seed / "tmp").chmod(0o1777)
     for point in MOUNT_POINTS:
         Path(point).mkdir(exist_ok=True)
-    ssh_dir = state_dir / "upper/etc/ssh"
+    ssh_dir = seed / "upper/etc/ssh"
     ssh_dir.mkdir(parents=True, exist_ok=True)
     write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
     (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
     if boot_fails:
-        (state_dir / "upper/etc/runcrate/boot-fault").write_text("boot_fails\n")
+        (seed / "upper/etc/runcrate/boot-fault").write_text("boot_fails\n")
     for path, text in (files or {}).items():
         if not path.startswith(OVERLAID):
             raise ValueError(f"{path} is not under {' or '.join(OVERLAID)}")
-        (state_dir / f"upper{path}").parent.mkdir(parents=True, exist_ok=True)
-        (state_dir / f"upper{path}").write_text(text)
+        (seed / f"upper{path}").parent.mkdir(parents=True, exist_ok=True)
+        (seed / f"upper{path}").write_text(text)
     bind_lines = []
     for node_path, host_path in (binds or {}).items():
         Path(host_path).mkdir(parents=True, exist_ok=True)
@@ -478,7 +487,7 @@ def start_gateway(handle: NodeHandle, listen_host: str, listen_port: int) -> Non
     script.chmod(0o755)
     log = open(state_dir / "gateway.log", "ab")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(
-        ["socat", f"TCP-LISTEN:{listen_port},bind={listen_host},reuseaddr,fork", f"EXEC:{script}"],
+        ["socat", f"TCP-LISTEN:{listen_port},bind={listen_host},reuseaddr,fork,nodelay", f"EXEC:{script}"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     log.close()

@@ -16,6 +16,12 @@ set -euo pipefail
 WAIT="${RUNCRATE_JOIN_WAIT:-120}"
 PHASE="${RUNCRATE_JOIN_PHASE:-all}"
 
+# wg_config: wg0.conf as `wg` reads it: wg-quick's own keys left out, as `wg-quick strip` does.
+wg_config() {
+    grep -Ev '^[[:space:]]*(Address|DNS|MTU|Table|PreUp|PostUp|PreDown|PostDown|SaveConfig)[[:space:]]*=' \
+        "$ROOT/etc/wireguard/wg0.conf"
+}
+
 if [ "$PHASE" != reach ]; then
     step "wireguard-config"
     write_file "$ROOT/etc/wireguard/wg0.conf" 0600 <<<"${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"
@@ -30,29 +36,27 @@ if [ "$PHASE" != reach ]; then
             log "sandbox: wg0.conf written, no interface brought up"
         else
             apt_install wireguard-tools
-            if ip link show wg0 >/dev/null 2>&1; then
-                : # already up (a peer was added): only its peers change
-            elif [ ! -d /sys/module/wireguard ] && ! modprobe wireguard 2>/dev/null; then
-                # No kernel module (an older kernel, or one built without it): wg-quick runs
-                # the userspace implementation over /dev/net/tun instead.
-                apt_install wireguard-go
-                export WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go
-                export WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1
-                log "no WireGuard kernel module: wg0 runs on wireguard-go"
-            fi
             # Up without PersistentKeepalive: with it, wg0 greets every peer the moment it
             # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
             # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
             # once every tunnel is up.
             if ip link show wg0 >/dev/null 2>&1; then
-                wg syncconf wg0 <(wg-quick strip wg0 | grep -v '^PersistentKeepalive')
+                : # already up (a peer was added or replaced): only its peers change
+            elif [ -d /sys/module/wireguard ] || modprobe wireguard 2>/dev/null; then
+                ip link add wg0 type wireguard
             else
-                mkdir -p "$STATE_DIR/wg-up"
-                grep -v '^PersistentKeepalive' "$ROOT/etc/wireguard/wg0.conf" |
-                    write_file "$STATE_DIR/wg-up/wg0.conf" 0600
-                wg-quick up "$STATE_DIR/wg-up/wg0.conf"
-                rm -f "$STATE_DIR/wg-up/wg0.conf"
+                # No kernel module (an older kernel, or one built without it): the userspace
+                # implementation over /dev/net/tun.
+                apt_install wireguard-go
+                log "no WireGuard kernel module: wg0 runs on wireguard-go"
+                WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 wireguard-go wg0 >/dev/null
             fi
+            # What wg-quick up does for this configuration (its peers' addresses all lie in
+            # the interface's /24, so the address's own route carries them), without its
+            # ~40 subprocesses: a 32-node join is CPU-bound on the nodes' side.
+            wg syncconf wg0 <(wg_config | grep -v '^PersistentKeepalive')
+            ip -4 address replace "$RUNCRATE_PRIVATE_IP/24" dev wg0
+            ip link set mtu 1420 up dev wg0
             if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
         fi
         write_file "$STATE_DIR/network" 0644 <<<up
@@ -61,36 +65,23 @@ fi
 [ "$PHASE" != up ] || exit 0
 
 
-# probe NAME: succeed when the peer answers by name.
-probe() {
+# sandbox_probe NAME: succeed when the sandbox peer answers by name.
+sandbox_probe() {
     local name="$1" peer host="" port="" peer_root="" tunnel=""
-    if is_sandbox; then
-        while read -r peer host port peer_root; do
-            [ "$peer" = "$name" ] && break
-            host=""
-        done <"$STATE_DIR/sandbox-peers"
-        case "$host" in
-            127.*) ;;
-            *) return 1 ;; # sandbox mode dials loopback only
-        esac
-        # The peer's machine answers (a loopback connect succeeds or is refused at once,
-        # so no timeout process is needed) ...
-        true 2>/dev/null 3<>"/dev/tcp/$host/$port" || return 1
-        # ... and its tunnel came up: the sandbox stand-in for a packet crossing wg0.
-        read -r tunnel 2>/dev/null <"$peer_root/etc/runcrate/network" || return 1
-        [ "$tunnel" = up ]
-    else
-        ping -c 1 -W 2 "$name" >/dev/null 2>&1
-    fi
-}
-
-# reach NAME: keep probing until the peer answers or WAIT seconds have passed.
-reach() {
-    local deadline=$((SECONDS + WAIT))
-    until probe "$1"; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
-    done
+    while read -r peer host port peer_root; do
+        [ "$peer" = "$name" ] && break
+        host=""
+    done <"$STATE_DIR/sandbox-peers"
+    case "$host" in
+        127.*) ;;
+        *) return 1 ;; # sandbox mode dials loopback only
+    esac
+    # The peer's machine answers (a loopback connect succeeds or is refused at once,
+    # so no timeout process is needed) ...
+    true 2>/dev/null 3<>"/dev/tcp/$host/$port" || return 1
+    # ... and its tunnel came up: the sandbox stand-in for a packet crossing wg0.
+    read -r tunnel 2>/dev/null <"$peer_root/etc/runcrate/network" || return 1
+    [ "$tunnel" = up ]
 }
 
 step "reach-peers"
@@ -108,32 +99,63 @@ elif is_sandbox; then
             name="${entry%% *}"
             [ "$name" = "$NODE_NAME" ] && continue
             [ -n "${reached[$name]:-}" ] && continue
-            if probe "$name"; then reached[$name]=ok; else pending=1; fi
+            if sandbox_probe "$name"; then reached[$name]=ok; else pending=1; fi
         done
         if [ "$pending" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
         sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
     done
 else
-    # Real peers may still be bringing their tunnel up: wait for all of them at once. The
-    # node with the lower index greets first: when two peers start a handshake with each
-    # other at the same instant, both are dropped, and WireGuard tries again only after
-    # its 5-second REKEY_TIMEOUT.
+    # Of two peers only the one listed first greets (starts the handshake): when both start
+    # one at the same instant, both are dropped (each side's handshake state is overwritten
+    # by the other's initiation), and WireGuard tries again only after its 5-second
+    # REKEY_TIMEOUT. So this node pings the peers after it at once, and each peer before it
+    # once that peer's handshake has arrived (`wg show wg0 latest-handshakes`), over the
+    # session it made. One ping process per peer, trying every 0.2 s until the first answer.
     results="$(mktemp -d)"
     trap 'rm -rf "$results"' EXIT
-    position=0
+    deadline=$((SECONDS + WAIT))
+    ping_peer() {
+        local left=$((deadline - SECONDS))
+        if ping -c 1 -i 0.2 -W 1 -w "$((left > 1 ? left : 1))" "$1" >/dev/null 2>&1; then : >"$results/$1"; fi
+    }
+    declare -A key_of=()
+    name=""
+    while IFS= read -r line; do
+        case "$line" in
+            "# node-"*) name="${line#\# }" ;;
+            "PublicKey = "*) [ -z "$name" ] || key_of[$name]="${line#PublicKey = }"; name="" ;;
+        esac
+    done <"$ROOT/etc/wireguard/wg0.conf"
+    before=()
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
-        position=$((position + 1))
-        [ "$name" = "$NODE_NAME" ] && continue
-        if [ "$((position - 1))" -lt "$NODE_INDEX" ]; then
-            (sleep 0.5; if reach "$name"; then : >"$results/$name"; fi) &
-        else
-            (if reach "$name"; then : >"$results/$name"; fi) &
-        fi
+        [ "$name" = "$NODE_NAME" ] && break
+        before+=("$name")
+    done
+    after=false
+    for entry in "${CLUSTER_NODES[@]}"; do
+        name="${entry%% *}"
+        if [ "$name" = "$NODE_NAME" ]; then after=true; elif $after; then ping_peer "$name" & fi
+    done
+    while [ "${#before[@]}" -gt 0 ]; do
+        declare -A greeted=()
+        while read -r key stamp; do
+            [ "$stamp" = 0 ] || greeted[$key]=1
+        done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
+        waiting=()
+        for name in "${before[@]}"; do
+            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ping_peer "$name" & else waiting+=("$name"); fi
+        done
+        before=("${waiting[@]}")
+        unset greeted
+        # A peer that never greets could not reach this node: the pair fails whatever this
+        # node's own ping would say.
+        if [ "${#before[@]}" -eq 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
+        sleep 0.2
     done
     wait
     # Every tunnel is up and greeted: the whole configuration, PersistentKeepalive included.
-    ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg-quick strip wg0)
+    ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg_config)
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
         if [ -e "$results/$name" ]; then reached[$name]=ok; fi
