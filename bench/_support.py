@@ -51,6 +51,13 @@ def own_database(tag: str):
         teardown_databases(state, verbosity=0)
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time every process of this computer has used so far, all CPUs (/proc/stat)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     if len(ordered) == 1:

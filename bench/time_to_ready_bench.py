@@ -6,9 +6,11 @@ dashboard call) and drives it with `lifecycle.advance`, as a worker does when a 
 to be looked at again: leases, heartbeats, node output, pushes and billing all run. The
 machines are real Linux nodes in namespaces where this computer allows (else the loopback
 sandboxes `make run` falls back to). Prints, per size and software, the time to ready, its
-ratio to 2 machines, and the CPU the control plane itself spent (this process: SSH
-sessions, crypto, queries); the rest of the wall time is the nodes' own work on this
-computer's CPUs. Asserts nothing.
+ratio to 2 machines, the CPU the control plane itself spent (this process: SSH sessions,
+crypto, queries), the CPU every other process used meanwhile (the nodes' own work: their
+sshd sessions, scripts, wireguard-go, munge, slurmd; and whatever else runs), and how busy
+that kept this computer's CPUs: near 100% means the work on the CPUs, not waiting, set the
+time. Asserts nothing.
 
     DATABASE_URL=postgres://… .venv/bin/python bench/time_to_ready_bench.py [--sizes 2,8,32] [--software none,slurm]
 """
@@ -41,13 +43,13 @@ from tests.factories import MachineTypeFactory, WorkspaceFactory  # noqa: E402
 SETTLED = {Status.READY, Status.DEGRADED, Status.FAILED}
 
 
-def one_run(environment, count: int, software: str, block: int) -> tuple[float, float, str]:
+def one_run(environment, count: int, software: str, block: int) -> tuple[float, float, float, str]:
     machine_type = MachineTypeFactory(provider="local", kind="vm", price_per_machine_hour=Decimal("1.00"))
     Host.objects.bulk_create(
         Host(machine_type=machine_type, name=f"ttr-{block}-{i}", address=f"127.76.{block}.{i + 1}", port=2222)
         for i in range(count)
     )
-    started, cpu = time.monotonic(), time.process_time()
+    started, cpu, machine_cpu = time.monotonic(), time.process_time(), _support.machine_cpu_seconds()
     cluster = services.create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
                                       machine_count=count, software=software)
     deadline = started + 300
@@ -59,11 +61,12 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
         if not again:
             time.sleep(0.05)
     seconds, cpu = time.monotonic() - started, time.process_time() - cpu
+    machine_cpu = _support.machine_cpu_seconds() - machine_cpu
     outcome = cluster.status
     stopping = time.monotonic()
     services.terminate_cluster(cluster)
     lifecycle.advance(cluster.pk)
-    return seconds, cpu, f"{outcome}; terminated in {time.monotonic() - stopping:.1f}s"
+    return seconds, cpu, machine_cpu, f"{outcome}; terminated in {time.monotonic() - stopping:.1f}s"
 
 
 def main() -> None:
@@ -83,17 +86,20 @@ def main() -> None:
         environment = workspace.default_environment
         environment.monthly_budget = Decimal("1000000")
         environment.save(update_fields=["monthly_budget"])
-        print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'vs 2':>5} | control plane CPU | outcome")
-        print("-" * 70)
+        cpus = os.cpu_count() or 1
+        print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'vs 2':>5} | control plane CPU | other CPU | "
+              f"CPUs busy | outcome")
+        print("-" * 98)
         block = 0
         for software in args.software.split(","):
             base = None
             for count in sizes:
                 block += 1
-                seconds, cpu, outcome = one_run(environment, count, software, block)
+                seconds, cpu, machine_cpu, outcome = one_run(environment, count, software, block)
                 base = base or seconds
+                busy = machine_cpu / (seconds * cpus)
                 print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / base:4.1f}× | "
-                      f"{cpu:15.1f}s | {outcome}")
+                      f"{cpu:16.1f}s | {machine_cpu - cpu:8.1f}s | {busy:8.0%} | {outcome}")
         leftover = [c.name for c in Cluster.objects.exclude(status=Status.TERMINATED)]
         if leftover:
             print(f"not terminated: {leftover}")

@@ -203,11 +203,7 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
     except Exception as exc:  # noqa: BLE001 - a stop error must not keep machines reserved
         log.exception("stopping cluster %s failed", cluster.pk)
         services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
-    for node in nodes:
-        try:
-            provider.release(node)
-        except Exception:  # noqa: BLE001
-            log.exception("releasing node %s failed", node.pk)
+    provider.release_all(nodes)
 
 
 def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> tuple[Node, str] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
     from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult
+
+log = logging.getLogger(__name__)
 
 
 class BootState(enum.Enum):
@@ -97,6 +100,15 @@ class Provider(abc.ABC):
 
     def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract
         """Give the machine back to the operator's pool (nothing to do for most drivers)."""
+
+    def release_all(self, nodes: list[Node]) -> None:
+        """Give every machine back (a provider may release them at once). One machine's
+        error is logged and never keeps the others reserved."""
+        for node in nodes:
+            try:
+                self.release(node)
+            except Exception:  # noqa: BLE001
+                log.exception("releasing node %s failed", node.pk)
 
     def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
         """Measure what the private network carries between `nodes` (clusters.network_tests).

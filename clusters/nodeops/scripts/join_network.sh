@@ -110,13 +110,14 @@ else
     # by the other's initiation), and WireGuard tries again only after its 5-second
     # REKEY_TIMEOUT. So this node pings the peers after it at once, and each peer before it
     # once that peer's handshake has arrived (`wg show wg0 latest-handshakes`), over the
-    # session it made. One ping process per peer, trying every 0.2 s until the first answer.
-    results="$(mktemp -d)"
-    trap 'rm -rf "$results"' EXIT
+    # session it made. One ping process per peer, trying every 0.2 s until the first answer;
+    # its exit status is the verdict.
     deadline=$((SECONDS + WAIT))
+    declare -A pinging=() # pid -> peer
     ping_peer() {
         local left=$((deadline - SECONDS))
-        if ping -c 1 -i 0.2 -W 1 -w "$((left > 1 ? left : 1))" "$1" >/dev/null 2>&1; then : >"$results/$1"; fi
+        ping -c 1 -i 0.2 -W 1 -w "$((left > 1 ? left : 1))" "$1" >/dev/null 2>&1 &
+        pinging[$!]="$1"
     }
     declare -A key_of=()
     name=""
@@ -135,7 +136,7 @@ else
     after=false
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
-        if [ "$name" = "$NODE_NAME" ]; then after=true; elif $after; then ping_peer "$name" & fi
+        if [ "$name" = "$NODE_NAME" ]; then after=true; elif $after; then ping_peer "$name"; fi
     done
     while [ "${#before[@]}" -gt 0 ]; do
         declare -A greeted=()
@@ -144,7 +145,7 @@ else
         done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
         waiting=()
         for name in "${before[@]}"; do
-            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ping_peer "$name" & else waiting+=("$name"); fi
+            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ping_peer "$name"; else waiting+=("$name"); fi
         done
         before=("${waiting[@]}")
         unset greeted
@@ -153,13 +154,11 @@ else
         if [ "${#before[@]}" -eq 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
         sleep 0.2
     done
-    wait
+    for pid in "${!pinging[@]}"; do
+        if wait "$pid"; then reached[${pinging[$pid]}]=ok; fi
+    done
     # Every tunnel is up and greeted: the whole configuration, PersistentKeepalive included.
     ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg_config)
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}"
-        if [ -e "$results/$name" ]; then reached[$name]=ok; fi
-    done
 fi
 
 for entry in "${CLUSTER_NODES[@]}"; do
