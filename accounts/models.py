@@ -23,6 +23,11 @@ class Workspace(models.Model):
     # Cached sum of the ledger; billing.services changes it in the same transaction as
     # the ledger entry, under a row lock on this workspace.
     credit_balance = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    # The burn rate: the hourly price of every machine being billed now (the sum of the open
+    # usage intervals' rates), so the top bar on every page reads one row, not every machine.
+    # billing.services.refresh_usage_rate recounts it in each transaction that opens or closes
+    # an interval, under this row's lock; metering's balance check recounts it when it differs.
+    usage_rate = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal("0.0000"))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -456,8 +456,13 @@ class UsageItem(BaseModel):
     name: str
     environment_id: int
     description: str = Field(description='"Cluster usage <name>".')
-    amount: Money = Field(description="Always the sum of its rows.")
-    rows: list[UsageRow]
+    amount: Money = Field(description="What the ledger holds for the cluster that month: always the sum of its rows.")
+    machines: int = Field(ge=0, description="Machines billed in the month (the line's rows).")
+    accruing: bool = Field(description="A machine still runs this month: the line grows until the cluster ends.")
+    rows: list[UsageRow] | None = Field(
+        None, description="One per machine: on GET /billing/usage/{cluster_id}, or on the list with ?rows=true; "
+                          "null otherwise.",
+    )
 
 
 class UsageMeta(ListMeta):
@@ -466,8 +471,13 @@ class UsageMeta(ListMeta):
     total_amount: Money
 
 
-class UsageQuery(Schema):
+class UsageLineQuery(Schema):
     month: Annotated[Text, Field(description="YYYY-MM; default this month.", json_schema_extra={"pattern": r"^\d{4}-\d{2}$"})] = ""
+
+
+class UsageQuery(UsageLineQuery):
+    rows: bool = Field(False, description="Also send every line's machine rows (default: lines only; "
+                                          "open one line with GET /billing/usage/{cluster_id}).")
 
 
 # -- volumes and quotes -------------------------------------------------------------------------

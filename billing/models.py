@@ -46,6 +46,10 @@ class LedgerEntry(models.Model):
         indexes = [
             models.Index(fields=["workspace", "created_at"]),
             models.Index(fields=["environment", "period", "kind"]),
+            # The Billing page's month picker reads a workspace's first period and probes each month after it.
+            models.Index(fields=["workspace", "period"]),
+            # The Billing page's money movements of a month, without walking its usage entries.
+            models.Index(fields=["workspace", "created_at"], condition=~Q(kind="usage"), name="ledger_credits_by_date"),
         ]
 
     def __str__(self) -> str:
@@ -83,6 +87,30 @@ class MachineUsage(models.Model):
 
     def __str__(self) -> str:
         return f"usage of node {self.node_id}"
+
+
+class UsageMonth(models.Model):
+    """A cluster had billable time in a calendar month: the set of that month's "Cluster usage"
+    lines, so a month's lines are counted and paged without reading any machine.
+
+    Written with the usage it stands for: start_usage adds the month a machine starts in, and
+    metering adds every month it moves a watermark into. A cluster therefore has a row for a
+    month exactly when one of its machines started in it or was metered past its first instant,
+    which is the test the machine rows use (billing.queries._usage_in_month)."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="usage_months")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    period = models.DateField(help_text="First day of the month (UTC).")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "period"], name="one_usage_month_per_cluster")]
+        # A month's lines in cluster order, of a workspace (the Billing page) or of one of its
+        # environments (the API): a page is a range of one of these, the count reads it alone.
+        indexes = [models.Index(fields=["workspace", "period", "cluster"]), models.Index(fields=["environment", "period", "cluster"])]
+
+    def __str__(self) -> str:
+        return f"usage of cluster {self.cluster_id} in {self.period:%Y-%m}"
 
 
 class TopUp(models.Model):

@@ -12,24 +12,16 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any, overload
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
-from billing.models import LedgerEntry, MachineUsage
+from billing.models import LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_bounds
 from billing.services import HOURS, posted_total, to_cents
-from clusters.models import Cluster
 
 ZERO = Decimal("0.00")
-
-
-def burn_rate(workspace: Workspace | int) -> Decimal:
-    """Spend per hour now: the hourly price of every machine being billed."""
-    workspace_id = workspace.pk if isinstance(workspace, Workspace) else workspace
-    total = MachineUsage.objects.filter(workspace_id=workspace_id, ended_at__isnull=True).aggregate(s=Sum("rate"))["s"]
-    return total or ZERO
 
 
 def hours_remaining(balance: Decimal, rate: Decimal) -> Decimal | None:
@@ -41,8 +33,8 @@ def hours_remaining(balance: Decimal, rate: Decimal) -> Decimal | None:
 
 def balance_summary(workspace: Workspace) -> dict:
     """{credits_balance, active_usage_cost_per_hour, hours_remaining} — GET /api/v1/billing/balance."""
-    balance = Workspace.objects.values_list("credit_balance", flat=True).get(pk=workspace.pk)
-    rate = to_cents(burn_rate(workspace))
+    balance, usage_rate = Workspace.objects.values_list("credit_balance", "usage_rate").get(pk=workspace.pk)
+    rate = to_cents(usage_rate)
     return {
         "credits_balance": balance,
         "active_usage_cost_per_hour": rate,
@@ -87,44 +79,44 @@ _ROW_FIELDS = (
 
 
 class UsageLines:
-    """A month's "Cluster usage <name>" lines, one per cluster, oldest cluster first.
+    """A month's "Cluster usage <name>" lines, one per cluster, in the order the clusters were
+    created (by id).
 
     Sliced in the database like a queryset (Paginator, the API's page() and len() work on
     it): a slice costs one grouped query over the month's machines plus one for the slice's
     amounts or machine rows, whatever the number of clusters. No model objects are built and
     no node, log or secret column is read.
 
-    Without rows (the Billing page) a line is {cluster_id, name, environment_id, description,
-    amount, machines, accruing}, its amount what the ledger holds for the cluster that month.
-    With rows (the API, CLI and CSV) it is the API's shape, {cluster_id, name, environment_id,
-    description, amount, rows: [...]}, its amount the sum of its rows. Metering posts exactly
-    the rows' amounts, split at month bounds, so the two agree to the cent.
+    A line is {cluster_id, name, environment_id, description, amount, machines, accruing}.
+    Without rows (the Billing page, the API's list) its amount is what the ledger holds for the
+    cluster that month. With rows (an opened line, the API's ?rows=true, the CSV) it also has
+    rows: [...], and its amount is the sum of its rows. Metering posts exactly the rows'
+    amounts, split at month bounds, so the two agree to the cent.
     """
 
     def __init__(self, workspace: Workspace, year: int, month: int, *, environment: Environment | None = None,
                  with_rows: bool = False) -> None:
         self.start, self.end = month_bounds(year, month)
         self.period = self.start.date()
-        self.workspace_id = workspace.pk
         self.with_rows = with_rows
-        usages = _usage_in_month(workspace.pk, self.start, self.end)
-        if environment is not None:
-            usages = usages.filter(environment_id=environment.pk)
-        self.usages = usages
         # Paged over clusters, not machines: the slice is taken before anything is summed,
-        # so a page of 50 lines sums 50 clusters' machines whatever the workspace runs.
-        # The EXISTS is keyed by the cluster alone, so PostgreSQL probes each cluster's few
-        # machines by index instead of scanning the workspace's machines once per cluster.
-        in_month = MachineUsage.objects.filter(cluster_id=OuterRef("pk"), started_at__lt=self.end).filter(
-            Q(billed_until__gt=self.start) | Q(started_at__gte=self.start)
-        )
-        clusters = Cluster.objects.filter(workspace_id=workspace.pk)
+        # so a page of 50 lines sums 50 clusters' machines whatever the workspace runs. Which
+        # clusters have a line is the month's UsageMonth rows, read in cluster order from an
+        # index that holds that order, so a page stops after its rows and the count reads the
+        # index alone, however many clusters the month has.
+        months = UsageMonth.objects.filter(period=self.period)
         if environment is not None:
-            clusters = clusters.filter(environment_id=environment.pk)
-        self.lines = clusters.filter(Exists(in_month)).order_by("created_at", "id").values("id", "name", "environment_id")
+            months = months.filter(environment_id=environment.pk)
+        else:
+            months = months.filter(workspace_id=workspace.pk)
+        self.months = months
+
+    @property
+    def lines(self) -> QuerySet[UsageMonth, Any]:
+        return self.months.order_by("cluster_id").values("cluster_id", "cluster__name", "environment_id")
 
     def count(self) -> int:
-        return self.lines.count()
+        return self.months.count()
 
     def __len__(self) -> int:
         return self.count()
@@ -139,7 +131,10 @@ class UsageLines:
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if not isinstance(index, slice):
             return self[index:index + 1][0]
-        lines: list[dict[str, Any]] = [dict(line) for line in self.lines[index]]
+        lines: list[dict[str, Any]] = [
+            {"id": line["cluster_id"], "name": line["cluster__name"], "environment_id": line["environment_id"]}
+            for line in self.lines[index]
+        ]
         ids = [line["id"] for line in lines]
         return self._with_rows(lines, ids) if self.with_rows else self._with_amounts(lines, ids)
 
@@ -152,14 +147,23 @@ class UsageLines:
             "amount": amount,
         }
 
+    def _machines(self, ids: list[int]) -> QuerySet[MachineUsage]:
+        """The month's machines of the page's clusters (already this workspace's, and this
+        environment's when one is asked for): read through the cluster index alone."""
+        return MachineUsage.objects.filter(cluster_id__in=ids, started_at__lt=self.end).filter(
+            Q(billed_until__gt=self.start) | Q(started_at__gte=self.start)
+        )
+
     def _with_amounts(self, lines: list[dict], ids: list[int]) -> list[dict]:
+        # By the clusters' own index: the ids are this workspace's lines already.
         posted = dict(
-            _usage_entries(self.workspace_id, self.period).filter(cluster_id__in=ids)
+            LedgerEntry.objects.filter(cluster_id__in=ids, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED,
+                                       period=self.period)
             .values_list("cluster_id").annotate(total=Sum("amount")).values_list("cluster_id", "total")
         )
         machines = {
             row["cluster_id"]: row
-            for row in self.usages.filter(cluster_id__in=ids).values("cluster_id")
+            for row in self._machines(ids).values("cluster_id")
             .annotate(machines=Count("id"), running=Count("id", filter=Q(ended_at__isnull=True)))
         }
         current = self.end > timezone.now()
@@ -172,10 +176,11 @@ class UsageLines:
     def _with_rows(self, lines: list[dict], ids: list[int]) -> list[dict]:
         now = timezone.now()
         rows: dict[int, list[dict]] = defaultdict(list)
-        for usage in self.usages.filter(cluster_id__in=ids).order_by("cluster_id", "node__index", "id").values(*_ROW_FIELDS):
+        for usage in self._machines(ids).order_by("cluster_id", "node__index", "id").values(*_ROW_FIELDS):
             rows[usage["cluster_id"]].append(_machine_row(usage, self.start, self.end, now))
         return [
-            {**self._line(line, sum((row["amount"] for row in rows[line["id"]]), ZERO)), "rows": rows[line["id"]]}
+            {**self._line(line, sum((row["amount"] for row in rows[line["id"]]), ZERO)), "machines": len(rows[line["id"]]),
+             "accruing": any(row["end"] is None for row in rows[line["id"]]), "rows": rows[line["id"]]}
             for line in lines
         ]
 
@@ -215,14 +220,15 @@ def usage_for_month(
     """
     lines = usage_lines(workspace, year, month, environment, with_rows=True)
     if cluster_id is not None:
-        lines.usages = lines.usages.filter(cluster_id=cluster_id)
-        lines.lines = lines.lines.filter(pk=cluster_id)
+        lines.months = lines.months.filter(cluster_id=cluster_id)
     return list(lines)
 
 
-def cluster_usage_for_month(workspace: Workspace, cluster_id: int, year: int, month: int) -> dict | None:
-    """One line opened to its machines (the Billing page's "open a line")."""
-    return next(iter(usage_for_month(workspace, year, month, cluster_id=cluster_id)), None)
+def cluster_usage_for_month(workspace: Workspace, cluster_id: int, year: int, month: int,
+                            environment: Environment | None = None) -> dict | None:
+    """One line opened to its machines (the Billing page's "open a line", GET
+    /api/v1/billing/usage/{cluster_id}); None when the cluster had no usage that month."""
+    return next(iter(usage_for_month(workspace, year, month, environment, cluster_id=cluster_id)), None)
 
 
 def spend_by_environment(workspace: Workspace, year: int, month: int) -> list[dict]:
@@ -275,12 +281,27 @@ def daily_spend(workspace: Workspace, year: int, month: int) -> list[tuple[dt.da
 
 
 def months_with_activity(workspace: Workspace) -> list[dt.date]:
-    """First days of the months that have ledger entries, newest first (the current month always)."""
-    periods: set[dt.date] = {
-        period for period in
-        LedgerEntry.objects.filter(workspace_id=workspace.pk, period__isnull=False).values_list("period", flat=True).distinct()
-        if period is not None
-    }
+    """First days of the months that have ledger entries, newest first (the current month always).
+
+    Two index reads whatever the size of the ledger: its first month, then one EXISTS per
+    month since (a DISTINCT over the periods would read every entry the workspace ever had).
+    """
+    entries = LedgerEntry.objects.filter(workspace_id=workspace.pk, period__isnull=False)
     now = timezone.now()
-    periods.add(dt.date(now.year, now.month, 1))
+    current = dt.date(now.year, now.month, 1)
+    first = entries.order_by("period").values_list("period", flat=True).first()
+    periods = {current}
+    if first is None:
+        return [current]
+    periods.add(first)
+    candidates = []
+    month = first
+    while month < current:
+        month = (month + dt.timedelta(days=32)).replace(day=1)
+        if month < current:
+            candidates.append(month)
+    if candidates:
+        probes = {f"m{i}": Exists(entries.filter(period=candidate)) for i, candidate in enumerate(candidates)}
+        found = Workspace.objects.filter(pk=workspace.pk).annotate(**probes).values_list(*probes).get()
+        periods.update(candidate for candidate, has_entries in zip(candidates, found, strict=True) if has_entries)
     return sorted(periods, reverse=True)

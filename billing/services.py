@@ -22,7 +22,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
-from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage
+from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start, next_month_start
 from config.errors import PaymentRequired
 
@@ -125,15 +125,27 @@ def adjust_balance(*, workspace_id: int, amount: Decimal, reason: str, actor: st
 def start_usage(cluster: Cluster, nodes: Iterable[Node], at: dt.datetime) -> None:
     """Open one usage interval per machine, all from `at` (the instant the last one joined,
     or, for a worker added later, the instant it was up)."""
-    MachineUsage.objects.bulk_create(
-        [
-            MachineUsage(
-                node=node, cluster=cluster, workspace_id=cluster.workspace_id,
-                environment_id=cluster.environment_id, rate=cluster.price_per_machine_hour,
-                started_at=at, billed_until=at,
-            )
-            for node in nodes
-        ],
+    with transaction.atomic():
+        MachineUsage.objects.bulk_create(
+            [
+                MachineUsage(
+                    node=node, cluster=cluster, workspace_id=cluster.workspace_id,
+                    environment_id=cluster.environment_id, rate=cluster.price_per_machine_hour,
+                    started_at=at, billed_until=at,
+                )
+                for node in nodes
+            ],
+            ignore_conflicts=True,
+        )
+        record_usage_months([(cluster.pk, cluster.workspace_id, cluster.environment_id, month_start(at))])
+        refresh_usage_rate(cluster.workspace_id)
+
+
+def record_usage_months(months: Iterable[tuple[int, int, int, dt.date]]) -> None:
+    """Note that these clusters had billable time in these months ((cluster, workspace,
+    environment, period)); a month already noted stays as it is."""
+    UsageMonth.objects.bulk_create(
+        [UsageMonth(cluster_id=c, workspace_id=w, environment_id=e, period=p) for c, w, e, p in dict.fromkeys(months)],
         ignore_conflicts=True,
     )
 
@@ -142,17 +154,42 @@ def end_usage(cluster: Cluster, at: dt.datetime) -> None:
     # A metering run that read the clock just before this terminate may already have billed
     # a few seconds past `at`; the interval then ends at its watermark so the posted amount
     # always equals the interval's rounded total.
-    MachineUsage.objects.filter(cluster=cluster, ended_at__isnull=True).update(
-        ended_at=Greatest(Value(at), F("billed_until"))
-    )
+    with transaction.atomic():
+        MachineUsage.objects.filter(cluster=cluster, ended_at__isnull=True).update(
+            ended_at=Greatest(Value(at), F("billed_until"))
+        )
+        refresh_usage_rate(cluster.workspace_id)
 
 
 def end_node_usage(node_ids: Iterable[int], at: dt.datetime) -> None:
     """End the intervals of some machines of a cluster (a replaced machine, or one that was
     swapped in and did not take over), as end_usage does for a whole cluster."""
-    MachineUsage.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True).update(
-        ended_at=Greatest(Value(at), F("billed_until"))
-    )
+    usages = MachineUsage.objects.filter(node_id__in=list(node_ids))
+    with transaction.atomic():
+        workspace_ids = sorted(set(usages.values_list("workspace_id", flat=True)))
+        usages.filter(ended_at__isnull=True).update(ended_at=Greatest(Value(at), F("billed_until")))
+        for workspace_id in workspace_ids:
+            refresh_usage_rate(workspace_id)
+
+
+def refresh_usage_rate(workspace_id: int) -> Decimal:
+    """Recount the workspace's burn rate (Workspace.usage_rate) from its open intervals, in the
+    caller's transaction; returns it.
+
+    A recount rather than an increment, so it is right whatever the caller changed (rows
+    skipped as conflicts, intervals already ended). The workspace row is locked first and the
+    SUM read after the lock is granted: a concurrent opener or closer of the same workspace
+    commits before this statement reads, so its rows are counted and neither overwrites the
+    other with a stale sum. The lock is taken after the usage rows, in the order metering
+    takes them (usage rows, then workspaces), so the two never wait on each other in a cycle.
+    """
+    with transaction.atomic():
+        list(Workspace.objects.select_for_update().filter(pk=workspace_id).values_list("pk"))
+        total = MachineUsage.objects.filter(workspace_id=workspace_id, ended_at__isnull=True).aggregate(s=Sum("rate"))["s"]
+        # SQLite sums decimals in floating point: four places are what the rates carry.
+        rate = Decimal(total or 0).quantize(Decimal("0.0001"))
+        Workspace.objects.filter(pk=workspace_id).update(usage_rate=rate)
+    return rate
 
 
 # --- metering ---------------------------------------------------------------------------------
@@ -278,6 +315,8 @@ def meter_usage(now: dt.datetime | None = None, *, cluster_id: int | None = None
             LedgerEntry.objects.bulk_create(entries)
             _debit_workspaces(debits, balances)
         _save_watermarks(usages)
+        # Every month a watermark moved into has the cluster's line, even before it holds a cent.
+        record_usage_months((cid, workspace_id, environment_id, period) for workspace_id, cid, environment_id, period in dues)
         run.entries = len(entries)
     return run
 
@@ -345,6 +384,7 @@ def warn_low_balances() -> list[str]:
         MachineUsage.objects.filter(ended_at__isnull=True).values_list("workspace_id").annotate(rate=Sum("rate"))
         .values_list("workspace_id", "rate")
     )
+    check_usage_rates(rates)
     balances = dict(Workspace.objects.filter(pk__in=list(rates)).values_list("pk", "credit_balance"))
     low: dict[str, tuple[int, int, Decimal, Decimal]] = {}
     for workspace_id, rate in rates.items():
@@ -378,6 +418,27 @@ def warn_low_balances() -> list[str]:
             continue  # a concurrent sweep claimed this warning
         sent.append(key)
     return sent
+
+
+def check_usage_rates(measured: dict[int, Decimal]) -> list[int]:
+    """Hold every workspace's kept burn rate to the SUM of its open intervals (`measured`,
+    workspace id -> rate, read by the caller): where they differ, recount under the lock
+    (the SUM may also have moved since it was read) and log the drift if the recount confirms
+    it. Returns the ids of the workspaces whose rate was corrected."""
+    kept = dict(
+        Workspace.objects.filter(Q(pk__in=list(measured)) | ~Q(usage_rate=0)).values_list("pk", "usage_rate")
+    )
+    corrected = []
+    for workspace_id in sorted(set(kept) | set(measured)):
+        expected = Decimal(measured.get(workspace_id) or 0).quantize(Decimal("0.0001"))
+        if kept.get(workspace_id) == expected:
+            continue
+        rate = refresh_usage_rate(workspace_id)
+        if rate != kept.get(workspace_id):
+            log.error("Workspace %s kept a burn rate of %s/h against %s/h of open usage: corrected.",
+                      workspace_id, kept.get(workspace_id), rate)
+            corrected.append(workspace_id)
+    return corrected
 
 
 def trigger_auto_recharges() -> list[int]:

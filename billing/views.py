@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import logging
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 import stripe
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
@@ -35,6 +35,51 @@ def _month(request: AuthenticatedHttpRequest) -> dt.date:
         return parse_month(request.GET.get("month"))
     except BadMonth as exc:
         raise Http404(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class LinePage:
+    """A page of usage lines without counting them: counting every cluster with usage in the
+    month is the one read that grows with the workspace. The page reads one line more than it
+    shows to know whether a next page exists; links go back and forth by number."""
+
+    object_list: list[dict]
+    number: int
+    has_next: bool
+
+    @classmethod
+    def of(cls, lines: queries.UsageLines, raw_number: str | None, per_page: int = USAGE_LINES_PER_PAGE) -> LinePage:
+        try:
+            number = max(int(raw_number or 1), 1)
+        except ValueError:
+            number = 1
+        number = min(number, 10**9 // per_page)  # the offset stays a sane bigint
+        window = lines[(number - 1) * per_page:number * per_page + 1]
+        return cls(object_list=window[:per_page], number=number, has_next=len(window) > per_page)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+    @property
+    def start_index(self) -> int:
+        return (self.number - 1) * USAGE_LINES_PER_PAGE + 1 if self.object_list else 0
+
+    @property
+    def end_index(self) -> int:
+        return (self.number - 1) * USAGE_LINES_PER_PAGE + len(self.object_list)
 
 
 def _spend_chart(
@@ -67,9 +112,7 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
     month = _month(request)
     start, end = month_bounds(month.year, month.month)
     # A page of "Cluster usage" lines, each summed in SQL; its machines load when it opens.
-    usage_page = Paginator(queries.usage_lines(workspace, month.year, month.month), USAGE_LINES_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    usage_page = LinePage.of(queries.usage_lines(workspace, month.year, month.month), request.GET.get("page"))
     credits = (
         LedgerEntry.objects.filter(workspace=workspace, created_at__gte=start, created_at__lt=end)
         .exclude(kind=LedgerEntry.Kind.USAGE)
@@ -78,6 +121,8 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = {
         "workspace": workspace,
         "month": month,
+        "month_param": f"{month:%Y-%m}",
+        "month_label": f"{month:%b %Y}",
         "months": queries.months_with_activity(workspace),
         "summary": queries.balance_summary(workspace),
         "summary_workspace_id": workspace.pk,

@@ -118,7 +118,11 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["environment", "status"]), models.Index(fields=["workspace", "status"])]
+        indexes = [
+            models.Index(fields=["environment", "status"]), models.Index(fields=["workspace", "status"]),
+            # The clusters list walks this newest first and stops at a page.
+            models.Index(fields=["environment", "created_at", "id"]),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(machine_count__gte=2, machine_count__lte=64), name="cluster_2_to_64"),
             # Billing may only have started once every machine joined; a failed cluster

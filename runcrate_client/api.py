@@ -460,8 +460,13 @@ class RuncrateClient:
     def billing_balance(self) -> Record:
         return self._data("GET", "/billing/balance")
 
-    def billing_usage(self, month: str | None = None) -> Page:
-        return self._page("/billing/usage", {"month": month})
+    def billing_usage(self, month: str | None = None, *, rows: bool = False) -> Page:
+        """A page of the month's usage lines; `rows` adds every line's machine rows."""
+        return self._page("/billing/usage", {"month": month, "rows": rows or None})
+
+    def usage_line(self, cluster_id: str, month: str | None = None) -> Record:
+        """One cluster's usage line in a month, opened to a row per machine."""
+        return self._data("GET", f"/billing/usage/{_seg(cluster_id)}", params={"month": month})
 
     def request_quote(self, **fields: Any) -> Record:
         payload = {k: v for k, v in fields.items() if v is not None}

@@ -9,7 +9,7 @@ from django.utils import timezone
 from ninja import Query, Router
 
 from api import schemas
-from api.app import context, invalid, ok, page, responses
+from api.app import context, invalid, not_found, ok, page, responses
 from billing.months import BadMonth, parse_month
 
 router = Router(tags=["Billing"])
@@ -50,7 +50,9 @@ def _month(raw: str) -> tuple[int, int]:
 
 
 @router.get("billing/usage", operation_id="listUsage", summary="Usage in a month, one line per cluster",
-            description="One item per cluster (\"Cluster usage <name>\") with a row per machine.",
+            description="One item per cluster (\"Cluster usage <name>\"): its amount, machine count and whether "
+                        "it is still accruing. A line's machine rows come with GET /billing/usage/{cluster_id}, "
+                        "or for every line of the page with `?rows=true`.",
             response=responses({200: schemas.list_envelope(schemas.UsageItem, schemas.UsageMeta)}, 400, 403))
 def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], pages: Query[schemas.PageQuery]) -> dict[str, Any]:
     from billing import queries as billing_queries
@@ -58,7 +60,25 @@ def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], page
     ctx = context(request)
     ctx.require_billing()
     year, month = _month(filters.month)
-    # Lines summed and sliced in the database; machine rows read for this page's lines only.
-    items = billing_queries.usage_lines(ctx.workspace, year, month, environment=ctx.environment, with_rows=True)
+    # Lines summed and sliced in the database; machine rows read (for this page's lines
+    # only) when asked for.
+    items = billing_queries.usage_lines(ctx.workspace, year, month, environment=ctx.environment, with_rows=filters.rows)
     return page(items, pages, month=f"{year:04d}-{month:02d}", environment=ctx.environment.name,
                 total_amount=billing_queries.usage_total(ctx.workspace, year, month, environment=ctx.environment))
+
+
+@router.get("billing/usage/{cluster_id}", operation_id="getUsageLine", summary="One cluster's usage line with its machines",
+            description="The month's \"Cluster usage <name>\" line of one cluster of this environment, opened to a "
+                        "row per machine; the line's amount is the sum of its rows. 404 when the cluster had no "
+                        "usage that month.",
+            response=responses({200: schemas.envelope(schemas.UsageItem)}, 400, 403))
+def billing_usage_line(request: HttpRequest, cluster_id: schemas.PathId, filters: Query[schemas.UsageLineQuery]) -> dict[str, Any]:
+    from billing import queries as billing_queries
+
+    ctx = context(request)
+    ctx.require_billing()
+    year, month = _month(filters.month)
+    line = billing_queries.cluster_usage_for_month(ctx.workspace, cluster_id, year, month, environment=ctx.environment)
+    if line is None:
+        raise not_found(f"Usage of cluster {cluster_id} in {year:04d}-{month:02d}")
+    return ok(line, month=f"{year:04d}-{month:02d}", environment=ctx.environment.name)

@@ -54,43 +54,81 @@ def billing_balance(state: State, as_json: bool) -> None:
     click.echo(render_pairs(pairs))
 
 
-@billing.command("usage")
-@click.option("--month", help="YYYY-MM (default: this month).")
-@json_option
-@pass_state
-def billing_usage(state: State, month: str | None, as_json: bool) -> None:
-    """One line per cluster ("Cluster usage <name>") with a row per machine under it."""
+def _check_month(month: str | None) -> None:
     if month:
         try:
             datetime.strptime(month, "%Y-%m")
         except ValueError:
             fail(f"--month must look like 2025-01, not {month!r}")
-    items = list(state.client().iterate("/billing/usage", {"month": month}))
+
+
+@billing.command("usage")
+@click.option("--month", help="YYYY-MM (default: this month).")
+@click.option("--rows", is_flag=True, help="Also show every line's machines (one row per machine).")
+@json_option
+@pass_state
+def billing_usage(state: State, month: str | None, rows: bool, as_json: bool) -> None:
+    """One line per cluster ("Cluster usage <name>"): machines, status and amount. With --rows,
+    each line's machines under it; `runcrate billing usage-line CLUSTER` opens one line."""
+    _check_month(month)
+    params: dict[str, Any] = {"month": month, "rows": True if rows else None}
+    items = list(state.client().iterate("/billing/usage", params))
     if as_json:
         return print_json(items)
     if not items:
         return click.echo(f"No usage{' in ' + month if month else ' this month'}.")
-    click.echo(usage_table(items))
+    click.echo(usage_table(items) if rows else lines_table(items))
 
 
-def usage_table(items: list[Record]) -> str:
-    """Cluster lines flush left, their machine rows indented under them, every column aligned."""
+@billing.command("usage-line")
+@click.argument("cluster")
+@click.option("--month", help="YYYY-MM (default: this month).")
+@json_option
+@pass_state
+def billing_usage_line(state: State, cluster: str, month: str | None, as_json: bool) -> None:
+    """One cluster's usage line (by name or id) with a row per machine under it."""
+    _check_month(month)
+    client = state.client()
+    item = client.usage_line(client.find_cluster_id(cluster), month)
+    if as_json:
+        return print_json(item)
+    click.echo(usage_table([item]))
+
+
+def _total(items: list[Record]) -> Any:
     from decimal import Decimal, InvalidOperation
 
-    rows: list[list[Any]] = []
     total = Decimal(0)
     for item in items:
-        rows.append([item.get("description") or f"Cluster usage {item.get('cluster_id')}", "", "", "", "", "",
-                     format_money(item.get("amount"))])
         try:
             total += Decimal(str(item.get("amount") or "0"))
         except InvalidOperation:
             pass
+    return total
+
+
+def lines_table(items: list[Record]) -> str:
+    """A line per cluster: its description, machine count, whether it still accrues, amount."""
+    rows: list[list[Any]] = [
+        [item.get("description") or f"Cluster usage {item.get('cluster_id')}", item.get("cluster_id"),
+         item.get("machines"), "accruing" if item.get("accruing") else "completed", format_money(item.get("amount"))]
+        for item in items
+    ]
+    rows.append(["Total", "", "", "", format_money(_total(items))])
+    return render_table(["DESCRIPTION", "CLUSTER", "MACHINES", "STATUS", "AMOUNT"], rows, right={2, 4})
+
+
+def usage_table(items: list[Record]) -> str:
+    """Cluster lines flush left, their machine rows indented under them, every column aligned."""
+    rows: list[list[Any]] = []
+    for item in items:
+        rows.append([item.get("description") or f"Cluster usage {item.get('cluster_id')}", "", "", "", "", "",
+                     format_money(item.get("amount"))])
         for row in item.get("rows") or []:
             rows.append([
                 "    " + cell(row.get("node")), row.get("gpu"), format_time(row.get("start")),
                 format_time(row.get("end")) if row.get("end") else "running",
                 format_hours(row.get("hours")), format_money(row.get("rate")) + "/h", format_money(row.get("amount")),
             ])
-    rows.append(["Total", "", "", "", "", "", format_money(total)])
+    rows.append(["Total", "", "", "", "", "", format_money(_total(items))])
     return render_table(["DESCRIPTION", "GPU", "START", "END", "HOURS", "RATE", "AMOUNT"], rows, right={4, 5, 6})

@@ -22,10 +22,12 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @api_errors_as_tool_errors
     def cluster_usage(month: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
         """What clusters cost in a month (`month` as YYYY-MM; default: this month): one line per cluster,
-        "Cluster usage <name>" with its `amount`, and a row per machine (node, gpu, start, end, hours,
-        rate, amount). Pass cluster_id to get one cluster's line only."""
-        items = list(client.iterate("/billing/usage", {"month": month}))
+        "Cluster usage <name>" with its `amount`, `machines` and whether it is still `accruing`. Pass
+        cluster_id (an id or a name) to open that cluster's line to a row per machine (node, gpu, start,
+        end, hours, rate, amount); its amount is the sum of those rows."""
         if cluster_id:
-            items = [i for i in items if str(i.get("cluster_id")) == str(cluster_id)]
+            line = client.usage_line(client.find_cluster_id(str(cluster_id)), month)
+            return {"usage": [line], "total": str(line.get("amount") or "0"), "month": month or "current"}
+        items = list(client.iterate("/billing/usage", {"month": month}))
         total = sum((Decimal(str(i.get("amount") or "0")) for i in items), Decimal(0))
         return {"usage": items, "total": str(total), "month": month or "current"}

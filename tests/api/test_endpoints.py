@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
 from api.models import IdempotentRequest
@@ -401,14 +402,18 @@ def test_balance_shows_credits_burn_rate_hours_and_the_budget(api, environment, 
     assert data["budget_remaining"] is not None
 
 
-def test_a_developers_key_sees_the_balance_but_not_usage(dev_api):
+def test_a_developers_key_sees_the_balance_but_not_usage(dev_api, environment, machine_type):
     status, body = dev_api.get("/billing/balance")
     assert status == 200 and "credits_balance" in body["data"]
     status, body = dev_api.get("/billing/usage")
     assert status == 403 and error_of(body)["code"] == "forbidden"
+    cluster = make_cluster(environment, machine_type)
+    drive(cluster)
+    status, body = dev_api.get(f"/billing/usage/{cluster.pk}")
+    assert status == 403 and error_of(body)["code"] == "forbidden"
 
 
-def test_usage_has_one_line_per_cluster_with_its_machine_rows(api, environment, machine_type):
+def test_usage_lists_one_line_per_cluster_and_its_rows_only_when_asked(api, environment, machine_type):
     from billing.services import meter_cluster
 
     cluster = make_cluster(environment, machine_type)
@@ -417,11 +422,48 @@ def test_usage_has_one_line_per_cluster_with_its_machine_rows(api, environment, 
     status, body = api.get("/billing/usage")
     assert status == 200
     [line] = body["data"]
-    assert line["cluster_id"] == cluster.pk
+    assert line["cluster_id"] == cluster.pk and line["name"] == "train"
     assert line["description"] == "Cluster usage train"
+    assert line["machines"] == 2 and line["accruing"] is True and line["rows"] is None
+    status, body = api.get("/billing/usage", rows="true")
+    [with_rows] = body["data"]
+    assert [r["node"] for r in with_rows["rows"]] == ["node-0", "node-1"]
+    assert Decimal(with_rows["amount"]) == sum(Decimal(r["amount"]) for r in with_rows["rows"]) == Decimal(line["amount"])
+    assert set(with_rows["rows"][0]) >= {"node", "gpu", "start", "end", "hours", "rate", "amount"}
+    assert api.get("/billing/usage", rows="maybe")[0] == 400
+
+
+def test_a_usage_line_opens_to_its_machines(api, environment, machine_type):
+    from billing.services import meter_cluster
+
+    cluster = make_cluster(environment, machine_type)
+    drive(cluster)
+    meter_cluster(cluster.pk)
+    month = f"{timezone.now():%Y-%m}"
+    status, body = api.get(f"/billing/usage/{cluster.pk}", month=month)
+    assert status == 200 and body["meta"]["month"] == month
+    line = body["data"]
+    assert line["description"] == "Cluster usage train" and line["machines"] == 2
     assert [r["node"] for r in line["rows"]] == ["node-0", "node-1"]
     assert Decimal(line["amount"]) == sum(Decimal(r["amount"]) for r in line["rows"])
-    assert set(line["rows"][0]) >= {"node", "gpu", "start", "end", "hours", "rate", "amount"}
+    [listed] = api.get("/billing/usage")[1]["data"]
+    assert listed["amount"] == line["amount"]
+
+
+def test_a_usage_line_of_an_unknown_cluster_or_month_is_refused(api, outsider_api, environment, machine_type):
+    cluster = make_cluster(environment, machine_type)
+    drive(cluster)
+    status, body = api.get("/billing/usage/999999")
+    assert status == 404 and error_of(body)["code"] == "not_found"
+    status, body = outsider_api.get(f"/billing/usage/{cluster.pk}")
+    assert status == 404 and error_of(body)["code"] == "not_found"
+    status, body = api.get(f"/billing/usage/{cluster.pk}", month="2024-01")  # no usage that month
+    assert status == 404
+    status, body = api.get(f"/billing/usage/{cluster.pk}", month="2026-13")
+    assert status == 400 and "month" in error_of(body)["details"]
+    for bad in ("0", str(2**63), "abc"):  # a path id that is not an id names nothing, as elsewhere
+        status, body = api.get(f"/billing/usage/{bad}")
+        assert status == 404 and error_of(body)["code"] == "not_found", bad
 
 
 @pytest.mark.parametrize("month", ["June", "2026-1", "2026-13", "1999-12", "9999-12"])

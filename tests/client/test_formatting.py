@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runcrate_client.cli.billing import usage_table
+from runcrate_client.cli.billing import lines_table, usage_table
 from runcrate_client.cli.clusters import offers_table
 from runcrate_client.formatting import format_money, format_time, render_table
 
@@ -64,3 +64,15 @@ def test_usage_is_a_line_per_cluster_with_its_machines_indented_under_it() -> No
     assert lines[2].startswith("    node-0") and lines[2].endswith("$3.00")
     assert "running" in lines[3]
     assert lines[-1].startswith("Total") and lines[-1].endswith("$6.00")
+
+
+def test_usage_lines_without_rows_show_machines_status_and_amount() -> None:
+    items = [
+        {"cluster_id": 7, "description": "Cluster usage train", "amount": "6.00", "machines": 2, "accruing": True, "rows": None},
+        {"cluster_id": 9, "description": "Cluster usage eval", "amount": "1.50", "machines": 4, "accruing": False, "rows": None},
+    ]
+    lines = lines_table(items).splitlines()
+    assert lines[0].split() == ["DESCRIPTION", "CLUSTER", "MACHINES", "STATUS", "AMOUNT"]
+    assert lines[1].startswith("Cluster usage train") and "accruing" in lines[1] and lines[1].endswith("$6.00")
+    assert "completed" in lines[2] and lines[2].split()[-3] == "4"
+    assert lines[-1].startswith("Total") and lines[-1].endswith("$7.50")

@@ -43,7 +43,13 @@ def test_the_cli_lists_offers_creates_watches_reads_usage_and_deletes(live_serve
 
     usage = runcrate("billing", "usage")
     assert usage.returncode == 0, usage.stderr
-    assert "Cluster usage e2e" in usage.stdout and "node-1" in usage.stdout
+    assert "Cluster usage e2e" in usage.stdout and "accruing" in usage.stdout and "node-1" not in usage.stdout
+    rows = runcrate("billing", "usage", "--rows")
+    assert rows.returncode == 0, rows.stderr
+    assert "Cluster usage e2e" in rows.stdout and "node-1" in rows.stdout
+    line = runcrate("billing", "usage-line", "e2e")
+    assert line.returncode == 0, line.stderr
+    assert "Cluster usage e2e" in line.stdout and "node-0" in line.stdout and "node-1" in line.stdout
     balance = runcrate("billing", "balance", "--json")
     assert json.loads(balance.stdout)["active_usage_cost_per_hour"] == "5.00"
 

@@ -90,6 +90,10 @@ async def test_an_agent_lists_plans_creates_follows_and_deletes_a_cluster(live_s
         assert balance["balance"]["active_usage_cost_per_hour"] == "5.00"
         usage = await call(client, "cluster_usage", cluster_id=str(cluster_id))
         assert usage["usage"][0]["description"] == "Cluster usage agent"
+        assert [row["node"] for row in usage["usage"][0]["rows"]] == ["node-0", "node-1"]
+        assert usage["total"] == usage["usage"][0]["amount"]
+        lines = await call(client, "cluster_usage")
+        assert [(line["cluster_id"], line["machines"], line["rows"]) for line in lines["usage"]] == [(cluster_id, 2, None)]
 
         deleted = await call(client, "delete_cluster", cluster_id=str(cluster_id))
         assert deleted["cluster"]["status"] in ("terminating", "terminated")

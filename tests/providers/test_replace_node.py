@@ -216,7 +216,10 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
         assert usage.posted_amount == billing.posted_total(rate, usage.started_at, usage.ended_at)
     # The bill: one line for the cluster, a row per machine, node-1 twice (old, then new).
     key = create_api_key(workspace=environment.workspace, created_by=owner, name="bill")[1]
-    [line] = client.get("/api/v1/billing/usage", HTTP_AUTHORIZATION=f"Bearer {key}").json()["data"]
+    [listed] = client.get("/api/v1/billing/usage", HTTP_AUTHORIZATION=f"Bearer {key}").json()["data"]
+    assert listed["machines"] == 4 and listed["rows"] is None
+    line = client.get(f"/api/v1/billing/usage/{cluster.pk}", HTTP_AUTHORIZATION=f"Bearer {key}").json()["data"]
+    assert line["amount"] == listed["amount"]
     assert [r["node"] for r in line["rows"]] == ["node-0", "node-1", "node-1", "node-2"]
     assert Decimal(line["amount"]) == sum(Decimal(r["amount"]) for r in line["rows"])
     node_1 = sorted((r["start"], r["end"], Decimal(r["amount"])) for r in line["rows"] if r["node"] == "node-1")
