@@ -43,7 +43,7 @@ from typing import Any
 from .sandbox import find_sshd, write_ed25519_keypair
 from .targets import PRIVATE_NETWORK
 
-TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick")
+TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping")
 # Host directories each node gets a private copy-on-write view of.
 OVERLAID = ("/etc", "/var")
 # Mount points a node needs that a Debian host may not have (created empty, once).

@@ -110,14 +110,17 @@ else
     # by the other's initiation), and WireGuard tries again only after its 5-second
     # REKEY_TIMEOUT. So this node pings the peers after it at once, and each peer before it
     # once that peer's handshake has arrived (`wg show wg0 latest-handshakes`), over the
-    # session it made. One ping process per peer, trying every 0.2 s until the first answer;
-    # its exit status is the verdict.
+    # session it made. fping pings a batch of peers by name from one process, every 0.2 s
+    # until each answers or the wait is over, and prints those that answered.
+    apt_install fping
+    answered="$(mktemp -d)"
+    trap 'rm -rf "$answered"' EXIT
     deadline=$((SECONDS + WAIT))
-    declare -A pinging=() # pid -> peer
-    ping_peer() {
+    batches=0
+    ping_peers() {
         local left=$((deadline - SECONDS))
-        ping -c 1 -i 0.2 -W 1 -w "$((left > 1 ? left : 1))" "$1" >/dev/null 2>&1 &
-        pinging[$!]="$1"
+        batches=$((batches + 1))
+        fping -a -q -B 1 -i 1 -t 200 -r "$(((left > 1 ? left : 1) * 5))" "$@" >"$answered/$batches" 2>/dev/null &
     }
     declare -A key_of=()
     name=""
@@ -127,26 +130,22 @@ else
             "PublicKey = "*) [ -z "$name" ] || key_of[$name]="${line#PublicKey = }"; name="" ;;
         esac
     done <"$ROOT/etc/wireguard/wg0.conf"
-    before=()
+    before=() after=() mine=false
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
-        [ "$name" = "$NODE_NAME" ] && break
-        before+=("$name")
+        if [ "$name" = "$NODE_NAME" ]; then mine=true; elif $mine; then after+=("$name"); else before+=("$name"); fi
     done
-    after=false
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}"
-        if [ "$name" = "$NODE_NAME" ]; then after=true; elif $after; then ping_peer "$name"; fi
-    done
+    [ "${#after[@]}" -eq 0 ] || ping_peers "${after[@]}"
     while [ "${#before[@]}" -gt 0 ]; do
         declare -A greeted=()
         while read -r key stamp; do
             [ "$stamp" = 0 ] || greeted[$key]=1
         done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
-        waiting=()
+        waiting=() ready=()
         for name in "${before[@]}"; do
-            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ping_peer "$name"; else waiting+=("$name"); fi
+            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ready+=("$name"); else waiting+=("$name"); fi
         done
+        [ "${#ready[@]}" -eq 0 ] || ping_peers "${ready[@]}"
         before=("${waiting[@]}")
         unset greeted
         # A peer that never greets could not reach this node: the pair fails whatever this
@@ -154,8 +153,11 @@ else
         if [ "${#before[@]}" -eq 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
         sleep 0.2
     done
-    for pid in "${!pinging[@]}"; do
-        if wait "$pid"; then reached[${pinging[$pid]}]=ok; fi
+    wait
+    for ((batch = 1; batch <= batches; batch++)); do
+        while read -r name; do
+            [ -z "$name" ] || reached[$name]=ok
+        done <"$answered/$batch"
     done
     # Every tunnel is up and greeted: the whole configuration, PersistentKeepalive included.
     ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg_config)
