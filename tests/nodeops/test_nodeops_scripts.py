@@ -71,3 +71,24 @@ def test_the_stand_in_sinfo_tables_read_back_the_same(endpoints, runner):
 
     expected = {"node-0": "idle", "node-1": "down*", "node-2": "idle", "node-3": "idle"}
     assert [parse_sinfo(text) for text in outputs] == [expected] * 4
+
+
+def test_apt_install_asks_apt_only_for_the_packages_dpkg_does_not_have(tmp_path):
+    # dpkg-query is this computer's own; apt-get is replaced by one that notes what it is asked.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "apt-calls"
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "$*" >>{calls}\n')
+    (bin_dir / "apt-get").chmod(0o755)
+    env = {**ENV, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+    def apt_install(*packages: str) -> None:
+        subprocess.run(["bash", "-c", LIB + '\napt_install "$@"', "_", *packages], env=env, check=True,
+                       capture_output=True)
+
+    apt_install("bash", "coreutils")
+    assert not calls.exists()
+    apt_install("bash", "runcrate-no-such-package", "coreutils", "runcrate-nor-this-one")
+    assert calls.read_text().splitlines() == [
+        "update -q", "install -y -q --no-install-recommends runcrate-no-such-package runcrate-nor-this-one",
+    ]

@@ -35,7 +35,7 @@ if [ "$PHASE" != reach ]; then
         if is_sandbox; then
             log "sandbox: wg0.conf written, no interface brought up"
         else
-            apt_install wireguard-tools
+            apt_install wireguard-tools fping
             # Up without PersistentKeepalive: with it, wg0 greets every peer the moment it
             # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
             # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
@@ -112,7 +112,6 @@ else
     # once that peer's handshake has arrived (`wg show wg0 latest-handshakes`), over the
     # session it made. fping pings a batch of peers by name from one process, every 0.2 s
     # until each answers or the wait is over, and prints those that answered.
-    apt_install fping
     answered="$(mktemp -d)"
     trap 'rm -rf "$answered"' EXIT
     deadline=$((SECONDS + WAIT))
