@@ -289,6 +289,7 @@ def main() -> None:
         else:
             # The terminate's own pass runs inline (it is what finds the lease held and leaves the mark).
             os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"
+            os.environ.setdefault("LOG_LEVEL", "WARNING")  # not a line per eager task
             sys.path.insert(0, str(ROOT / "bench"))
             from _support import own_database, setup_django
 
