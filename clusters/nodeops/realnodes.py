@@ -6,10 +6,10 @@ A node is network + UTS + mount + PID namespaces (shared/recipes/real-nodes-on-o
   namespace of its own, so node traffic has no link to the host's interfaces at all; the
   host namespace gets blackhole routes for the underlay and for 10.77.0.0/24, so nothing
   on this computer can ever send those addresses out;
-- its own `/etc`, `/var` (copy-on-write overlays of the host's, so the packages installed
+- its own `/etc`, `/var`, `/usr`, `/opt` (copy-on-write overlays of the host's, so the packages installed
   on this computer are there and every write stays on the node), `/root`, `/tmp` — every
-  write on a tmpfs of the node's own mount namespace, its "disk", gone with the node — and
-  a tmpfs `/run`; its own hostname; PID 1 is a small reaper, and every daemon the node
+  write on a tmpfs of the node's own mount namespace, its "disk", gone with the node — a
+  tmpfs `/run`, and its own `/shared` (a directory of its state on this computer's disk); its own hostname; PID 1 is a small reaper, and every daemon the node
   scripts start (sshd, wireguard-go, munged, slurmd, raylets) is one of its processes;
 - its own sshd with a host key generated at boot, listening on the node's 0.0.0.0:22.
 
@@ -45,7 +45,9 @@ from .targets import PRIVATE_NETWORK
 
 TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping")
 # Host directories each node gets a private copy-on-write view of.
-OVERLAID = ("/etc", "/var")
+# Copy-on-write over the host's own: a node installs packages (apt writes /usr and /var
+# together, /opt holds Ray) and changes its configuration without touching this computer.
+OVERLAID = ("/etc", "/var", "/usr", "/opt")
 # Mount points a node needs that a Debian host may not have (created empty, once).
 MOUNT_POINTS = ("/shared", "/mnt/runcrate-volume")
 # Node-local state of the daemons the scripts start; made at boot, as a package would.
@@ -331,6 +333,9 @@ def boot(
             shutil.copy(Path("/etc/skel", name), seed / "home" / "root" / name)
     (seed / "tmp").mkdir(mode=0o1777)
     (seed / "tmp").chmod(0o1777)
+    # The node's /shared: on this computer's disk (it holds the customer's datasets), and
+    # its own — the host's /shared is only the mount point every node's is bound to.
+    (state_dir / "shared").mkdir()
     for point in MOUNT_POINTS:
         Path(point).mkdir(exist_ok=True)
     ssh_dir = seed / "upper/etc/ssh"
@@ -361,6 +366,7 @@ def boot(
         *((f"node{dir.replace('/', '-')}", dir, "overlay",
            f"lowerdir={dir},upperdir={disk}/upper{dir},workdir={disk}/work{dir}") for dir in OVERLAID),
         (f"{disk}/home/root", "/root", "none", "bind"),
+        (str(state_dir / "shared"), "/shared", "none", "bind"),
         *((host_path, node_path, "none", "bind,X-mount.mkdir") for node_path, host_path in (binds or {}).items()),
         (f"{disk}/tmp", "/tmp", "none", "bind"),
     ])

@@ -12,6 +12,7 @@ import datetime as dt
 import random
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -316,3 +317,29 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
     services.add_workers(cluster, 1, actor="alice")
     cluster = grow(cluster)
     assert cluster.status == Status.READY and cluster.nodes.get(index=2).state == Node.State.READY, story(cluster)
+
+
+def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_path):
+    """Two heads of two clusters on this computer: what one writes in /shared, /etc, /usr,
+    /opt, /root or /tmp is neither on the other nor on the host."""
+    from clusters.nodeops.sandbox import write_ed25519_keypair
+
+    public = write_ed25519_keypair(tmp_path / "client", "isolation")
+    states = [tmp_path / "a", tmp_path / "b"]
+    marker = f"runcrate-isolation-{random.getrandbits(32):08x}"
+    try:
+        first, second = (realnodes.boot(tmp_path, state, key=state.name, hostname=f"iso-{state.name}",
+                                        authorized_keys=public + "\n") for state in states)
+        paths = [f"/shared/{marker}", f"/etc/{marker}", f"/usr/local/bin/{marker}", f"/opt/{marker}",
+                 f"/root/{marker}", f"/tmp/{marker}"]
+        wrote = realnodes.run_in(first, ["sh", "-c", " && ".join(f"echo a >{path}" for path in paths)])
+        assert wrote.returncode == 0, wrote.stderr
+        for path in paths:
+            assert realnodes.run_in(first, ["cat", path]).stdout == "a\n"
+            assert realnodes.run_in(second, ["test", "-e", path]).returncode == 1, path
+            assert not Path(path).exists(), path
+    finally:
+        for state in states:
+            realnodes.release(tmp_path, state)
+        realnodes.Underlay(tmp_path).teardown()
+    assert realnodes.leftovers(tmp_path) == []

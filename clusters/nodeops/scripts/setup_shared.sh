@@ -27,6 +27,21 @@ kernel_has() {
     grep -qw "$1" /proc/filesystems 2>/dev/null || modprobe "$1" 2>/dev/null
 }
 
+# shared_mounted TYPE...: the top mount on /shared is of one of these types. /shared may be a
+# mount point of its own already (a local disk; a node's own folder on one computer), so
+# "something is mounted there" is not enough. Read from the mount table, never by stat: a
+# dead network mount would hang it.
+shared_mounted() {
+    local top="" point type want
+    while read -r _ point type _; do
+        [ "$point" != /shared ] || top="$type"
+    done </proc/mounts
+    for want in "$@"; do
+        [ "$top" != "$want" ] || return 0
+    done
+    return 1
+}
+
 # The rank is the node's place in the cluster's node list, so ranks stay 0..N-1 even when a
 # worker that never came up left its index unused.
 NODE_RANK=0
@@ -155,14 +170,14 @@ case "$KIND" in
                 if kernel_has nfs; then
                     apt_install nfs-common
                     managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
-                    mountpoint -q /shared || mount /shared
+                    shared_mounted nfs nfs4 || mount /shared
                     log "mounted node-0:/shared on /shared (NFS)"
                 else
                     # The one stand-in for NFS where the kernel has no NFS client: a real
                     # network mount of the head's /shared, over SSH on the private network.
                     apt_install sshfs
                     managed_block /etc/fstab shared <<<"root@node-0:/shared /shared fuse.sshfs _netdev,$SSHFS_OPTIONS 0 0"
-                    mountpoint -q /shared || sshfs root@node-0:/shared /shared -o "$SSHFS_OPTIONS"
+                    shared_mounted fuse.sshfs || sshfs root@node-0:/shared /shared -o "$SSHFS_OPTIONS"
                     log "mounted node-0:/shared on /shared (sshfs over wg0: this kernel has no NFS client)"
                 fi
             fi
