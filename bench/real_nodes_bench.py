@@ -65,6 +65,8 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
                                              authorized_keys=public + "\n"),
                 states,
             ))
+        # As the local provider joins them: every machine's neighbours known to the switch.
+        realnodes.pin_neighbours(handles)
         lap("boot")
         nodes = tuple(
             NodeTarget(name=f"node-{i}", index=i, host=h.address, port=22, user="root",

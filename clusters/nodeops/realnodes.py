@@ -423,6 +423,23 @@ def _write_fstab(path: Path, entries: list[tuple[str, str, str, str]]) -> None:
     path.write_text("".join(" ".join(map(field, entry)) + " 0 0\n" for entry in entries))
 
 
+def pin_neighbours(handles: list[NodeHandle]) -> None:
+    """Give every node a permanent neighbour entry for every other node's underlay address,
+    as a switch with static ARP would: without them, a 40-node join floods the bridge with
+    40 × 39 ARP requests, packets queue behind neighbours still resolving, wireguard-go's
+    socket runs out of send buffer (`UdpSndbufErrors`) and handshakes are dropped."""
+    macs = {}
+    for handle in handles:
+        shown = _ip("-j", "-n", handle.netns, "link", "show", "eth0", check=False)
+        if shown.returncode == 0:  # a node that is gone fails its join on its own
+            macs[handle.address] = json.loads(shown.stdout)[0]["address"]
+    for handle in handles:
+        lines = "".join(f"neigh replace {address} lladdr {mac} dev eth0 nud permanent\n"
+                        for address, mac in macs.items() if address != handle.address)
+        if handle.address in macs and lines:
+            subprocess.run(["ip", "-n", handle.netns, "-batch", "-"], input=lines, capture_output=True, text=True)
+
+
 def _booted(state_dir: Path) -> bool:
     try:
         return BOOTED in (state_dir / "init.log").read_text(errors="replace")

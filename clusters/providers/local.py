@@ -239,6 +239,11 @@ class LocalProvider(FabricProvider):
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         if not self.real:
             self._attach_volume(cluster, nodes)
+        else:
+            # The underlay's switch learns every machine of the cluster at once (static ARP),
+            # as a provider's network does: see realnodes.pin_neighbours.
+            running = (realnodes.running(self._dir(node.host)) for node in nodes)
+            realnodes.pin_neighbours([handle for handle in running if handle is not None])
         return super().join_network(cluster, nodes)
 
     def _attach_volume(self, cluster: Cluster, nodes: list[Node]) -> None:

@@ -343,3 +343,40 @@ def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_pat
             realnodes.release(tmp_path, state)
         realnodes.Underlay(tmp_path).teardown()
     assert realnodes.leftovers(tmp_path) == []
+
+
+def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
+    """Above 32 nodes on one bridge, ARP for 40 × 39 pairs used to drop WireGuard handshakes
+    (wireguard-go's socket out of send buffer behind unresolved neighbours): the join must
+    still reach every pair, as the local provider runs it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clusters.nodeops import operations
+    from clusters.nodeops.runner import NodeRunner, RetryPolicy
+    from clusters.nodeops.sandbox import write_ed25519_keypair
+    from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+
+    public = write_ed25519_keypair(tmp_path / "client", "forty")
+    states = [tmp_path / f"m{i}" for i in range(40)]
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            handles = list(pool.map(lambda state: realnodes.boot(
+                tmp_path, state, key=state.name, hostname=state.name, authorized_keys=public + "\n"), states))
+        realnodes.pin_neighbours(handles)
+        spec = ClusterSpec(
+            cluster_id="forty", software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
+            nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
+                                   key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
+                                   proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
+        )
+        secrets = operations.generate_secrets(spec)
+        with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
+            assert operations.set_names(spec, secrets=secrets, runner=runner).ok
+            joined = operations.join_network(spec, secrets=secrets, runner=runner, wait_seconds=30)
+        assert joined.failed_pairs == []
+        assert joined.joined
+    finally:
+        for state in states:
+            realnodes.release(tmp_path, state)
+        realnodes.Underlay(tmp_path).teardown()
+    assert realnodes.leftovers(tmp_path) == []
