@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage, UsageMonth
-from billing.months import month_bounds
+from billing.months import month_bounds, month_start, next_month_start
 from billing.services import HOURS, posted_total, to_cents
 
 ZERO = Decimal("0.00")
@@ -157,8 +157,7 @@ class UsageLines:
     def _with_amounts(self, lines: list[dict], ids: list[int]) -> list[dict]:
         # By the clusters' own index: the ids are this workspace's lines already.
         posted = dict(
-            LedgerEntry.objects.filter(cluster_id__in=ids, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED,
-                                       period=self.period)
+            _usage_entries(self.period, cluster_id__in=ids)
             .values_list("cluster_id").annotate(total=Sum("amount")).values_list("cluster_id", "total")
         )
         machines = {
@@ -185,10 +184,9 @@ class UsageLines:
         ]
 
 
-def _usage_entries(workspace_id: int, period: dt.date) -> QuerySet[LedgerEntry]:
-    return LedgerEntry.objects.filter(
-        workspace_id=workspace_id, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, period=period
-    )
+def _usage_entries(period: dt.date, **scope: Any) -> QuerySet[LedgerEntry]:
+    """The usage the ledger holds for a month, of `scope` (a workspace, or some clusters)."""
+    return LedgerEntry.objects.filter(kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, period=period, **scope)
 
 
 def usage_lines(workspace: Workspace, year: int, month: int, environment: Environment | None = None, *,
@@ -199,7 +197,7 @@ def usage_lines(workspace: Workspace, year: int, month: int, environment: Enviro
 
 def usage_total(workspace: Workspace, year: int, month: int, environment: Environment | None = None) -> Decimal:
     """What the month's usage lines add up to: the usage the ledger holds for the month."""
-    entries = _usage_entries(workspace.pk, dt.date(year, month, 1))
+    entries = _usage_entries(dt.date(year, month, 1), workspace_id=workspace.pk)
     if environment is not None:
         entries = entries.filter(environment_id=environment.pk)
     return -(entries.aggregate(total=Sum("amount"))["total"] or ZERO)
@@ -235,9 +233,7 @@ def spend_by_environment(workspace: Workspace, year: int, month: int) -> list[di
     """Month-to-date usage per environment against its monthly budget."""
     period = dt.date(year, month, 1)
     spent = dict(
-        LedgerEntry.objects.filter(
-            workspace_id=workspace.pk, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED, period=period
-        )
+        _usage_entries(period, workspace_id=workspace.pk)
         .values_list("environment_id")
         .annotate(total=Sum("amount"))
         .values_list("environment_id", "total")
@@ -264,10 +260,7 @@ def daily_spend(workspace: Workspace, year: int, month: int) -> list[tuple[dt.da
     start, end = month_bounds(year, month)
     per_day: defaultdict[dt.date, Decimal] = defaultdict(lambda: ZERO)
     for day, total in (
-        LedgerEntry.objects.filter(
-            workspace_id=workspace.pk, kind=LedgerEntry.Kind.USAGE, state=LedgerEntry.State.COMPLETED,
-            period=start.date(),
-        )
+        _usage_entries(start.date(), workspace_id=workspace.pk)
         .annotate(day=TruncDay("created_at", tzinfo=dt.UTC))
         .values_list("day")
         .annotate(total=Sum("amount"))
@@ -296,10 +289,8 @@ def months_with_activity(workspace: Workspace) -> list[dt.date]:
     periods.add(first)
     candidates = []
     month = first
-    while month < current:
-        month = (month + dt.timedelta(days=32)).replace(day=1)
-        if month < current:
-            candidates.append(month)
+    while (month := month_start(next_month_start(month))) < current:
+        candidates.append(month)
     if candidates:
         probes = {f"m{i}": Exists(entries.filter(period=candidate)) for i, candidate in enumerate(candidates)}
         found = Workspace.objects.filter(pk=workspace.pk).annotate(**probes).values_list(*probes).get()

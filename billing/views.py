@@ -46,6 +46,7 @@ class LinePage:
     object_list: list[dict]
     number: int
     has_next: bool
+    per_page: int = USAGE_LINES_PER_PAGE
 
     @classmethod
     def of(cls, lines: queries.UsageLines, raw_number: str | None, per_page: int = USAGE_LINES_PER_PAGE) -> LinePage:
@@ -55,7 +56,7 @@ class LinePage:
             number = 1
         number = min(number, 10**9 // per_page)  # the offset stays a sane bigint
         window = lines[(number - 1) * per_page:number * per_page + 1]
-        return cls(object_list=window[:per_page], number=number, has_next=len(window) > per_page)
+        return cls(object_list=window[:per_page], number=number, has_next=len(window) > per_page, per_page=per_page)
 
     @property
     def has_previous(self) -> bool:
@@ -75,11 +76,11 @@ class LinePage:
 
     @property
     def start_index(self) -> int:
-        return (self.number - 1) * USAGE_LINES_PER_PAGE + 1 if self.object_list else 0
+        return (self.number - 1) * self.per_page + 1 if self.object_list else 0
 
     @property
     def end_index(self) -> int:
-        return (self.number - 1) * USAGE_LINES_PER_PAGE + len(self.object_list)
+        return (self.number - 1) * self.per_page + len(self.object_list)
 
 
 def _spend_chart(

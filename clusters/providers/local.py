@@ -30,9 +30,10 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -52,9 +53,16 @@ if TYPE_CHECKING:
     from offers.models import Host
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Real nodes booted (and released) at once by one pass.
 BOOT_THREADS = 16
+
+
+def _at_once(work: Callable[[T], None], items: list[T], name: str) -> None:
+    """`work` on every item in threads of its own (up to BOOT_THREADS); returns when all are done."""
+    with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(items)), thread_name_prefix=name) as pool:
+        list(pool.map(work, items))
 
 
 def machines_dir() -> Path:
@@ -204,8 +212,7 @@ class LocalProvider(FabricProvider):
             finally:
                 connection.close()
 
-        with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(nodes)), thread_name_prefix="boot") as pool:
-            list(pool.map(boot, nodes))
+        _at_once(boot, nodes, "boot")
 
     def _boot_real(self, node: Node) -> None:
         host = node.host
@@ -291,8 +298,7 @@ class LocalProvider(FabricProvider):
             except Exception:  # noqa: BLE001 - one node's error must not keep the others
                 log.exception("releasing machine %s failed", host.name)
 
-        with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(hosts)), thread_name_prefix="release") as pool:
-            list(pool.map(release, hosts))
+        _at_once(release, hosts, "release")
         realnodes.Underlay(machines_dir()).teardown()
 
     def release(self, node: Node) -> None:

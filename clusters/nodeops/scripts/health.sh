@@ -58,7 +58,7 @@ sandbox_network() {
 }
 
 real_network() {
-    local entry name address key stamp now line
+    local entry name address key stamp now
     if ! ip link show wg0 >/dev/null 2>&1; then
         report "wg0 down"
         if process_runs wireguard-go; then report "wg-daemon running"; else report "wg-daemon stopped"; fi
@@ -87,18 +87,11 @@ real_network() {
         [ "$name" = "$NODE_NAME" ] && continue
         if [ -e "$results/$name" ]; then report "peer $name ok"; else report "peer $name fail"; fi
     done
-    # Handshakes, by peer name: wg0.conf names each peer in the comment above its key.
-    declare -A peer_of=()
-    name=""
-    while IFS= read -r line; do
-        case "$line" in
-            "# node-"*) name="${line#\# }" ;;
-            "PublicKey = "*) [ -z "$name" ] || peer_of["${line#PublicKey = }"]="$name"; name="" ;;
-        esac
-    done <"$ROOT/etc/wireguard/wg0.conf"
+    # Handshakes, by peer name.
+    read_wg_peers
     now="$(date +%s)"
     while read -r key stamp; do
-        name="${peer_of[$key]:-}"
+        name="${WG_PEER_OF[$key]:-}"
         [ -n "$name" ] || continue
         if [ "$stamp" = 0 ]; then report "handshake $name never"; else report "handshake $name $((now - stamp))"; fi
     done < <(wg show wg0 latest-handshakes 2>/dev/null || true)

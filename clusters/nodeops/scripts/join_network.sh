@@ -121,14 +121,7 @@ else
         batches=$((batches + 1))
         fping -a -q -B 1 -i 1 -t 200 -r "$(((left > 1 ? left : 1) * 5))" "$@" >"$answered/$batches" 2>/dev/null &
     }
-    declare -A key_of=()
-    name=""
-    while IFS= read -r line; do
-        case "$line" in
-            "# node-"*) name="${line#\# }" ;;
-            "PublicKey = "*) [ -z "$name" ] || key_of[$name]="${line#PublicKey = }"; name="" ;;
-        esac
-    done <"$ROOT/etc/wireguard/wg0.conf"
+    read_wg_peers
     before=() after=() mine=false
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}"
@@ -142,7 +135,7 @@ else
         done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
         waiting=() ready=()
         for name in "${before[@]}"; do
-            if [ -n "${greeted[${key_of[$name]:-none}]:-}" ]; then ready+=("$name"); else waiting+=("$name"); fi
+            if [ -n "${greeted[${WG_KEY_OF[$name]:-none}]:-}" ]; then ready+=("$name"); else waiting+=("$name"); fi
         done
         [ "${#ready[@]}" -eq 0 ] || ping_peers "${ready[@]}"
         before=("${waiting[@]}")

@@ -121,6 +121,26 @@ joined() {
     printf '%s' "$out"
 }
 
+# read_wg_peers: WG_PEER_OF[public key]=name and WG_KEY_OF[name]=public key, from wg0.conf
+# (join_network writes each peer's name in the comment above its key).
+# shellcheck disable=SC2034 # read by the scripts streamed after this file
+read_wg_peers() {
+    declare -gA WG_PEER_OF=() WG_KEY_OF=()
+    local line name=""
+    while IFS= read -r line; do
+        case "$line" in
+            "# node-"*) name="${line#\# }" ;;
+            "PublicKey = "*)
+                if [ -n "$name" ]; then
+                    WG_PEER_OF["${line#PublicKey = }"]="$name"
+                    WG_KEY_OF["$name"]="${line#PublicKey = }"
+                fi
+                name=""
+                ;;
+        esac
+    done <"$ROOT/etc/wireguard/wg0.conf"
+}
+
 # has_systemd: systemd is PID 1 (the test sd_booted(3) makes). Daemons are started with
 # systemctl then, and directly otherwise (containers, real nodes on one computer).
 has_systemd() {
