@@ -45,9 +45,14 @@ def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
 
 def _endpoint(node: Node, gateway: str) -> NodeEndpoint:
     host = node.host
-    address = host.address or f"{host.name}.{NODE_DOMAIN}"
+    address, port = host.address or f"{host.name}.{NODE_DOMAIN}", host.port
+    if node.cluster.provider == "local" and ":" in node.address:
+        # A local machine's gateway is opened when it boots (a loopback address of this
+        # computer never handed out before): the machine reported where.
+        address, _, reported_port = node.address.rpartition(":")
+        port = int(reported_port)
     return NodeEndpoint(
-        name=node.name, role=node.role, private_ip=node.private_ip, host=address, port=host.port,
+        name=node.name, role=node.role, private_ip=node.private_ip, host=address, port=port,
         user=host.ssh_user or "root", proxy_jump=gateway,
     )
 

@@ -1,25 +1,34 @@
-"""Real Linux nodes on one computer: each machine a set of namespaces with its own sshd.
+"""Real Linux nodes on one computer: each machine an unprivileged container with its own sshd.
 
-A node is network + UTS + mount + PID namespaces (shared/recipes/real-nodes-on-one-machine.md):
+This is what a `container` offer is on a GPU host, and the code an operator runs on each
+one (docs/nodeops.md, "Isolated machines"). A node is:
 
-- its `eth0` is one end of a veth pair whose other end sits on a bridge inside a *switch*
-  namespace of its own, so node traffic has no link to the host's interfaces at all; the
-  host namespace gets blackhole routes for the underlay and for 10.77.0.0/24, so nothing
-  on this computer can ever send those addresses out;
-- its own `/etc`, `/var`, `/usr`, `/opt` (copy-on-write overlays of the host's, so the packages installed
-  on this computer are there and every write stays on the node), `/root`, `/tmp` — every
-  write on a tmpfs of the node's own mount namespace, its "disk", gone with the node — a
-  tmpfs `/run`, and its own `/shared` (a directory of its state on this computer's disk); its own hostname; PID 1 is a small reaper, and every daemon the node
-  scripts start (sshd, wireguard-go, munged, slurmd, raylets) is one of its processes;
-- its own sshd with a host key generated at boot, listening on the node's 0.0.0.0:22.
+- **a user namespace** whose root is an unprivileged uid range of this computer, its own
+  per node (`UidRanges`): root in the node owns the node's files and nothing else here;
+- **its own root filesystem**: a size-limited tmpfs (the node's disk, charged to the node's
+  memory cgroup) that the node `pivot_root`s into and whose old root is detached, so nothing
+  of this computer's tree is reachable, `mount` tricks included. Into it go read-only binds of
+  the software this computer installed (`/usr`, dpkg's database, the Ray virtualenv), a copy
+  of the host's `/etc` *as the node's root can read it* (the kernel leaves out shadow files
+  and private keys), the node's own `/usr/local`, `/opt`, `/var`, `/root`, `/tmp`, `/run`, a
+  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, and `/shared`, a
+  size-limited tmpfs of its own;
+- **its own network, UTS, IPC, mount and PID namespaces**, owned by its user namespace (so
+  wireguard-go, `ip` and fping work inside); `eth0` is one end of a veth whose other end is
+  on its *cluster's* bridge (`Underlay.bridge`) inside a switch namespace with no link to the
+  host's interfaces: nodes of different clusters share no segment;
+- **cgroup limits** (`NodeLimits`): memory (tmpfs pages included: an allocation past it is
+  OOM-killed inside the node's cgroup), process count and CPU share;
+- its own sshd with a host key generated at boot.
 
 The control plane never dials the node: `proxy_command()` enters only the node's network
-namespace and connects to the node's own loopback. The customer's gateway (`Gateway`)
-listens on a loopback address of this computer and forwards each connection the same way.
+namespace and connects to the node's own loopback. The customer's gateway (`start_gateway`)
+listens on a loopback address of this computer drawn from a counter that is never reused
+(`GatewayAddresses`), and forwards each connection the same way.
 
 Names are unique per run (the machines directory) so parallel test runs, and `make run`,
-never meet: switch `rcs-<run>`, node `rcn-<node>`, veth `rcv<node>`, and an underlay subnet
-drawn from 172.16.0.0/12 by the run's id. Nothing here is Django.
+never meet: switch `rcs-<run>`, node `rcn-<node>`, veth `rcv<node>`, bridge `rcb<cluster>`,
+and an underlay subnet drawn from 172.16.0.0/12 by the run's id. Nothing here is Django.
 """
 
 from __future__ import annotations
@@ -32,33 +41,63 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .sandbox import find_sshd, write_ed25519_keypair
 from .targets import PRIVATE_NETWORK
 
-TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping")
-# Host directories each node gets a private copy-on-write view of.
-# Copy-on-write over the host's own: a node installs packages (apt writes /usr and /var
-# together, /opt holds Ray) and changes its configuration without touching this computer.
-OVERLAID = ("/etc", "/var", "/usr", "/opt")
-# Mount points a node needs that a Debian host may not have (created empty, once).
-MOUNT_POINTS = ("/shared", "/mnt/runcrate-volume")
+TOOLS = ("ip", "unshare", "nsenter", "newuidmap", "newgidmap", "socat", "wg", "wg-quick", "fping", "ssh-keyscan")
+# This computer's registry of what every run of the product holds here: uid ranges, guard
+# routes (a tmpfs: none of it outlives a reboot, and neither do the nodes), and the gateway
+# counter (on disk: a customer's known_hosts outlives a reboot).
+HOST_REGISTRY = Path(os.environ.get("RUNCRATE_NODES_REGISTRY", "/run/runcrate-nodes"))
+GATEWAY_COUNTER = Path(os.environ.get("RUNCRATE_GATEWAY_COUNTER", "/var/lib/runcrate-nodes/gateway-serial"))
+# Each node's root is this computer's FIRST_UID + index × RANGE_SIZE; /etc/subuid and
+# /etc/subgid must delegate the block to root (`install_host_packages` writes the line).
+FIRST_UID = 1_048_576
+RANGE_SIZE = 65_536
+RANGES = 4_096
+SUBID_LINE = f"root:{FIRST_UID}:{RANGE_SIZE * RANGES}"
+# Gateways: 127.64.0.0/10, one address per machine ever booted here, port 2222.
+GATEWAY_NETWORK = ipaddress.IPv4Network("127.64.0.0/10")
+GATEWAY_PORT = 2222
+# Read-only binds of what this computer installed: the node runs the same packages.
+SOFTWARE_BINDS = ("/usr", "/var/lib/dpkg", "/opt/ray")
+# Device nodes a node may open: name, major, minor.
+DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0),
+           ("net/tun", 10, 200), ("fuse", 10, 229))
+# The node's own tree, created empty at boot (owned by its root).
+NODE_TREE = (
+    "etc", "usr", "usr/local", "opt", "opt/ray", "var/lib/dpkg", "var/log", "var/tmp", "var/spool", "var/cache",
+    "var/lib/misc", "root", "home", "srv", "mnt/runcrate-volume", "shared", "tmp", "run", "proc", "sys", "dev",
+)
 # Node-local state of the daemons the scripts start; made at boot, as a package would.
 NODE_DIRS = (
     "/etc/runcrate", "/etc/wireguard", "/etc/slurm", "/etc/munge", "/var/lib/munge", "/var/log/munge",
     "/var/spool/slurmd", "/var/spool/slurmctld", "/var/log/slurm",
 )
-CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "pids")
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "systemd")
 WIREGUARD_PORT = 51820
-# What a node's PID 1 prints once sshd is started (its /tmp hides state under /tmp).
+# What a node's PID 1 prints once sshd is started.
 BOOTED = "runcrate: node booted"
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    """What one node may use of this computer."""
+
+    memory_mb: int = 4096
+    pids: int = 4096
+    cpu_shares: int = 1024
+    disk_mb: int = 8192
+    shared_mb: int = 4096
 
 
 def capability() -> tuple[bool, str]:
@@ -76,12 +115,25 @@ def capability() -> tuple[bool, str]:
         return False, "no /dev/net/tun for WireGuard"
     if not Path("/sys/module/wireguard").exists() and shutil.which("wireguard-go") is None:
         return False, "no WireGuard kernel module and no wireguard-go"
+    for path in ("/etc/subuid", "/etc/subgid"):
+        try:
+            delegated = SUBID_LINE in Path(path).read_text().split()
+        except OSError:
+            delegated = False
+        if not delegated:
+            return False, f"{path} does not delegate {SUBID_LINE} (the node uid ranges)"
     probe = f"rcprobe-{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return False, f"cannot create a network namespace: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return True, "Linux, root, network namespaces, WireGuard (%s)" % (
+    user = subprocess.run(
+        ["unshare", "--user", f"--map-users={FIRST_UID},0,1", f"--map-groups={FIRST_UID},0,1", "--setuid", "0",
+         "--setgid", "0", "--mount", "true"], capture_output=True, text=True,
+    )
+    if user.returncode != 0:
+        return False, f"cannot create a user namespace: {user.stderr.strip()}"
+    return True, "Linux, root, user and network namespaces, WireGuard (%s)" % (
         "kernel" if Path("/sys/module/wireguard").exists() else "wireguard-go"
     )
 
@@ -109,9 +161,112 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+# -- what every run on this computer shares: uid ranges, guard routes, gateway addresses -----
+
+
+class UidRanges:
+    """One uid range per running node, across every run of the product on this computer.
+
+    A slot is a file `uids/<index>` naming the node's state directory; a slot whose node is
+    no longer running (a run that was killed) is taken back."""
+
+    @staticmethod
+    def _dir() -> Path:
+        return HOST_REGISTRY / "uids"
+
+    @classmethod
+    def claim(cls, state_dir: Path) -> int:
+        owner = str(state_dir.resolve())
+        with _locked(HOST_REGISTRY / ".uids.lock"):
+            cls._dir().mkdir(parents=True, exist_ok=True)
+            free = None
+            for index in range(RANGES):
+                slot = cls._dir() / str(index)
+                try:
+                    holder = slot.read_text()
+                except FileNotFoundError:
+                    free = index if free is None else free
+                    continue
+                if holder == owner:
+                    return FIRST_UID + index * RANGE_SIZE
+                if free is None and running(Path(holder)) is None and not _booting(Path(holder)):
+                    free = index
+            if free is None:
+                raise RuntimeError(f"all {RANGES} node uid ranges of this computer are in use")
+            (cls._dir() / str(free)).write_text(owner)
+            return FIRST_UID + free * RANGE_SIZE
+
+    @classmethod
+    def free(cls, state_dir: Path, base: int) -> None:
+        slot = cls._dir() / str((base - FIRST_UID) // RANGE_SIZE)
+        with _locked(HOST_REGISTRY / ".uids.lock"), contextlib.suppress(FileNotFoundError):
+            if slot.read_text() == str(state_dir.resolve()):
+                slot.unlink()
+
+
+def _booting(state_dir: Path) -> bool:
+    """A node between claiming its range and saving its handle (a boot in progress)."""
+    try:
+        return time.time() - (state_dir / "claimed").stat().st_mtime < 60
+    except OSError:
+        return False
+
+
+class GuardRoutes:
+    """Blackhole routes in this computer's namespace for the node ranges, kept while any run
+    still holds one: every run registers itself, the last one out removes the route."""
+
+    @staticmethod
+    def _holders(network: str) -> Path:
+        return HOST_REGISTRY / "guards" / network.replace("/", "_")
+
+    @classmethod
+    def hold(cls, run_id: str, networks: tuple[str, ...]) -> None:
+        with _locked(HOST_REGISTRY / ".guards.lock"):
+            for network in networks:
+                holders = cls._holders(network)
+                holders.mkdir(parents=True, exist_ok=True)
+                (holders / run_id).touch()
+                _ip("route", "replace", "blackhole", network, check=False)
+
+    @classmethod
+    def release(cls, run_id: str, networks: tuple[str, ...]) -> None:
+        with _locked(HOST_REGISTRY / ".guards.lock"):
+            for network in networks:
+                holders = cls._holders(network)
+                with contextlib.suppress(FileNotFoundError):
+                    (holders / run_id).unlink()
+                if not holders.exists() or not any(holders.iterdir()):
+                    _ip("route", "del", "blackhole", network, check=False)
+
+
+class GatewayAddresses:
+    """A loopback address per machine ever booted on this computer: a customer's known_hosts
+    entry for an address never meets another machine's host key, and two runs of the product
+    never share one."""
+
+    @staticmethod
+    def next() -> str:
+        with _locked(GATEWAY_COUNTER.with_suffix(".lock")):
+            try:
+                serial = int(GATEWAY_COUNTER.read_text() or 0)
+            except (FileNotFoundError, ValueError):
+                serial = 0
+            serial += 1
+            GATEWAY_COUNTER.write_text(str(serial))
+        # Skip .0 and .255 of every /24: some tools treat them as network or broadcast.
+        hosts = GATEWAY_NETWORK.num_addresses // 256 * 254
+        index = serial % hosts
+        return str(GATEWAY_NETWORK.network_address + index // 254 * 256 + index % 254 + 1)
+
+
+# -- a run's switch: a namespace with a bridge per cluster ---------------------------------
+
+
 @dataclass(frozen=True)
 class Underlay:
-    """One run's switch: a bridge in a namespace of its own, and its subnet."""
+    """One run's switch: a namespace of its own holding one bridge per cluster (segment), and
+    the run's subnet. Bridges are not joined: a node reaches only its own cluster's nodes."""
 
     run_dir: Path
 
@@ -128,29 +283,40 @@ class Underlay:
         value = int(self.run_id, 16)
         return ipaddress.IPv4Network(f"172.{16 + value % 16}.{(value // 16) % 256}.0/24")
 
+    @property
+    def guarded(self) -> tuple[str, ...]:
+        return (str(self.subnet), PRIVATE_NETWORK)
+
     def address(self, slot: int) -> str:
         return str(self.subnet.network_address + 10 + slot)
 
-    def ensure(self) -> None:
-        """The switch and the host's guard routes; safe to call again, and from nodes
-        booting at once."""
-        with _locked(self.run_dir / ".underlay.lock"):
-            self._ensure()
+    def bridge(self, segment: str) -> str:
+        return f"rcb{_short_id(f'{self.run_id}:{segment}', 8)}"
 
-    def _ensure(self) -> None:
-        if not _netns_exists(self.switch):
-            _ip("netns", "add", self.switch)
-            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.switch, "link", "set", "br0", "up")
-        routes = self.run_dir / "guard-routes.json"
-        if routes.exists():
-            return
-        added = []
-        for network in (str(self.subnet), PRIVATE_NETWORK):
-            # Another run may hold the same guard already: it stays theirs to remove.
-            if _ip("route", "add", "blackhole", network, check=False).returncode == 0:
-                added.append(network)
-        routes.write_text(json.dumps(added))
+    def ensure(self, segment: str) -> str:
+        """The switch, the segment's bridge and the host's guard routes; safe to call again,
+        and from nodes booting at once. Returns the bridge."""
+        bridge = self.bridge(segment)
+        with _locked(self.run_dir / ".underlay.lock"):
+            if not _netns_exists(self.switch):
+                _ip("netns", "add", self.switch)
+            if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode != 0:
+                _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
+                _ip("-n", self.switch, "link", "set", bridge, "up")
+            guards = self.run_dir / "guard-routes.json"
+            if not guards.exists():
+                GuardRoutes.hold(self.run_id, self.guarded)
+                guards.write_text(json.dumps(self.guarded))
+        return bridge
+
+    def attach(self, veth: str, bridge: str) -> None:
+        """A node's port onto its segment's bridge; under the run's lock, as `leave` removes
+        a bridge whose last port has gone (a cluster's failed machine, while the others boot)."""
+        with _locked(self.run_dir / ".underlay.lock"):
+            if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode != 0:
+                _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
+                _ip("-n", self.switch, "link", "set", bridge, "up")
+            _ip("-n", self.switch, "link", "set", veth, "master", bridge)
 
     def slot_for(self, node_key: str) -> int:
         """A stable underlay address slot per node of this run (under the run's lock)."""
@@ -163,25 +329,34 @@ class Underlay:
                 slots_file.write_text(json.dumps(slots))
             return slots[node_key]
 
-    def free_slot(self, node_key: str) -> None:
+    def leave(self, node_key: str, veth: str, bridge: str) -> None:
+        """A node's port, its address slot, and its segment's bridge once it has no port."""
         slots_file = self.run_dir / "underlay-slots.json"
         with _locked(self.run_dir / ".underlay.lock"):
+            if _netns_exists(self.switch):
+                _ip("-n", self.switch, "link", "del", veth, check=False)
+                ports = _ip("-n", self.switch, "-j", "link", "show", "master", bridge, check=False)
+                if ports.returncode == 0 and not json.loads(ports.stdout or "[]"):
+                    _ip("-n", self.switch, "link", "del", bridge, check=False)
             slots = json.loads(slots_file.read_text()) if slots_file.exists() else {}
             slots.pop(node_key, None)
             slots_file.write_text(json.dumps(slots))
 
     def teardown(self) -> None:
-        """The switch and the routes this run added; only when no node of the run is left."""
+        """The switch and this run's hold on the guard routes; only when no node of the run
+        is left."""
         slots_file = self.run_dir / "underlay-slots.json"
         if slots_file.exists() and json.loads(slots_file.read_text()):
             return
         if _netns_exists(self.switch):
             _ip("netns", "del", self.switch, check=False)
-        routes = self.run_dir / "guard-routes.json"
-        if routes.exists():
-            for network in json.loads(routes.read_text()):
-                _ip("route", "del", "blackhole", network, check=False)
-            routes.unlink()
+        guards = self.run_dir / "guard-routes.json"
+        if guards.exists():
+            GuardRoutes.release(self.run_id, tuple(json.loads(guards.read_text())))
+            guards.unlink()
+
+
+# -- a node ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -195,6 +370,11 @@ class NodeHandle:
     address: str  # eth0 on the underlay
     state_dir: str
     gateway_pid: int = 0
+    uid_base: int = 0  # host uid of the node's root
+    bridge: str = ""
+    cgroup: str = ""  # the node's cgroup name under each controller's runcrate/
+    gateway: str = ""  # "127.64.x.y:2222", the customer's way in
+    host_key: str = field(default="", repr=False)  # the node's public host key line
 
     @property
     def proxy_command(self) -> str:
@@ -224,7 +404,24 @@ def _is_node_init(pid: int, state_dir: Path) -> bool:
         command_line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return False
-    return str(state_dir / "init.sh") in command_line
+    return f"runcrate-node {state_dir}" in command_line
+
+
+def _root_dir(node: str) -> Path:
+    roots = HOST_REGISTRY / "roots"
+    if not roots.is_dir():
+        roots.mkdir(parents=True, exist_ok=True)
+        for path in (HOST_REGISTRY, roots):
+            path.chmod(0o711)
+    return roots / node
+
+
+def _in_own_namespaces(pid: int) -> bool:
+    """True once `pid` has left this computer's user and network namespaces."""
+    try:
+        return all(os.readlink(f"/proc/{pid}/ns/{kind}") != os.readlink(f"/proc/self/ns/{kind}") for kind in ("user", "net"))
+    except OSError:
+        return False
 
 
 def _children(pid: int) -> list[int]:
@@ -232,6 +429,78 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+# -- cgroups ----------------------------------------------------------------------------------
+
+
+def _cgroup_v2() -> bool:
+    return Path("/sys/fs/cgroup/cgroup.controllers").exists()
+
+
+def _cgroup_dirs(name: str) -> list[Path]:
+    if _cgroup_v2():
+        return [Path("/sys/fs/cgroup/runcrate") / name]
+    return [Path("/sys/fs/cgroup", controller, "runcrate", name)
+            for controller in CGROUP_CONTROLLERS if Path("/sys/fs/cgroup", controller).is_dir()]
+
+
+def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
+    """The node's cgroup under every controller, with its limits written before any of its
+    processes start."""
+    memory = str(limits.memory_mb * 1024 * 1024)
+    if _cgroup_v2():
+        parent = Path("/sys/fs/cgroup/runcrate")
+        parent.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+        settings = {"memory.max": memory, "memory.swap.max": "0", "pids.max": str(limits.pids),
+                    "cpu.weight": str(max(1, min(10_000, limits.cpu_shares * 100 // 1024)))}
+    else:
+        settings = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
+                    "pids.max": str(limits.pids), "cpu.shares": str(limits.cpu_shares)}
+    dirs = _cgroup_dirs(name)
+    for path in dirs:
+        path.mkdir(parents=True, exist_ok=True)
+    for path in dirs:
+        for file, value in settings.items():
+            if (path / file).exists():
+                (path / file).write_text(value)
+    return dirs
+
+
+def _join_cgroup(dirs: list[Path]) -> None:
+    """In a child between fork and exec: everything it starts is counted against the node."""
+    for path in dirs:
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def _kill_cgroup(name: str) -> None:
+    for path in _cgroup_dirs(name)[:1]:
+        for _ in range(50):
+            try:
+                pids = [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
+            except OSError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+
+def _remove_cgroup(name: str) -> None:
+    for path in _cgroup_dirs(name):
+        deadline = time.monotonic() + 5
+        while path.exists() and time.monotonic() < deadline:
+            try:
+                path.rmdir()
+            except OSError:  # its last processes are still exiting
+                time.sleep(0.05)
+
+
+# -- boot -------------------------------------------------------------------------------------
 
 
 SSHD_CONFIG = """\
@@ -257,24 +526,62 @@ LogLevel ERROR
 Subsystem sftp internal-sftp
 """
 
-# PID 1 of a node: its own /run, /etc, /var, /root, /tmp, cgroups and hostname, then sshd,
-# then reap orphans forever. It ignores SIGTERM (PID 1 of a namespace): release kills it.
-INIT = r"""#!/bin/bash
+# Stage one, as this computer's root in a mount namespace of its own: the node's disk (a
+# tmpfs of its size, owned by the node's root) with what boot() seeded, then every mount the
+# node gets from the host. Each fstab is one `mount` process.
+HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
-STATE="$1" HOSTNAME_AT_BOOT="$2" SSHD="$3"
-# The node's disk: a tmpfs in its own mount namespace, seeded with what boot() wrote, gone
-# with the node. Every step writes files, and creating a file on this computer's ext4 costs
-# ~0.35 ms of kernel time (its inode allocator skips recently deleted inodes) against ~15 µs
-# on tmpfs: thousands of files when 32 nodes join at once. Each fstab is one `mount` process
-# (fifteen mounts, one by one, were a tenth of a 32-node boot's CPU).
+STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5"
 mount -a -T "$STATE/fstab.disk"
-# Best effort: a controller this kernel lacks is simply not there.
-mount -a -T "$STATE/fstab.cgroups" 2>/dev/null || true
-mkdir -p /run/sshd /run/munge /run/wireguard /run/lock
-cp -a "$STATE/seed/." "$STATE/disk/"
-# Last: its /tmp may hide $STATE (a machines directory under /tmp).
-mount -a -T "$STATE/fstab.layers"
-hostname "$HOSTNAME_AT_BOOT"
+cp -a "$STATE/seed/." "$ROOT/"
+chown -R "$BASE:$BASE" "$ROOT"
+mount -a -T "$STATE/fstab.host"
+# Made here, by this computer's root (a user namespace cannot mknod), readable and writable
+# by everyone in the node as on any Linux machine; nothing else of the host's /dev is there.
+while read -r device major minor; do
+    mknod -m 0666 "$ROOT/dev/$device" c "$major" "$minor"
+    chown "$BASE:$BASE" "$ROOT/dev/$device" "${ROOT}/dev/${device%%/*}"
+done <<'DEVICES'
+%(devices)s
+DEVICES
+exec unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(range)d" --setuid 0 --setgid 0 \
+    --net --mount --uts --ipc --pid --fork --propagation private \
+    bash -c "$(cat "$STATE/node.sh")" "runcrate-node $STATE" "$ROOT" "$NODE_HOSTNAME" "$SSHD"
+"""
+
+# Stage two, PID 1 of the node, as the node's root (an unprivileged uid on this computer).
+# The host's /etc is copied as this root can read it: the kernel refuses shadow files and
+# private keys to it. Then pivot_root and the old root detached: nothing of the host's tree
+# is left to mount again. Then reap orphans forever; release kills it (it ignores SIGTERM).
+NODE_STAGE = r"""set -euo pipefail
+ROOT="$1" NODE_HOSTNAME="$2" SSHD="$3"
+cp -rn --preserve=timestamps,links /etc/. "$ROOT/etc/" 2>/dev/null || true
+rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid"
+# The node's own shadow files (the host's are not readable here): no passwords, none locked
+# (sshd refuses key logins to an account without a shadow entry).
+awk -F: '{ print $1 ":*:20000:0:99999:7:::" }' "$ROOT/etc/passwd" >"$ROOT/etc/shadow"
+awk -F: '{ print $1 ":*::" }' "$ROOT/etc/group" >"$ROOT/etc/gshadow"
+chmod 0640 "$ROOT/etc/shadow" "$ROOT/etc/gshadow"
+mount --rbind "$ROOT" "$ROOT"
+cd "$ROOT"
+mkdir -p .host
+pivot_root . .host
+cd /
+# A proc is mounted only where one is fully visible: before the old root goes.
+mount -t proc -o nosuid,nodev,noexec proc /proc
+umount -l /.host
+rmdir /.host
+mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
+mkdir -p /dev/pts /dev/shm /run/sshd /run/munge /run/wireguard /run/lock
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
+ln -sf pts/ptmx /dev/ptmx
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
+mount -t tmpfs -o mode=1777,nosuid,nodev node-shm /dev/shm
+mkdir -p /usr/local/bin /usr/local/sbin /usr/local/lib /usr/local/include /usr/local/share /usr/local/src /usr/local/etc
+hostname "$NODE_HOSTNAME"
 ip link set lo up
 if [ -f /etc/runcrate/boot-fault ]; then
     echo "boot fault injected: sshd is not started" >&2
@@ -298,6 +605,8 @@ def boot(
     key: str,
     hostname: str,
     authorized_keys: str,
+    segment: str = "default",
+    limits: NodeLimits | None = None,
     boot_fails: bool = False,
     drop_wireguard: bool = False,
     files: dict[str, str] | None = None,
@@ -305,114 +614,141 @@ def boot(
 ) -> NodeHandle:
     """Start one node (idempotent: an already running node is returned as it is).
 
-    `files` are written into the node's /etc or /var before it boots (a fault file);
-    `binds` maps a node path to a host directory mounted there (an attached volume)."""
+    `segment` names the node's network: nodes of one segment (a cluster) share a bridge,
+    nodes of different segments share nothing. `files` are written into the node's /etc or
+    /var before it boots (a fault file); `binds` maps a node path to a host directory mounted
+    there (an attached volume: handed to the node's root)."""
     existing = NodeHandle.load(state_dir)
     if existing and _is_node_init(existing.pid, state_dir):
         return existing
     if existing:
         release(run_dir, state_dir)
+    limits = limits or NodeLimits()
     underlay = Underlay(run_dir)
-    underlay.ensure()
+    bridge = underlay.ensure(segment)
     node_id = _short_id(f"{run_dir.resolve()}:{key}", 8)
     netns, veth = f"rcn-{node_id}", f"rcv{node_id}"
+    cgroup = f"{underlay.run_id}-{node_id}"
     slot = underlay.slot_for(key)
     address = underlay.address(slot)
 
     shutil.rmtree(state_dir, ignore_errors=True)
-    # What the node's disk starts with; its PID 1 copies it onto the node's own tmpfs.
+    state_dir.mkdir(parents=True)
+    (state_dir / "claimed").touch()
+    base = UidRanges.claim(state_dir)
+    # What the node's disk starts with; stage one copies it onto the node's tmpfs.
     seed = state_dir / "seed"
-    for dir in (*OVERLAID, *NODE_DIRS):
-        (seed / f"upper{dir}").mkdir(parents=True, exist_ok=True)
-    for dir in OVERLAID:
-        (seed / f"work{dir}").mkdir(parents=True)
-    (state_dir / "disk").mkdir()
-    (seed / "home" / "root").mkdir(parents=True, mode=0o700)
+    for path in NODE_TREE:
+        (seed / path).mkdir(parents=True, exist_ok=True)
+    for path in NODE_DIRS:
+        (seed / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for link in ("bin", "sbin", "lib", "lib64"):
+        if Path("/", link).is_symlink():
+            (seed / link).symlink_to(os.readlink(Path("/", link)))
+    (seed / "var/run").symlink_to("/run")
+    (seed / "var/lock").symlink_to("/run/lock")
+    for directory in ("tmp", "var/tmp"):
+        (seed / directory).chmod(0o1777)
+    (seed / "root").chmod(0o700)
     for name in (".bashrc", ".profile"):
         if Path("/etc/skel", name).exists():
-            shutil.copy(Path("/etc/skel", name), seed / "home" / "root" / name)
-    (seed / "tmp").mkdir(mode=0o1777)
-    (seed / "tmp").chmod(0o1777)
-    # The node's /shared: on this computer's disk (it holds the customer's datasets), and
-    # its own — the host's /shared is only the mount point every node's is bound to.
-    (state_dir / "shared").mkdir()
-    for point in MOUNT_POINTS:
-        Path(point).mkdir(exist_ok=True)
-    ssh_dir = seed / "upper/etc/ssh"
+            shutil.copy(Path("/etc/skel", name), seed / "root" / name)
+    ssh_dir = seed / "etc/ssh"
     ssh_dir.mkdir(parents=True, exist_ok=True)
-    write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
+    host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
     (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
     if boot_fails:
-        (seed / "upper/etc/runcrate/boot-fault").write_text("boot_fails\n")
+        (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
     for path, text in (files or {}).items():
-        if not path.startswith(OVERLAID):
-            raise ValueError(f"{path} is not under {' or '.join(OVERLAID)}")
-        (seed / f"upper{path}").parent.mkdir(parents=True, exist_ok=True)
-        (seed / f"upper{path}").write_text(text)
+        if not path.startswith(("/etc/", "/var/")):
+            raise ValueError(f"{path} is not under /etc or /var")
+        (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (seed / path.lstrip("/")).write_text(text)
     for host_path in (binds or {}).values():
         Path(host_path).mkdir(parents=True, exist_ok=True)
-    (state_dir / "init.sh").write_text(
-        INIT % {"booted": BOOTED}
-    )
-    disk = state_dir / "disk"
+        # The volume is the node's now: its root owns every file (and the next node's root
+        # takes it over on its attach).
+        subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
+    (state_dir / "init.sh").write_text(HOST_STAGE % {"devices": "\n".join(" ".join(map(str, device)) for device in DEVICES), "range": RANGE_SIZE})
+    (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
+    # The node's root is mounted (in a mount namespace of the node's own) on an empty
+    # directory of this computer that its root may walk to: the state directory may sit in a
+    # folder only this computer's root can enter (a test's tmp_path).
+    root = _root_dir(cgroup)
+    root.mkdir(parents=True, exist_ok=True)
+    ids = f"uid={base},gid={base}"
     _write_fstab(state_dir / "fstab.disk", [
-        # Sources no host mount has: `mount -a` skips an entry it finds mounted already.
-        ("node-run", "/run", "tmpfs", "mode=0755"),
-        ("node-disk", str(disk), "tmpfs", "mode=0755"),
-        ("cgroup", "/sys/fs/cgroup", "tmpfs", "mode=0755"),
+        ("node-disk", str(root), "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
     ])
-    _write_fstab(state_dir / "fstab.layers", [
-        *((f"node{dir.replace('/', '-')}", dir, "overlay",
-           f"lowerdir={dir},upperdir={disk}/upper{dir},workdir={disk}/work{dir}") for dir in OVERLAID),
-        (f"{disk}/home/root", "/root", "none", "bind"),
-        (str(state_dir / "shared"), "/shared", "none", "bind"),
-        *((host_path, node_path, "none", "bind,X-mount.mkdir") for node_path, host_path in (binds or {}).items()),
-        (f"{disk}/tmp", "/tmp", "none", "bind"),
+    cgroups = _cgroup_dirs(cgroup)
+    _write_fstab(state_dir / "fstab.host", [
+        *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
+        # Over the host's /usr/local (inside the /usr bind): the node's own, writable.
+        ("node-usr-local", f"{root}/usr/local", "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
+        ("/sys", f"{root}/sys", "none", "rbind,ro,nosuid,nodev,noexec"),
+        ("node-cgroup", f"{root}/sys/fs/cgroup", "tmpfs", "mode=0755,size=64k"),
+        *((str(path), f"{root}/sys/fs/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
+          for path in cgroups if not _cgroup_v2()),
+        ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
+        ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
+        ("node-shared", f"{root}/shared", "tmpfs", f"size={limits.shared_mb}m,mode=0755,{ids}"),
+        *((host_path, f"{root}{node_path}", "none", "bind,nosuid,nodev,X-mount.mkdir")
+          for node_path, host_path in (binds or {}).items()),
     ])
-    _write_fstab(state_dir / "fstab.cgroups", [
-        *(("cgroup", f"/sys/fs/cgroup/{controller}", "cgroup", f"{controller},X-mount.mkdir") for controller in CGROUP_V1),
-        ("cgroup", "/sys/fs/cgroup/systemd", "cgroup", "none,name=systemd,X-mount.mkdir"),
-    ])
-
-    _ip("netns", "add", netns)
-    _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
-    _ip("link", "set", veth, "netns", underlay.switch)
-    _ip("-n", underlay.switch, "link", "set", veth, "master", "br0")
-    if not drop_wireguard:
-        _ip("-n", underlay.switch, "link", "set", veth, "up")
-    _ip("-n", netns, "addr", "add", f"{address}/{underlay.subnet.prefixlen}", "dev", "eth0")
-    _ip("-n", netns, "link", "set", "eth0", "up")
-    # Fault `never_joins`: the switch port stays down, so every WireGuard packet to or from
-    # the node is dropped (the underlay carries nothing else: all the rest goes over wg0).
-    # Routing rules cannot do it: wireguard-go pins the outgoing interface, and the kernel
-    # then sends even where the routing table says blackhole.
 
     log = open(state_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
+    dirs = _make_cgroup(cgroup, limits)
     launcher = subprocess.Popen(
-        ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--pid", "--fork", "--mount-proc",
-         "--propagation", "private", "bash", str(state_dir / "init.sh"), str(state_dir), hostname, find_sshd() or "sshd"],
+        ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"), str(state_dir),
+         str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: _join_cgroup(dirs),  # noqa: PLW1509 - only writes a pid to a file
     )
     log.close()
     pid = 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        children = _children(launcher.pid)
-        if children:
-            pid = children[0]
-            if _booted(state_dir):
-                break
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not pid:
+        # The launcher's children are stage one's tools (mount, cp, newuidmap's helper), then PID 1.
+        pid = next((child for child in _children(launcher.pid) if _is_node_init(child, state_dir)
+                    and _in_own_namespaces(child)), 0)
         if launcher.poll() is not None:
             break
-        time.sleep(0.02)
-    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=pid, address=address, state_dir=str(state_dir))
+        if not pid:
+            time.sleep(0.01)
+    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=pid, address=address, state_dir=str(state_dir),
+                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key=host_key)
     handle.save()
+    (state_dir / "claimed").unlink()
+    if pid:
+        try:
+            _plug(handle, underlay, drop_wireguard=drop_wireguard)
+        except RuntimeError as error:
+            release(run_dir, state_dir)
+            raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
+    while time.monotonic() < deadline and pid and not _booted(state_dir) and _is_node_init(pid, state_dir):
+        time.sleep(0.02)
     if not pid or not _booted(state_dir):
         reason = (state_dir / "init.log").read_text(errors="replace")[-400:]
         release(run_dir, state_dir)
         raise RuntimeError(f"node {hostname} did not boot: {reason.strip() or 'no output'}")
     return handle
+
+
+def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> None:
+    """The node's eth0, in the network namespace its PID 1 made, on its segment's bridge."""
+    _ip("netns", "attach", handle.netns, str(handle.pid))
+    _ip("link", "add", handle.veth, "type", "veth", "peer", "name", "eth0", "netns", handle.netns)
+    _ip("link", "set", handle.veth, "netns", underlay.switch)
+    underlay.attach(handle.veth, handle.bridge)
+    # Fault `never_joins`: the switch port stays down, so every WireGuard packet to or from
+    # the node is dropped (the underlay carries nothing else: all the rest goes over wg0).
+    # Routing rules cannot do it: wireguard-go pins the outgoing interface, and the kernel
+    # then sends even where the routing table says blackhole.
+    if not drop_wireguard:
+        _ip("-n", underlay.switch, "link", "set", handle.veth, "up")
+    _ip("-n", handle.netns, "addr", "add", f"{handle.address}/{underlay.subnet.prefixlen}", "dev", "eth0")
+    _ip("-n", handle.netns, "link", "set", "eth0", "up")
 
 
 def _write_fstab(path: Path, entries: list[tuple[str, str, str, str]]) -> None:
@@ -471,15 +807,20 @@ def sshd_answers(handle: NodeHandle, timeout: float = 3.0) -> bool:
 
 
 def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """Run a command inside the node (every namespace of it): tests and the bench."""
+    """Run a command inside the node as its root would (every namespace of it, its cgroup,
+    its limits): tests and the bench."""
+    dirs = _cgroup_dirs(handle.cgroup) if handle.cgroup else []
     return subprocess.run(
-        ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout, **kwargs
+        ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout,
+        preexec_fn=lambda: _join_cgroup(dirs),  # noqa: PLW1509 - only writes a pid to a file
+        **kwargs,
     )
 
 
 def release(run_dir: Path, state_dir: Path) -> None:
-    """Kill the node's PID 1 (every process of the node dies with it), delete its
-    namespaces and its state. Idempotent; touches only what this node's boot made."""
+    """Kill the node's PID 1 (every process of the node dies with it, and its disk with its
+    mount namespace), delete its namespaces, cgroup, uid range and state. Idempotent;
+    touches only what this node's boot made."""
     handle = NodeHandle.load(state_dir)
     if handle is not None:
         if handle.gateway_pid and _is_gateway(handle.gateway_pid, state_dir):
@@ -491,12 +832,20 @@ def release(run_dir: Path, state_dir: Path) -> None:
             deadline = time.monotonic() + 10
             while Path(f"/proc/{handle.pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
+        if handle.cgroup:
+            # Whatever is left of a boot that failed half-way (its launcher, a PID 1 never
+            # recognised): every process the node's cgroup counts is one of the node's.
+            _kill_cgroup(handle.cgroup)
         if _netns_exists(handle.netns):
             _ip("netns", "del", handle.netns, check=False)
-        underlay = Underlay(run_dir)
-        if _netns_exists(underlay.switch):
-            _ip("-n", underlay.switch, "link", "del", handle.veth, check=False)
-        underlay.free_slot(handle.key)
+        Underlay(run_dir).leave(handle.key, handle.veth, handle.bridge)
+        if handle.cgroup:
+            _remove_cgroup(handle.cgroup)
+        if handle.uid_base:
+            UidRanges.free(state_dir, handle.uid_base)
+        if handle.cgroup:
+            with contextlib.suppress(OSError):
+                _root_dir(handle.cgroup).rmdir()
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -511,29 +860,87 @@ def _is_gateway(pid: int, state_dir: Path) -> bool:
     return str(state_dir / "gateway.sh") in command_line
 
 
-def start_gateway(handle: NodeHandle, listen_host: str, listen_port: int) -> None:
+class GatewayError(RuntimeError):
+    """The customer's way in could not be opened."""
+
+
+def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_port: int = GATEWAY_PORT,
+                  timeout: float = 5.0) -> str:
     """A loopback port of this computer that forwards every connection into the node's
-    sshd, the way a site gateway forwards to machines without an address of their own."""
+    sshd, the way a site gateway forwards to machines without an address of their own.
+    Its address is new (`GatewayAddresses`) unless one is given; returns "host:port" once it
+    listens, or raises GatewayError saying why it cannot."""
+    state_dir = Path(handle.state_dir)
+    if handle.gateway_pid and _is_gateway(handle.gateway_pid, state_dir) and handle.gateway:
+        return handle.gateway
+    listen_host = listen_host or GatewayAddresses.next()
     if not ipaddress.ip_address(listen_host).is_loopback:
         raise ValueError(f"the gateway listens on loopback only, not {listen_host}")
-    state_dir = Path(handle.state_dir)
-    if handle.gateway_pid and _is_gateway(handle.gateway_pid, state_dir):
-        return
     script = state_dir / "gateway.sh"
     script.write_text(f"#!/bin/sh\nexec {handle.proxy_command}\n")
     script.chmod(0o755)
-    log = open(state_dir / "gateway.log", "ab")  # noqa: SIM115 - handed to the child
+    log_path = state_dir / "gateway.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    # No reuseaddr: a port another program holds must fail here, not be shared.
     process = subprocess.Popen(
-        ["socat", f"TCP-LISTEN:{listen_port},bind={listen_host},reuseaddr,fork,nodelay", f"EXEC:{script}"],
+        ["socat", f"TCP-LISTEN:{listen_port},bind={listen_host},fork,nodelay", f"EXEC:{script}"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     log.close()
+    deadline = time.monotonic() + timeout
+    while not _listening(process.pid, listen_host, listen_port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            said = log_path.read_text(errors="replace").strip().splitlines()
+            cause = said[-1].split(": ")[-1] if said else "it did not start listening"
+            raise GatewayError(f"the SSH gateway could not listen on {listen_host}:{listen_port}: {cause}")
+        time.sleep(0.02)
     handle.gateway_pid = process.pid
+    handle.gateway = f"{listen_host}:{listen_port}"
     handle.save()
+    return handle.gateway
+
+
+def _listening(pid: int, host: str, port: int) -> bool:
+    """True when process `pid` holds a listening socket on host:port (read from /proc, so a
+    socket another process holds on the same address never counts)."""
+    wanted = f"{socket.htonl(int(ipaddress.IPv4Address(host))):08X}:{port:04X}"
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    try:
+        lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    # Columns: sl, local, remote, state (0A = LISTEN), ..., inode (the tenth).
+    return any(cols[1] == wanted and cols[3] == "0A" and cols[9] in inodes
+               for cols in (line.split() for line in lines))
+
+
+def gateway_serves(handle: NodeHandle, timeout: float = 5.0) -> bool:
+    """True when the customer's path reaches this very node: the host key that answers on
+    the gateway is the one this node made at boot."""
+    if not handle.gateway or not handle.host_key:
+        return False
+    host, port = handle.gateway.rsplit(":", 1)
+    try:
+        scanned = subprocess.run(["ssh-keyscan", "-T", str(int(timeout)), "-t", "ed25519", "-p", port, host],
+                                 capture_output=True, text=True, timeout=timeout + 2)
+    except subprocess.TimeoutExpired:
+        return False
+    expected = handle.host_key.split()[1]
+    return any(line.split()[2:3] == [expected] for line in scanned.stdout.splitlines() if not line.startswith("#"))
 
 
 def leftovers(run_dir: Path) -> list[str]:
-    """What of this run is still on the computer: namespaces, processes (tests)."""
+    """What of this run is still on the computer: namespaces, processes, cgroups, uid
+    ranges (tests)."""
     run_dir = run_dir.resolve()
     found = []
     names = set(os.listdir("/run/netns")) if Path("/run/netns").exists() else set()
@@ -550,13 +957,20 @@ def leftovers(run_dir: Path) -> list[str]:
             continue
         if str(run_dir) in command_line:
             found.append(f"process {proc.name}: {command_line[:120]}")
+    run_id = Underlay(run_dir).run_id
+    for path in _cgroup_dirs(f"{run_id}-*"):
+        found += [f"cgroup {match}" for match in path.parent.glob(path.name)]
+    uids = UidRanges._dir()
+    if uids.is_dir():
+        found += [f"uid range {slot.name}" for slot in uids.iterdir()
+                  if slot.read_text().startswith(f"{run_dir}/")]
     return found
 
 
 def namespaces(handle: NodeHandle) -> dict[str, str]:
     """The node's namespace ids ("pid:[4026...]"), to look for its processes after release."""
     ids = {}
-    for kind in ("pid", "net", "mnt", "uts"):
+    for kind in ("pid", "net", "mnt", "uts", "user"):
         with contextlib.suppress(OSError):
             ids[kind] = os.readlink(f"/proc/{handle.pid}/ns/{kind}")
     return ids

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from clusters.models import Cluster, Node
     from clusters.nodeops.targets import ClusterSpec
     from clusters.providers.base import OutputCallback
-    from offers.models import Host
+    from offers.models import Host, MachineType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +63,19 @@ def _at_once(work: Callable[[T], None], items: list[T], name: str) -> None:
     """`work` on every item in threads of its own (up to BOOT_THREADS); returns when all are done."""
     with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(items)), thread_name_prefix=name) as pool:
         list(pool.map(work, items))
+
+
+def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
+    """A real machine's limits: its machine type's memory, disk and CPUs, capped to what
+    this computer can give each of 64 machines (settings LOCAL_NODE_*)."""
+    return realnodes.NodeLimits(
+        memory_mb=min(machine_type.memory_gb * 1024, settings.LOCAL_NODE_MEMORY_MB),
+        disk_mb=min(machine_type.disk_gb * 1024, settings.LOCAL_NODE_DISK_MB),
+        shared_mb=settings.LOCAL_NODE_SHARED_MB,
+        pids=settings.LOCAL_NODE_PIDS,
+        # CPU time is shared by weight: a 32-vCPU machine weighs twice a 16-vCPU one.
+        cpu_shares=max(2, 1024 * machine_type.vcpus // 16),
+    )
 
 
 def machines_dir() -> Path:
@@ -156,11 +169,11 @@ class LocalProvider(FabricProvider):
 
     def boot(self, node: Node) -> None:
         host = node.host
-        if not ipaddress.ip_address(host.address).is_loopback:
-            raise ValueError(f"local host {host.name} must have a loopback address, not {host.address!r}")
         if self.real:
             self._boot_real(node)
             return
+        if not ipaddress.ip_address(host.address).is_loopback:
+            raise ValueError(f"local host {host.name} must have a loopback address, not {host.address!r}")
         if host.fault == HostFault.BOOT_FAILS:
             self._emit(node.name, "boot", f"{host.name}: power-on requested")
             return
@@ -204,7 +217,7 @@ class LocalProvider(FabricProvider):
         # waiting: boot them at once, so 32 machines come up about as soon as 2. What each
         # boot reads of the database is read here first; the threads touch none of it.
         for node in nodes:
-            _ = node.host, node.cluster.volume
+            _ = node.host.machine_type, node.cluster.volume
 
         def boot(node: Node) -> None:
             try:
@@ -219,6 +232,7 @@ class LocalProvider(FabricProvider):
         state = self._dir(host)
         if realnodes.running(state):
             return
+        self._boot_error(host).unlink(missing_ok=True)
         files = {}
         if host.fault == HostFault.INSTALL_FAILS:
             files["/etc/runcrate/fault"] = "install_fails\n"
@@ -231,17 +245,33 @@ class LocalProvider(FabricProvider):
             handle = realnodes.boot(
                 machines_dir(), state, key=host.name, hostname=host.name,
                 authorized_keys=(_keys() / "authorized_keys").read_text(),
+                # One network per cluster: its machines share a bridge, other clusters' never.
+                segment=f"cluster-{node.cluster_id}", limits=node_limits(host.machine_type),
                 boot_fails=host.fault == HostFault.BOOT_FAILS,
                 drop_wireguard=host.fault == HostFault.NEVER_JOINS,
                 files=files, binds=binds,
             )
         except RuntimeError as error:
             # boot_status reports the machine as not running: the cluster fails as one.
+            log.warning("machine %s did not boot: %s", host.name, error)
+            self._boot_error(host).write_text("The machine did not start.")
             self._emit(node.name, "boot", str(error))
             return
-        realnodes.start_gateway(handle, host.address, host.port)
+        try:
+            gateway = realnodes.start_gateway(handle)
+        except realnodes.GatewayError as error:
+            # A customer must never be handed an address that reaches something else.
+            log.warning("machine %s: %s", host.name, error)
+            realnodes.release(machines_dir(), state)
+            self._boot_error(host).write_text("The machine's SSH gateway could not open a port.")
+            self._emit(node.name, "boot", str(error))
+            return
         self._emit(node.name, "boot", f"{host.name}: real node (pid {handle.pid}), eth0 {handle.address}, "
-                                      f"sshd reached at {host.address}:{host.port}")
+                                      f"sshd reached at {gateway}")
+
+    def _boot_error(self, host: Host) -> Path:
+        """Why a machine did not come up, in the customer's words (its state is gone)."""
+        return machines_dir() / f"{host.name}.boot-error"
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         if not self.real:
@@ -276,9 +306,12 @@ class LocalProvider(FabricProvider):
         if self.real:
             handle = realnodes.running(self._dir(host))
             if handle is None:
-                return BootReport(BootState.FAILED, detail=f"{host.name} is not running; see {self._dir(host) / 'init.log'}")
-            if realnodes.sshd_answers(handle):
-                return BootReport(BootState.UP, address=f"{host.address}:{host.port}")
+                error = self._boot_error(host)
+                detail = error.read_text() if error.exists() else "The machine stopped while it was starting."
+                return BootReport(BootState.FAILED, detail=detail)
+            # Up once the customer's own path works: through the gateway, to this node's key.
+            if realnodes.sshd_answers(handle) and realnodes.gateway_serves(handle):
+                return BootReport(BootState.UP, address=handle.gateway)
             return BootReport(BootState.BOOTING)
         if not self._running(host):
             return BootReport(BootState.FAILED, detail=f"{host.name}'s SSH server exited; see {self._dir(host) / 'ssh.log'}")
