@@ -9,7 +9,7 @@ PROVIDER ?= local
 RAY_VENV ?= /opt/ray
 RAY_VERSION ?= 2.60.0
 
-.PHONY: run test venv bench check clean ray
+.PHONY: run test venv bench check clean ray host
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,19 +19,24 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# What this computer needs for real nodes and every test: Debian's packages and the node uid
+# ranges, installed once (bin/host-setup says so, or says in one line why it cannot).
+host:
+	@bin/host-setup
+
 # Only where real nodes can run (root); elsewhere the local provider uses sandboxes.
-ray:
+ray: host
 	@if [ "$$(id -u)" = 0 ] && [ ! -x $(RAY_VENV)/bin/ray ]; then \
 		echo "Installing Ray $(RAY_VERSION) into $(RAY_VENV) for real nodes"; \
 		/usr/bin/python3 -m venv $(RAY_VENV) && $(RAY_VENV)/bin/pip install --quiet "ray==$(RAY_VERSION)"; \
 	fi
 
-run: $(STAMP) ray
+run: $(STAMP) host ray
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
 
-test: $(STAMP) ray
+test: $(STAMP) host ray
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Lint, types and Django's own checks: CI runs this before the tests.
@@ -45,7 +50,7 @@ check: $(STAMP)
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
 BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 
-bench: $(STAMP) ray
+bench: $(STAMP) host ray
 	@status=0; for script in $(BENCHES); do \
 		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
 	done; exit $$status

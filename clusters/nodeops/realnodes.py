@@ -567,8 +567,16 @@ cd "$ROOT"
 mkdir -p .host
 pivot_root . .host
 cd /
-# A proc is mounted only where one is fully visible: before the old root goes.
+# A proc and a sysfs (of the node's own network namespace) are mounted only where one is
+# fully visible: before the old root goes.
 mount -t proc -o nosuid,nodev,noexec proc /proc
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys
+mount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
+for controller in /run/cgroup/*; do
+    [ -d "$controller" ] || continue
+    mkdir -p "/sys/fs/cgroup/${controller##*/}"
+    mount --bind "$controller" "/sys/fs/cgroup/${controller##*/}"
+done
 umount -l /.host
 rmdir /.host
 mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
@@ -686,9 +694,9 @@ def boot(
         *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
         # Over the host's /usr/local (inside the /usr bind): the node's own, writable.
         ("node-usr-local", f"{root}/usr/local", "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
-        ("/sys", f"{root}/sys", "none", "rbind,ro,nosuid,nodev,noexec"),
-        ("node-cgroup", f"{root}/sys/fs/cgroup", "tmpfs", "mode=0755,size=64k"),
-        *((str(path), f"{root}/sys/fs/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
+        # The node's own cgroups, read-only (it cannot raise its limits), where the node's
+        # PID 1 finds them to put under its /sys/fs/cgroup (then its /run covers them).
+        *((str(path), f"{root}/run/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
           for path in cgroups if not _cgroup_v2()),
         ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
         ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
