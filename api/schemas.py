@@ -292,8 +292,13 @@ class Node(Schema):
     health_changed_at: OptionalTimestamp = Field(description="Since when it has had this health.")
 
     @staticmethod
+    def resolve_health(node: Any) -> str:
+        # A machine that stopped carries no health (api/rows.py lists it the same way).
+        return NodeHealth.UNKNOWN.value if node.released_at is not None else node.health
+
+    @staticmethod
     def resolve_health_detail(node: Any) -> str | None:
-        return node.health_detail or None
+        return None if node.released_at is not None else (node.health_detail or None)
 
     @staticmethod
     def resolve_status(node: Any) -> str:

@@ -167,7 +167,9 @@ def bench_creates(tmp: Path) -> list[dict]:
                "CELERY_TASK_ALWAYS_EAGER": "0", "RUNCRATE_VAR_DIR": str(tmp / "var")}
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env={**os.environ, **env},
                        check=True, stdout=subprocess.DEVNULL)
-        for label, pool in [("pool of 20", {"DB_POOL_SIZE": "20", "DB_POOL_TIMEOUT": "30"}),
+        shipped = {key: value for key, value in os.environ.items() if not key.startswith("DB_POOL_")}
+        for label, pool in [("shipped defaults", {}),
+                            ("pool of 20", {"DB_POOL_SIZE": "20", "DB_POOL_TIMEOUT": "30"}),
                             ("pool of 20, 1 s timeout", {"DB_POOL_SIZE": "20", "DB_POOL_TIMEOUT": "1"}),
                             ("no pool", {"DB_POOL_SIZE": "0"})]:
             for count in COUNTS:
@@ -188,7 +190,8 @@ def bench_creates(tmp: Path) -> list[dict]:
                 watcher.start()
                 out = subprocess.run(
                     [sys.executable, __file__, "--creates-child", str(count)], cwd=ROOT,
-                    env={**os.environ, **env, **pool}, capture_output=True, text=True,
+                    # "shipped defaults": no DB_POOL_* at all, the pool config/settings.py ships.
+                    env={**shipped, **env, **pool}, capture_output=True, text=True,
                 )
                 stop.set()
                 watcher.join()

@@ -33,7 +33,7 @@ class NodeEndpoint:
 def _gateway(cluster: Cluster) -> str:
     # Local machines are reached on this computer's loopback (their own gateway port there):
     # there is no site gateway to go through.
-    return "" if cluster.provider == "local" else cluster.machine_type.location.gateway_host
+    return gateway_of(cluster.provider, cluster.machine_type.location.gateway_host)
 
 
 def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
@@ -45,23 +45,39 @@ def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
 
 def _endpoint(node: Node, gateway: str) -> NodeEndpoint:
     host = node.host
-    address, port = host.address or f"{host.name}.{NODE_DOMAIN}", host.port
-    if node.cluster.provider == "local" and ":" in node.address:
-        # A local machine's gateway is opened when it boots (a loopback address of this
-        # computer never handed out before): the machine reported where.
-        address, _, reported_port = node.address.rpartition(":")
+    # A local machine's gateway is opened when it boots (a loopback address of this computer
+    # never handed out before): the machine reported where.
+    reported = node.address if node.cluster.provider == "local" else ""
+    return endpoint_of(node.index, host.address, host.name, host.port, host.ssh_user, gateway, reported)
+
+
+def endpoint_of(index: int, address: str, host_name: str, port: int, ssh_user: str, gateway: str,
+                reported: str = "") -> NodeEndpoint:
+    """A node's endpoint from its host's columns (the API's lists read them as values), or from
+    the "host:port" the machine reported when it came up, where its provider opens one then."""
+    if ":" in reported:
+        address, _, reported_port = reported.rpartition(":")
         port = int(reported_port)
     return NodeEndpoint(
-        name=node.name, role=node.role, private_ip=node.private_ip, host=address, port=port,
-        user=host.ssh_user or "root", proxy_jump=gateway,
+        name=f"node-{index}", role="head" if index == 0 else "worker", private_ip=f"10.77.0.{index + 1}",
+        host=address or f"{host_name}.{NODE_DOMAIN}", port=port, user=ssh_user or "root", proxy_jump=gateway,
     )
+
+
+def gateway_of(provider: str, gateway_host: str) -> str:
+    """The ProxyJump of a cluster's ssh lines (see _gateway)."""
+    return "" if provider == "local" else gateway_host
 
 
 def ssh_config(cluster: Cluster) -> str:
     """A ~/.ssh/config block: `ssh <cluster>-node-0` from the customer's laptop."""
-    blocks = [f"# Runcrate cluster {cluster.name} ({cluster.machine_count} machines)\n"]
-    for ep in endpoints(cluster):
-        lines = [f"Host {cluster.name}-{ep.name}", f"    HostName {ep.host}", f"    User {ep.user}"]
+    return ssh_config_of(cluster.name, cluster.machine_count, endpoints(cluster))
+
+
+def ssh_config_of(name: str, machine_count: int, live: list[NodeEndpoint]) -> str:
+    blocks = [f"# Runcrate cluster {name} ({machine_count} machines)\n"]
+    for ep in live:
+        lines = [f"Host {name}-{ep.name}", f"    HostName {ep.host}", f"    User {ep.user}"]
         if ep.port != 22:
             lines.append(f"    Port {ep.port}")
         if ep.proxy_jump:

@@ -57,7 +57,8 @@ def notify_node_unhealthy(cluster: Cluster, node: Node, health: str, detail: str
     notify(
         Kind.NODE_UNHEALTHY, user_ids=recipient_ids(cluster),
         context={"cluster_id": cluster.pk, "node_name": node.name, "health": health,
-                 "health_label": NodeHealth(health).label.lower(), "health_detail": detail},
+                 "health_label": NodeHealth(health).label.lower(), "health_detail": detail,
+                 "is_head": node.index == 0},
         dedupe_key=f"cluster:{cluster.pk}:node:{node.pk}:unhealthy:{at.isoformat()}", workspace_id=cluster.workspace_id,
     )
 
@@ -142,7 +143,7 @@ def cluster_context(stored: dict) -> dict:
         context["duration"] = ""
     context["total_cost"] = total_cost(cluster)
     # Node health emails name the machine and what the check found.
-    for key in ("node_name", "health", "health_label", "health_detail"):
+    for key in ("node_name", "health", "health_label", "health_detail", "is_head"):
         if key in stored:
             context[key] = stored[key]
     return context

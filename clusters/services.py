@@ -40,6 +40,9 @@ from offers import services as inventory
 from offers.models import MachineType
 
 SYSTEM = "system"
+# A machine that stops (released, replaced, failed) carries no health: the last round's
+# verdict was about a running machine, and a stopped one is not checked again.
+NO_HEALTH: dict[str, str] = {"health": NodeHealth.UNKNOWN, "health_detail": ""}
 
 
 def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
@@ -487,7 +490,8 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             node.state = Node.State.FAILED if node.name in node_details else Node.State.RELEASED
             node.detail = node_details.get(node.name, node.detail)[:255]
             node.released_at, node.step = now, "released"
-        Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step"])
+            node.health, node.health_detail = NodeHealth.UNKNOWN, ""  # a stopped machine has no health
+        Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step", "health", "health_detail"])
         inventory.release_hosts([node.host_id for node in nodes])
         record_event(
             cluster, "failed", f"{message.rstrip('. ')}. Every machine was released; nothing was charged.", reason=reason
@@ -533,7 +537,7 @@ def finish_termination(cluster: Cluster) -> bool:
         # Only the hosts this cluster still holds: a worker released earlier gave its host
         # back then, and another cluster may hold that host now.
         host_ids = list(live_nodes.values_list("host_id", flat=True))
-        live_nodes.update(state=Node.State.STOPPED, released_at=now, step="stopped")
+        live_nodes.update(state=Node.State.STOPPED, released_at=now, step="stopped", **NO_HEALTH)
         inventory.release_hosts(host_ids)
         record_event(cluster, "terminated", "Every machine stopped and was released.", reason=cluster.termination_reason)
         transaction.on_commit(lambda: billing.meter_cluster(cluster.pk))
@@ -627,7 +631,7 @@ def release_worker(cluster: Cluster, worker: Node, detail: str) -> None:
     the worker was never billed."""
     with transaction.atomic():
         updated = Node.objects.filter(pk=worker.pk, released_at__isnull=True, billing_started_at__isnull=True).update(
-            state=Node.State.FAILED, detail=detail[:255], released_at=timezone.now(), step="released"
+            state=Node.State.FAILED, detail=detail[:255], released_at=timezone.now(), step="released", **NO_HEALTH
         )
         if not updated:
             return
@@ -794,7 +798,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         # checked per statement, and the new row joins it below.
         if Node.objects.filter(pk=old.pk, released_at__isnull=True).update(
             state=Node.State.STOPPED, released_at=now, billing_ended_at=now, step="replaced",
-            detail=f"replaced by {new.host.name}"[:255],
+            detail=f"replaced by {new.host.name}"[:255], **NO_HEALTH,
         ):
             billing.end_node_usage([old.pk], now)
             inventory.release_hosts([old.host_id])
@@ -821,7 +825,7 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         billed = new.billing_started_at is not None and new.billing_ended_at is None
         # `replacing` is one-to-one: cleared, so the node can be replaced again.
         Node.objects.filter(pk=new.pk).update(
-            state=Node.State.FAILED, detail=detail[:255], released_at=now, step="released", replacing=None,
+            state=Node.State.FAILED, detail=detail[:255], released_at=now, step="released", replacing=None, **NO_HEALTH,
             **({"billing_ended_at": now} if billed else {}),
         )
         if billed:
@@ -1129,6 +1133,19 @@ def record_node_health(cluster_id: int, found: dict[int, tuple[str, str]], *, ch
         return changed
 
 
+def what_to_do_if_unhealthy(cluster: Cluster, node: Node) -> str:
+    """The advice of a node_unhealthy event and email. The head cannot be replaced (it runs the
+    controller and exports /shared, which a new machine would not have), so it is never
+    suggested for replacement: copy what matters off /shared, then move to a new cluster."""
+    if node.index == 0:
+        return (
+            f"{node.name} is the head (it runs the {cluster.get_software_display()} controller and exports "
+            "/shared) and cannot be replaced: if it does not recover, copy what you need off /shared, create a "
+            "new cluster and terminate this one."
+        )
+    return f"replace {node.name} or terminate the cluster if it does not recover."
+
+
 def _record_health_change(cluster: Cluster, node: Node, old: str, new: str, detail: str, at: dt.datetime) -> None:
     label = NodeHealth(new).label.lower()
     if new in HEALTH_REASONS:
@@ -1139,7 +1156,7 @@ def _record_health_change(cluster: Cluster, node: Node, old: str, new: str, deta
         record_event(
             cluster, "node_unhealthy",
             f"{node.name} is {label}: {detail}. The cluster stays ready and the other machines keep running; "
-            f"replace {node.name} or terminate the cluster if it does not recover.",
+            f"{what_to_do_if_unhealthy(cluster, node)}",
             reason=HEALTH_REASONS[new],
         )
         cluster_emails.notify_node_unhealthy(cluster, node, new, detail, at)

@@ -109,8 +109,11 @@ DATABASE_URL = env_str("DATABASE_URL")
 # of requests or a wide node operation waits for one of DB_POOL_SIZE connections instead of
 # opening its own, and one that waits DB_POOL_TIMEOUT seconds is answered 503 with Retry-After
 # (config.middleware). DB_POOL_SIZE=0 turns the pool off (then CONN_MAX_AGE applies).
+# Under ASGI every sync request runs in a thread of its own, so a burst of N requests is N
+# threads queueing for the pool: the timeout is long enough for a burst of 200 creates (about
+# 10 s of work at ~20/s, creates serialise on the workspace row) to be served, not refused.
 DB_POOL_SIZE = env_int("DB_POOL_SIZE", 8)
-DB_POOL_TIMEOUT = env_int("DB_POOL_TIMEOUT", 5)
+DB_POOL_TIMEOUT = env_int("DB_POOL_TIMEOUT", 30)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 0))}
     if DATABASES["default"]["ENGINE"].endswith("postgresql") and DB_POOL_SIZE > 0:

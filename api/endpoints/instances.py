@@ -3,13 +3,11 @@ cluster and is never terminated on its own (the Instances page reads the same qu
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
-from api import schemas
-from api.app import context, not_found, page, responses
+from api import rows, schemas
+from api.app import context, not_found, responses
 from clusters import services
 from clusters.queries import workspace_instance, workspace_instances
 
@@ -19,8 +17,8 @@ router = Router(tags=["Instances"])
 @router.get("instances", operation_id="listInstances", summary="Every machine the workspace runs",
             description="In every environment of the workspace; each is marked with the cluster it belongs to.",
             response=responses({200: schemas.list_envelope(schemas.Instance)}, 400))
-def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    return page(workspace_instances(context(request).workspace.pk), pages)
+def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> HttpResponse:
+    return rows.instance_page(request, workspace_instances(context(request).workspace.pk), pages)
 
 
 @router.delete("instances/{instance_id}", operation_id="terminateInstance",

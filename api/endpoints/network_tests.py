@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Status
 
-from api import schemas
-from api.app import context, not_found, ok, page, responses
+from api import rows, schemas
+from api.app import context, not_found, ok, responses
 from api.endpoints.clusters import get_cluster
 from clusters import network_tests, services
 from clusters.models import NetworkTest
@@ -38,9 +38,9 @@ def start_network_test(request: HttpRequest, cluster_id: schemas.PathId) -> Stat
 @router.get("clusters/{cluster_id}/network-tests", operation_id="listNetworkTests",
             summary="A cluster's network tests, newest first",
             response=responses({200: schemas.list_envelope(schemas.NetworkTestItem)}, 400))
-def list_network_tests(request: HttpRequest, cluster_id: schemas.PathId, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
+def list_network_tests(request: HttpRequest, cluster_id: schemas.PathId, pages: Query[schemas.PageQuery]) -> HttpResponse:
     cluster = get_cluster(request, cluster_id)
-    return page(network_tests.with_pairs(cluster.network_tests.order_by("-created_at", "-id")), pages)
+    return rows.network_test_page(request, cluster.network_tests.order_by("-created_at", "-id"), pages)
 
 
 @router.get("clusters/{cluster_id}/network-tests/{test_id}", operation_id="getNetworkTest",

@@ -672,11 +672,16 @@ def check_health(
     """One round of the periodic health check: health.sh on every node at once, one SSH
     session each (over the runner's kept connection when it has one). `result.health` has
     every node's verdict: healthy, unreachable, network_down or software_down, with why."""
+    env = {"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)}
     with _Session(runner) as session:
-        results = _run(
-            spec, spec.nodes, "health.sh", "health", session, on_output,
-            extra_env={"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)},
-        )
+        results = _run(spec, spec.nodes, "health.sh", "health", session, on_output, extra_env=env)
+        # A node that did not answer while every node was being asked at once is asked once
+        # more on its own, after the others finished: a login that timed out under the load
+        # of the round itself is no verdict. Only a node that fails this second time too is
+        # unreachable.
+        again = [node for node in spec.nodes if results[node.name].unreachable]
+        if again:
+            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env))
     reports: dict[str, HealthReport | str] = {}
     for name, result in results.items():
         if result.unreachable:

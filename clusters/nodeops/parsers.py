@@ -297,8 +297,8 @@ def judge_health(
     """Each node's health from every node's report (a str: why the node could not be asked).
 
     Unreachable over SSH, then the private network (its own wg0 and wireguard-go, then the
-    pings: a node is down when it cannot reach most of the peers that are themselves up, so
-    one broken node does not take its healthy peers down with it), then the software (its own
+    pings: a lost link counts against the end that loses most of its links, so one broken
+    node does not take its healthy peers down with it), then the software (its own
     daemons, then the head's view of it: sinfo, kubectl, ray status)."""
     verdicts: dict[str, NodeHealthVerdict] = {}
     notes: dict[str, list[str]] = {name: [] for name in reports}
@@ -318,21 +318,44 @@ def judge_health(
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
         elif report.wg_daemon == "stopped":
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
-    # Then the pings, both directions, between nodes whose interface is up.
+    # Then the pings, both directions, between nodes whose own checks pass. A lost link has
+    # two ends; it is put on the end that loses most of its links (a node cut off fails with
+    # every peer, each peer only with it), one worst node at a time, so a broken node never
+    # takes its healthy peers down with it. Links to a node whose own checks already failed
+    # are its own, above. Only when every node left is equally cut off (two nodes whose
+    # link is down, and nothing says which end) are all of them down.
     meshed = [name for name in answered if name not in verdicts]
-    for name in meshed:
-        report = answered[name]
-        failed = [
+    lost = {
+        name: [
             peer for peer in meshed
-            if peer != name and not (report.peers.get(peer, False) and answered[peer].peers.get(name, True))
+            if peer != name and not (answered[name].peers.get(peer, False) and answered[peer].peers.get(name, True))
         ]
-        others = len(meshed) - 1
-        if others and len(failed) * 2 > others:
+        for name in meshed
+    }
+    pool = list(meshed)
+    while len(pool) > 1:
+        counts = {name: sum(1 for peer in lost[name] if peer in pool) for name in pool}
+        worst = max(counts.values())
+        if worst * 2 <= len(pool) - 1:
+            break
+        blamed = [name for name in pool if counts[name] == worst]
+        for name in blamed:
+            failed = [peer for peer in lost[name] if peer in pool]
+            alone = " (neither end's own checks fail)" if len(blamed) == len(pool) else ""
             verdicts[name] = NodeHealthVerdict(
-                name, NETWORK_DOWN, f"Cannot reach {_names(failed)} over the private network"[:255]
+                name, NETWORK_DOWN, f"Cannot reach {_names(failed)} over the private network{alone}"[:255]
             )
-        elif failed:
+        if len(blamed) == len(pool):
+            break
+        pool = [name for name in pool if name not in blamed]
+    own_fault = [name for name in answered if name not in meshed]
+    for name in pool:
+        report = answered[name]
+        failed = lost[name]
+        if failed:
             notes[name].append(f"cannot reach {_names(failed)}")
+        if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
+            notes[name].append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
         stale = [
             peer for peer, age in report.handshakes.items()
             if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
@@ -355,7 +378,10 @@ def judge_health(
         if name not in verdicts:
             report = answered[name]
             peers = sum(report.peers.values())
-            parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+            if report.peers:
+                parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+            else:
+                parts = ["wg0 up, no peer checked this round"]
             running = sorted(daemon for daemon, up in report.daemons.items() if up)
             if running:
                 parts.append(f"{_names(running)} running")
@@ -404,7 +430,7 @@ def _judge_status(
         # own raylet (above) says which one is gone.
         alive = parse_ray_status(report.status).alive
         if head in notes:
-            notes[head].append(f"{alive}/{len(notes)} nodes alive in ray status")
+            notes[head].append(f"{alive} nodes alive in ray status, {len(notes)} checked")
 
 # -- the network test ---------------------------------------------------------------------
 

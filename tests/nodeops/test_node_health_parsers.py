@@ -132,7 +132,7 @@ def test_kubernetes_and_ray_views_from_the_head():
         "node-1": replace(up, peers={"node-0": True}, daemons={"raylet": False}),
     }
     verdicts = judge_health(reports, "ray", head="node-0")
-    assert verdicts["node-0"].detail.endswith("3/2 nodes alive in ray status")
+    assert verdicts["node-0"].detail.endswith("3 nodes alive in ray status, 2 checked")
     assert (verdicts["node-1"].health, verdicts["node-1"].detail) == ("software_down", "raylet not running")
 
 
@@ -140,3 +140,34 @@ def test_output_without_markers_is_not_a_report():
     assert not parse_health_report("bash: line 1: something went wrong\n").printed_anything
     verdicts = judge_health({"node-0": parse_health_report("")}, "none", head="node-0")
     assert verdicts["node-0"].health == "unreachable"
+
+
+def test_a_lost_link_is_put_on_the_node_cut_off_from_everyone_not_on_a_peer_that_also_lost_one_link():
+    up = HealthReport(wg_up=True, wg_daemon="kernel")
+    names = [f"node-{i}" for i in range(4)]
+    # node-3 reaches no one; besides, the link node-1 <-> node-2 is down. node-2 then fails
+    # two of its three peers, but one of them is node-3's own fault.
+    broken = {frozenset(("node-1", "node-2"))} | {frozenset(("node-3", n)) for n in names[:3]}
+    reports: dict[str, HealthReport | str] = {
+        me: replace(up, peers={p: frozenset((me, p)) not in broken for p in names if p != me}) for me in names
+    }
+    verdicts = judge_health(reports, "none")
+    assert verdicts["node-3"].health == "network_down"
+    assert [verdicts[n].health for n in names[:3]] == ["healthy"] * 3
+    assert "cannot reach node-1, node-3" in verdicts["node-2"].detail
+
+
+def test_two_nodes_whose_only_link_is_down_with_both_ends_checks_passing_are_both_down_and_it_says_so():
+    up = HealthReport(wg_up=True, wg_daemon="kernel")
+    reports: dict[str, HealthReport | str] = {
+        "node-0": replace(up, peers={"node-1": False}), "node-1": replace(up, peers={"node-0": False}),
+    }
+    verdicts = judge_health(reports, "none")
+    assert {v.health for v in verdicts.values()} == {"network_down"}
+    assert verdicts["node-0"].detail == "Cannot reach node-1 over the private network (neither end's own checks fail)"
+
+
+def test_a_node_checked_alone_says_no_peer_was_checked_instead_of_reaching_zero_peers():
+    reports: dict[str, HealthReport | str] = {"node-0": HealthReport(wg_up=True, wg_daemon="kernel")}
+    verdict = judge_health(reports, "none", head="node-0")["node-0"]
+    assert (verdict.health, verdict.detail) == ("healthy", "wg0 up, no peer checked this round")

@@ -82,3 +82,33 @@ def test_one_round_is_one_ssh_session_per_node_over_kept_connections(endpoints):
 
 def test_the_health_script_is_part_of_the_scripts_shellcheck_reads():
     assert (Path(ops.__file__).parent / "scripts" / "health.sh").exists()
+
+
+class FirstLoginTimesOut(NodeRunner):
+    """node-1's first login of the round fails (its port closed, as a login that timed out
+    under the round's own load); every later one goes through."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.failed_once = False
+
+    def run(self, nodes, *args, **kwargs):
+        nodes = list(nodes)
+        if not self.failed_once:
+            self.failed_once = True
+            nodes = [dataclasses.replace(n, port=free_port(n.host)) if n.name == "node-1" else n for n in nodes]
+        return super().run(nodes, *args, **kwargs)
+
+
+def test_a_login_that_timed_out_during_the_round_is_asked_again_alone_before_any_verdict(endpoints):
+    spec = endpoints.spec(software="none")
+    with NodeRunner(RetryPolicy(connect_timeout=1, attempts=2, backoff=0.05)) as runner:
+        assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
+    flaky = FirstLoginTimesOut(RetryPolicy(connect_timeout=1, attempts=2, backoff=0.05))
+    with flaky:
+        health = ops.check_health(spec, runner=flaky).health
+
+    assert flaky.failed_once
+    assert {name: verdict.health for name, verdict in health.items()} == dict.fromkeys(
+        (f"node-{i}" for i in range(4)), "healthy"
+    )

@@ -179,3 +179,34 @@ def test_a_node_whose_replacement_has_joined_is_no_longer_checked(cluster):
     assert "node-1" in (health.check_cluster(cluster.pk) or {}), "a replacement on the way: still checked"
     Node.objects.filter(pk=new.pk).update(state=Node.State.JOINED, joined_at=old.joined_at)
     assert "node-1" not in (health.check_cluster(cluster.pk) or {})
+
+
+def test_an_unhealthy_head_is_never_suggested_for_replacement_and_the_advice_says_what_to_do_instead(smtp, cluster):
+    smtp.messages.clear()
+    break_network(cluster, 0)
+    assert (health.check_cluster(cluster.pk) or {})["node-0"] == NodeHealth.NETWORK_DOWN
+
+    [message] = cluster.events.filter(event="node_unhealthy").values_list("message", flat=True)
+    assert "replace node-0" not in message
+    assert "cannot be replaced" in message and "create a new cluster and terminate this one" in message
+    [email] = smtp.messages
+    assert "replace it" not in text_of(email) and "cannot be replaced" in text_of(email)
+
+    # A worker still is.
+    break_network(cluster, 1)
+    health.check_cluster(cluster.pk)
+    worker = cluster.events.filter(event="node_unhealthy").order_by("-id").values_list("message", flat=True)[0]
+    assert "replace node-1 or terminate the cluster" in worker
+
+
+def test_a_stopped_machine_carries_no_health(cluster, client, owner):
+    health.check_cluster(cluster.pk)
+    old = node(cluster, 1)
+    assert old.health == NodeHealth.HEALTHY
+
+    services.replace_node(Cluster.objects.get(pk=cluster.pk), "node-1", actor="alice")
+    old.refresh_from_db()
+    assert old.released_at is not None and (old.health, old.health_detail) == (NodeHealth.UNKNOWN, "")
+
+    services.terminate_cluster(Cluster.objects.get(pk=cluster.pk), actor="alice")
+    assert set(cluster.nodes.values_list("health", flat=True)) == {NodeHealth.UNKNOWN}

@@ -107,3 +107,33 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
                  .order_by("id").values_list("kind", flat=True))
     assert kinds == ["node_unhealthy", "node_recovered", "node_unhealthy", "node_recovered"]
     assert health.due_clusters() == [], "every node was just checked"
+
+
+def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_never_suggested_for_replacement(
+    environment, owner, real_machines
+):
+    cluster = services.create_cluster(
+        environment=environment, name="blame", machine_type=real_machine_type(2), machine_count=2, software="none",
+        created_by=owner,
+    )
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+    nodes = list(cluster.nodes.select_related("host").order_by("index"))
+
+    # The interface stays, set down (wireguard-go keeps running): node-1's own check fails,
+    # so the lost link is node-1's; node-0, which merely cannot reach it, stays healthy.
+    assert on_node(real_machines, nodes[1], "ip link set wg0 down").returncode == 0
+    found = tasks.check_cluster_health(cluster.pk)
+    assert found == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.NETWORK_DOWN}, found
+    assert cluster.nodes.get(index=1).health_detail == "wg0 is down"
+    assert "cannot reach node-1" in cluster.nodes.get(index=0).health_detail
+    assert on_node(real_machines, nodes[1], "ip link set wg0 up && ip route replace 10.77.0.0/24 dev wg0").returncode == 0
+
+    # The head's own wg0 down: the head alone, and the advice is not to replace it.
+    assert on_node(real_machines, nodes[0], "ip link set wg0 down").returncode == 0
+    found = tasks.check_cluster_health(cluster.pk)
+    assert found == {"node-0": NodeHealth.NETWORK_DOWN, "node-1": NodeHealth.HEALTHY}, found
+    advice = cluster.events.filter(event="node_unhealthy").order_by("-id").values_list("message", flat=True)[0]
+    assert advice.startswith("node-0 is private network down: wg0 is down.") and "replace node-0" not in advice
+    assert "cannot be replaced" in advice

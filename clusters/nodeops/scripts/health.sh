@@ -5,15 +5,18 @@
 # the software's own view of every node between ::begin-status:: and ::end-status::.
 # Exits 0 whenever it ran: what is wrong is in the markers, not in the exit status.
 #
-#   ::health:: wg0 up|down            the node's WireGuard interface exists
+#   ::health:: wg0 up|down            the node's WireGuard interface exists and is up
 #   ::health:: wg-daemon running|stopped|kernel   wireguard-go (kernel: no daemon needed)
-#   ::health:: peer <name> ok|fail    a ping to the peer's 10.77.0.x over wg0 answered
+#   ::health:: peer <name> ok|fail    the peer's 10.77.0.x answered over wg0 (one fping for all peers)
 #   ::health:: handshake <name> <seconds>|never   age of the latest handshake with the peer
 #   ::health:: daemon <name> running|stopped      the software's daemon on this node
 #   ::health:: status-exit <code>     the head's status command failed
 set -euo pipefail
 
 PING_WAIT="${RUNCRATE_HEALTH_PING_WAIT:-2}"
+# Without fping, a handshake this recent (seconds) counts as the peer answering (WireGuard
+# re-handshakes every 2 minutes while PersistentKeepalive keeps traffic flowing).
+HANDSHAKE_FRESH=180
 
 report() {
     printf '::health:: %s\n' "$*"
@@ -57,9 +60,53 @@ sandbox_network() {
     done <"$STATE_DIR/sandbox-peers"
 }
 
+# wg0_state: up (the interface exists and is administratively up), down (it exists but was
+# set down: `ip link set wg0 down`), or missing. One `ip` call; no pipeline.
+wg0_state() {
+    local line
+    line="$(ip -o link show wg0 2>/dev/null)" || line=""
+    case "$line" in
+        "") echo missing ;;
+        *"<UP,"* | *",UP,"* | *",UP>"* | *"<UP>"*) echo up ;;
+        *) echo down ;;
+    esac
+}
+
+# probe_peers: one `fping` over every peer's 10.77.0.x at once (one process per node per
+# round, however many peers: the round is linear in nodes), each target tried twice within
+# PING_WAIT seconds. Prints the addresses that answered. The ping also makes WireGuard
+# handshake with a peer it has not talked to lately.
+probe_peers() {
+    local wait_ms=$((PING_WAIT * 1000 / 2))
+    [ "$wait_ms" -ge 100 ] || wait_ms=100
+    fping -a -r 1 -B 1 -t "$wait_ms" -i 1 "$@" 2>/dev/null || true
+}
+
+# probe_ring: without fping (a machine that lost it), ping only the two ring neighbours
+# (still two processes a node, whatever the size); every other peer is judged by the age
+# of its latest WireGuard handshake, which the interface keeps anyway.
+probe_ring() {
+    local count=$# i previous next
+    local -a targets=("$@")
+    for ((i = 0; i < count; i++)); do
+        [ "${PEER_INDEX[${targets[$i]}]}" -lt "$NODE_INDEX" ] && previous="$i"
+        if [ -z "${next:-}" ] && [ "${PEER_INDEX[${targets[$i]}]}" -gt "$NODE_INDEX" ]; then next="$i"; fi
+    done
+    [ -n "${next:-}" ] || next=0
+    [ -n "${previous:-}" ] || previous=$((count - 1))
+    for i in $(printf '%s\n' "$previous" "$next" | sort -u); do
+        (ping -c 1 -W "$PING_WAIT" "${targets[$i]}" >/dev/null 2>&1 && echo "${targets[$i]}") &
+    done
+    wait
+}
+
 real_network() {
-    local entry name address key stamp now
-    if ! ip link show wg0 >/dev/null 2>&1; then
+    local entry name address key stamp now state
+    local -A name_of=() reached=() age_of=()
+    local -a addresses=()
+    declare -gA PEER_INDEX=()
+    state="$(wg0_state)"
+    if [ "$state" != up ]; then
         report "wg0 down"
         if process_runs wireguard-go; then report "wg-daemon running"; else report "wg-daemon stopped"; fi
         return 0
@@ -72,20 +119,12 @@ real_network() {
     else
         report "wg-daemon stopped"
     fi
-    # Every peer at once, each ping bounded: the round lasts PING_WAIT seconds at most. The
-    # ping also makes WireGuard handshake with a peer it has not talked to lately.
-    results="$(mktemp -d)"
-    trap 'rm -rf "$results"' EXIT
     for entry in "${CLUSTER_NODES[@]}"; do
         name="${entry%% *}" address="${entry#* }"
         [ "$name" = "$NODE_NAME" ] && continue
-        (if ping -c 1 -W "$PING_WAIT" "$address" >/dev/null 2>&1; then : >"$results/$name"; fi) &
-    done
-    wait
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}"
-        [ "$name" = "$NODE_NAME" ] && continue
-        if [ -e "$results/$name" ]; then report "peer $name ok"; else report "peer $name fail"; fi
+        name_of[$address]="$name"
+        PEER_INDEX[$address]="${name#node-}"
+        addresses+=("$address")
     done
     # Handshakes, by peer name.
     read_wg_peers
@@ -93,8 +132,27 @@ real_network() {
     while read -r key stamp; do
         name="${WG_PEER_OF[$key]:-}"
         [ -n "$name" ] || continue
-        if [ "$stamp" = 0 ]; then report "handshake $name never"; else report "handshake $name $((now - stamp))"; fi
+        if [ "$stamp" = 0 ]; then age_of[$name]=never; else age_of[$name]=$((now - stamp)); fi
     done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
+    [ "${#addresses[@]}" -gt 0 ] || return 0
+    local probed=all
+    if command -v fping >/dev/null 2>&1; then
+        while read -r address; do reached[$address]=1; done < <(probe_peers "${addresses[@]}")
+    else
+        probed=ring
+        while read -r address; do reached[$address]=1; done < <(probe_ring "${addresses[@]}")
+    fi
+    for address in "${addresses[@]}"; do
+        name="${name_of[$address]}"
+        if [ -n "${reached[$address]:-}" ]; then
+            report "peer $name ok"
+        elif [ "$probed" = ring ] && [ "${age_of[$name]:-never}" != never ] && [ "${age_of[$name]}" -le "$HANDSHAKE_FRESH" ]; then
+            report "peer $name ok"
+        else
+            report "peer $name fail"
+        fi
+    done
+    for name in "${!age_of[@]}"; do report "handshake $name ${age_of[$name]}"; done
 }
 
 # software_daemons: this node's daemons of the cluster's software.

@@ -1,0 +1,208 @@
+"""The API's lists built from a bounded number of queries and validated without per-object
+resolvers: clusters (with nodes, health and ssh lines), instances, a cluster's events and its
+network tests.
+
+ninja validates a response object by object through its `resolve_<field>` methods (a getter
+wrapped around every object, a root validator per object): thousands of Python calls for a
+page of clusters of 64 nodes, and each node's `ssh` line read its host with a query of its own.
+Here a page's rows are read as values (one query for the page, one for all its nodes with
+their hosts), turned into plain dicts, and validated by plain pydantic twins of the response
+schemas (`plain`), in pydantic-core, as the usage API does. The twins carry the schemas' own
+fields, types and serializers, so the answer is the same JSON; the schemas in api/schemas.py
+stay the OpenAPI document, byte for byte.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from ninja import Schema
+from pydantic import BaseModel, create_model
+
+from api import schemas
+from api.schemas import ListMeta, PageQuery
+from clusters import connect, network_tests
+from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, NodeHealth, Status
+
+_twins: dict[type, type[BaseModel]] = {}
+
+
+def _plain_annotation(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, Schema):
+        return plain(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None or not args:
+        return annotation
+    swapped = tuple(_plain_annotation(arg) for arg in args)
+    if swapped == args:
+        return annotation
+    if origin is types.UnionType or origin is typing.Union:
+        return typing.Union[swapped]  # noqa: UP007 (a tuple of types)
+    return origin[swapped]
+
+
+def plain(schema: type[Schema]) -> type[BaseModel]:
+    """A plain pydantic model with `schema`'s fields (names, types, serializers, defaults) and
+    none of ninja's per-object machinery; nested schemas become twins of their own."""
+    if schema not in _twins:
+        fields: dict[str, Any] = {
+            name: (_plain_annotation(info.annotation), info) for name, info in schema.model_fields.items()
+        }
+        _twins[schema] = create_model(schema.__name__, __base__=BaseModel, **fields)
+    return _twins[schema]
+
+
+def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]], total: int, pages: PageQuery,
+           **meta: Any) -> HttpResponse:
+    """A list envelope validated by the item schema's twin, rendered by ninja's own renderer
+    (the same bytes and headers as a validated return value)."""
+    from api.app import api
+
+    model = plain(item)
+    body = {
+        "data": [model.model_validate(row).model_dump(mode="json") for row in rows],
+        "meta": ListMeta(total=total, limit=pages.limit, offset=pages.offset).model_dump(mode="json") | meta,
+    }
+    return api.create_response(request, body, status=200)
+
+
+def _window(queryset: QuerySet[Any], pages: PageQuery) -> tuple[list[Any], int]:
+    total = queryset.count()
+    return (list(queryset[pages.offset:pages.offset + pages.limit]) if pages.offset < total else []), total
+
+
+# -- clusters -----------------------------------------------------------------------------------
+
+_NODE_COLUMNS = (
+    "id", "cluster_id", "index", "state", "joined_at", "step", "detail", "released_at", "replacing_id", "health",
+    "health_detail", "health_checked_at", "health_changed_at", "host__address", "host__name", "host__port",
+    "host__ssh_user", "address",
+)
+
+
+def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool) -> tuple[dict[str, Any], Any]:
+    released = node["released_at"] is not None
+    in_service = not released and node["replacing_id"] is None
+    endpoint = connect.endpoint_of(
+        node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"], gateway,
+        node["address"] if local else "",
+    )
+    row = {
+        "name": endpoint.name, "role": endpoint.role, "status": node["state"],
+        "private_ip": endpoint.private_ip if node["joined_at"] else None,
+        "step": node["step"] or None, "detail": node["detail"] or None,
+        "ssh": endpoint.ssh_command if connectable and in_service else None,
+        "replacing": node["replacing_id"] is not None and not released,
+        "instance_id": node["id"],
+        # A machine that stopped carries no health: what a round found was about it running.
+        "health": NodeHealth.UNKNOWN.value if released else node["health"],
+        "health_detail": None if released else (node["health_detail"] or None),
+        "health_checked_at": node["health_checked_at"], "health_changed_at": node["health_changed_at"],
+    }
+    return row, (endpoint if in_service else None)
+
+
+def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
+    """Rows of schemas.Cluster for clusters read with their catalogue (cluster_for_list): one
+    query for all their nodes and hosts, whatever their number."""
+    nodes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    if clusters:
+        for node in (Node.objects.filter(cluster_id__in=[c.pk for c in clusters])
+                     .order_by("cluster_id", "index", "id").values(*_NODE_COLUMNS)):
+            nodes[node["cluster_id"]].append(node)
+    rows = []
+    for cluster in clusters:
+        machine_type = cluster.machine_type
+        connectable = cluster.status in connect.CONNECTABLE
+        gateway = connect.gateway_of(cluster.provider, machine_type.location.gateway_host)
+        node_rows, live = [], []
+        for node in nodes[cluster.pk]:
+            row, endpoint = _node_row(node, connectable, gateway, cluster.provider == "local")
+            node_rows.append(row)
+            if endpoint is not None:
+                live.append(endpoint)
+        unhealthy = 0
+        if cluster.status == Status.READY:
+            unhealthy = sum(1 for n in nodes[cluster.pk] if n["released_at"] is None and n["health"] in BAD_HEALTH)
+        rows.append({
+            "id": cluster.pk, "name": cluster.name, "status": cluster.status,
+            "termination_reason": cluster.termination_reason or cluster.failure_reason or None,
+            "failure_reason": cluster.failure_reason or None,
+            "environment": cluster.environment.name, "environment_id": cluster.environment_id,
+            "machines": cluster.machine_count, "software": cluster.software,
+            "offer": {
+                "id": machine_type.pk, "gpu": machine_type.gpu.slug, "gpus_per_machine": machine_type.gpus_per_machine,
+                "machine_kind": machine_type.kind, "location": machine_type.location.code,
+                "location_name": machine_type.location.name, "interconnect": machine_type.interconnect,
+                "community": machine_type.community,
+            },
+            "volume_id": cluster.volume_id, "price_per_machine_hour": cluster.price_per_machine_hour,
+            "price_per_hour": cluster.price_per_hour, "created_at": cluster.created_at,
+            "billing_started_at": cluster.billing_started_at, "billing_ended_at": cluster.billing_ended_at,
+            "ready_at": cluster.ready_at, "terminated_at": cluster.terminated_at, "deadline_at": cluster.deadline_at,
+            "nodes": node_rows, "unhealthy_nodes": unhealthy,
+            "ssh_config": connect.ssh_config_of(cluster.name, cluster.machine_count, live) if connectable else None,
+        })
+    return rows
+
+
+def cluster_page(request: HttpRequest, clusters: QuerySet[Cluster], pages: PageQuery) -> HttpResponse:
+    window, total = _window(clusters, pages)
+    return answer(request, schemas.Cluster, cluster_rows(window), total, pages)
+
+
+# -- instances, events, network tests -----------------------------------------------------------
+
+_INSTANCE_COLUMNS = (
+    "id", "index", "state", "cluster_id", "cluster__name", "cluster__status", "cluster__environment__name",
+    "cluster__machine_type__gpu__slug", "cluster__machine_type__gpus_per_machine", "cluster__machine_type__kind",
+    "cluster__machine_type__location__code", "joined_at", "cluster__price_per_machine_hour", "billing_started_at",
+    "replacing_id", "released_at",
+)
+
+
+def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery) -> HttpResponse:
+    window, total = _window(instances.values(*_INSTANCE_COLUMNS), pages)
+    rows = [
+        {
+            "id": n["id"], "name": f"node-{n['index']}", "role": "head" if n["index"] == 0 else "worker",
+            "status": n["state"], "cluster_id": n["cluster_id"], "cluster_name": n["cluster__name"],
+            "cluster_status": n["cluster__status"], "environment": n["cluster__environment__name"],
+            "gpu": n["cluster__machine_type__gpu__slug"], "gpus_per_machine": n["cluster__machine_type__gpus_per_machine"],
+            "machine_kind": n["cluster__machine_type__kind"], "location": n["cluster__machine_type__location__code"],
+            "private_ip": f"10.77.0.{n['index'] + 1}" if n["joined_at"] else None,
+            "price_per_hour": n["cluster__price_per_machine_hour"], "billing_started_at": n["billing_started_at"],
+            "replaces_instance_id": n["replacing_id"] if n["replacing_id"] is not None and n["released_at"] is None else None,
+        }
+        for n in window
+    ]
+    return answer(request, schemas.Instance, rows, total, pages)
+
+
+def event_page(request: HttpRequest, events: QuerySet[ClusterEvent], pages: PageQuery) -> HttpResponse:
+    window, total = _window(events.values("id", "created_at", "actor", "event", "message", "reason"), pages)
+    rows = [{**event, "reason": event["reason"] or None} for event in window]
+    return answer(request, schemas.ClusterEvent, rows, total, pages)
+
+
+def network_test_rows(tests: Iterable[NetworkTest]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": test.pk, "cluster_id": test.cluster_id, "status": test.status, "trigger": test.trigger,
+            "method": test.method, "requested_by": test.requested_by, "expected_gbps": test.expected_gbps,
+            "nodes": list(test.node_names), "created_at": test.created_at, "started_at": test.started_at,
+            "finished_at": test.finished_at, "detail": test.detail or None, "summary": network_tests.summary(test),
+        }
+        for test in tests
+    ]
+
+
+def network_test_page(request: HttpRequest, tests: QuerySet[NetworkTest], pages: PageQuery) -> HttpResponse:
+    window, total = _window(network_tests.with_pairs(tests), pages)
+    return answer(request, schemas.NetworkTestItem, network_test_rows(window), total, pages)

@@ -1,0 +1,90 @@
+"""Every list endpoint answers a page from a fixed number of queries, whatever the number of
+clusters, nodes, events or tests, and its rows say what the single-object endpoints say."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, NodeHealth, Status
+from tests.api.conftest import ApiClient
+from tests.core.test_queries import make_clusters
+
+pytestmark = pytest.mark.django_db
+
+
+def queries(api: ApiClient, path: str, **params) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        status, body = api.get(path, **params)
+    assert status == 200, body
+    return len(captured.captured_queries)
+
+
+def test_the_clusters_list_makes_the_same_queries_for_8_or_64_nodes_and_for_2_or_50_clusters(
+    environment, machine_type, owner_key
+):
+    api = ApiClient(owner_key)
+    make_clusters(environment, machine_type, 2, machines=8)
+    api.get("/clusters")  # the key's first use is written once
+    small = queries(api, "/clusters", status="all")
+
+    make_clusters(environment, machine_type, 48, machines=64)
+    assert queries(api, "/clusters", status="all") == small
+    status, body = api.get("/clusters", status="all", limit=50)
+    assert len(body["data"]) == 50 and {len(c["nodes"]) for c in body["data"]} == {8, 64}
+    ready = next(c for c in body["data"] if c["status"] == "ready")
+    assert all(node["ssh"] and node["ssh"].startswith("ssh") for node in ready["nodes"])
+
+
+def test_every_row_of_the_clusters_list_is_what_the_cluster_endpoint_answers(environment, machine_type, owner_key):
+    api = ApiClient(owner_key)
+    clusters = make_clusters(environment, machine_type, 3, machines=3)
+    node = clusters[1].nodes.get(index=2)
+    Node.objects.filter(pk=node.pk).update(health=NodeHealth.SOFTWARE_DOWN, health_detail="slurmd not running",
+                                           health_checked_at=timezone.now(), joined_at=timezone.now())
+    status, listed = api.get("/clusters", status="all")
+    assert status == 200
+    for row in listed["data"]:
+        status, one = api.get(f"/clusters/{row['id']}")
+        assert status == 200 and row == one["data"]
+
+
+def test_a_stopped_machine_is_listed_without_health(environment, machine_type, owner_key):
+    cluster = make_clusters(environment, machine_type, 1, machines=2)[0]
+    Node.objects.filter(cluster=cluster, index=1).update(health=NodeHealth.HEALTHY, health_detail="reaches 1 peer",
+                                                         released_at=timezone.now(), state=Node.State.STOPPED)
+    status, body = ApiClient(owner_key).get("/clusters", status="all")
+    assert status == 200
+    [row] = body["data"]
+    assert [(n["name"], n["health"], n["health_detail"]) for n in row["nodes"]][1] == ("node-1", "unknown", None)
+
+
+def test_instances_events_and_network_tests_lists_make_the_same_queries_however_many_rows(
+    environment, machine_type, owner_key
+):
+    api = ApiClient(owner_key)
+    cluster = make_clusters(environment, machine_type, 1, machines=2, events=2)[0]
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.READY)
+
+    def add_test(nodes: int) -> None:
+        test = NetworkTest.objects.create(cluster=cluster, trigger="on_demand", expected_gbps=1.0,
+                                          node_names=[f"node-{i}" for i in range(nodes)], status="passed")
+        NetworkTestPair.objects.bulk_create(
+            NetworkTestPair(test=test, phase="pairs", source_index=a, target_index=b, gbps=1.5)
+            for a in range(nodes) for b in range(nodes) if a != b
+        )
+
+    add_test(2)
+    api.get("/clusters")
+    few = [queries(api, path) for path in ("/instances", f"/clusters/{cluster.pk}/events",
+                                           f"/clusters/{cluster.pk}/network-tests")]
+    make_clusters(environment, machine_type, 30, machines=8)
+    many_events = make_clusters(environment, machine_type, 1, events=300)[0]
+    Cluster.objects.filter(pk=many_events.pk).update(status=Status.READY)
+    for _ in range(20):
+        add_test(8)
+    many = [queries(api, path) for path in ("/instances", f"/clusters/{many_events.pk}/events",
+                                            f"/clusters/{cluster.pk}/network-tests")]
+    assert many == few
