@@ -68,6 +68,8 @@ class StepResult:
     rejected: dict[str, str] = field(default_factory=dict)
     # check_health: every node's verdict.
     health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
+    # set_names: every node's SSH host key ("type base64"), as its sshd presented it.
+    host_keys: dict[str, str] = field(default_factory=dict)
     detail: str = ""
 
     @property
@@ -438,9 +440,30 @@ def set_names(
         "RUNCRATE_CLUSTER_SSH_PUBLIC_KEY": secrets.ssh_public_key,
     }
     with _Session(runner) as session:
-        return StepResult(
+        _check_sandbox(spec)
+        host_keys = session.host_keys(spec.nodes, gateway=spec.gateway)
+        extra["RUNCRATE_KNOWN_HOSTS"] = known_hosts_env(spec, host_keys)
+        result = StepResult(
             "set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output, extra)
         )
+        result.host_keys = host_keys
+        return result
+
+
+def known_hosts_env(spec: ClusterSpec, host_keys: Mapping[str, str]) -> str:
+    """RUNCRATE_KNOWN_HOSTS for set_names.sh: "names type key" per node, ';'-separated. A
+    node is known by its name, its private address and (real machines) the underlay address
+    its WireGuard peers send to, where its sshd answers on port 22 as well."""
+    lines = []
+    for node in spec.nodes:
+        key = host_keys.get(node.name)
+        if not key:
+            continue
+        names = [node.name, node.private_ip]
+        if not spec.sandbox and node.wireguard_endpoint not in names:
+            names.append(node.wireguard_endpoint)
+        lines.append(f"{','.join(names)} {key}")
+    return ";".join(lines)
 
 
 def join_network(

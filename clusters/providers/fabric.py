@@ -134,10 +134,13 @@ class FabricProvider(Provider):
     # -- node steps ------------------------------------------------------------------
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        from clusters import services
+
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
             names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
+            services.record_host_keys(cluster, nodes, names.host_keys)
             if not names.ok:
                 return _pending(names)
             joined = operations.join_network(
