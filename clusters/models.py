@@ -266,6 +266,8 @@ class Node(models.Model):
         UP = "up", "Up"
         JOINED = "joined", "Joined"
         INSTALLING = "installing", "Installing"
+        # Its install finished while another node's failed (a degraded cluster).
+        INSTALLED = "installed", "Installed"
         READY = "ready", "Ready"
         INSTALL_FAILED = "install_failed", "Install failed"
         FAILED = "failed", "Failed"

@@ -474,6 +474,10 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
         for node in broken:
             node.state, node.detail = Node.State.INSTALL_FAILED, failed[node.name][:255]
         Node.objects.bulk_update(broken, ["state", "detail"])
+        # The others finished their part: they say so, not "Installing" for as long as it lasts.
+        Node.objects.filter(
+            cluster=cluster, released_at__isnull=True, state__in=[Node.State.INSTALLING, Node.State.JOINED]
+        ).exclude(pk__in=[n.pk for n in broken]).update(state=Node.State.INSTALLED, step="installed", detail="")
         summary = "; ".join(f"{name}: {msg}" for name, msg in sorted(failed.items()))
         record_event(
             cluster, "degraded",
@@ -724,13 +728,27 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
         new = Node.objects.create(cluster=cluster, index=old.index, host=hosts[0], replacing=old)
         record_event(
             cluster, "node_replacing",
-            f"Replacing {name} ({old.host.name}) with a new machine ({hosts[0].name}): it takes {name}'s name and "
-            f"private address {old.private_ip}; {old.host.name} stops once it has taken over. The new machine is "
+            f"Replacing {name} with a new machine: it takes {name}'s name and private address {old.private_ip}; "
+            f"the old machine takes no new work now and stops once the new one has taken over. The new machine is "
             "billed from when it is up, the old one until it stops.",
             actor=actor,
         )
         _after_commit_changed(cluster.pk, advance=True)
         return new
+
+
+def record_drain(cluster: Cluster, node: Node, jobs: list[str] | None) -> None:
+    """The node being replaced takes no new work; say which jobs end when the new machine takes over."""
+    if jobs is None:
+        return
+    software = cluster.get_software_display()
+    if jobs:
+        listed = ", ".join(jobs[:10]) + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
+        ending = f"These jobs run on it and end when the new machine takes over: {listed}."
+    else:
+        ending = "No job runs on it."
+    record_event(cluster, "node_draining", f"{node.name} takes no new {software} jobs while its new machine comes up. {ending}")
+    _after_commit_changed(cluster.pk)
 
 
 def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
@@ -748,7 +766,7 @@ def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
         billing.start_usage(cluster, [new], now)
         record_event(
             cluster, "replacement_joined",
-            f"The new {new.name} ({new.host.name}) joined the private network as {new.private_ip}; billing started for it.",
+            f"The new {new.name} joined the private network as {new.private_ip}; billing started for it.",
         )
         _after_commit_changed(cluster.pk, advance=True)
         return True
@@ -761,7 +779,7 @@ def mark_replacement_ready(cluster: Cluster, new: Node) -> None:
         )
         record_event(
             cluster, "replacement_ready",
-            f"The new {new.name} ({new.host.name}) is ready; stopping the old machine.",
+            f"The new {new.name} is ready and has taken over; stopping the old machine.",
         )
         _after_commit_changed(cluster.pk, nodes=[new.pk])
 
@@ -805,7 +823,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         # checked per statement, and the new row joins it below.
         if Node.objects.filter(pk=old.pk, released_at__isnull=True).update(
             state=Node.State.STOPPED, released_at=now, billing_ended_at=now, step="replaced",
-            detail=f"replaced by {new.host.name}"[:255],
+            detail="replaced by a new machine",
         ):
             billing.end_node_usage([old.pk], now)
             inventory.release_hosts([old.host_id])
@@ -813,7 +831,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         _move_wireguard_key(cluster, new)
         record_event(
             cluster, "node_replaced",
-            f"{new.name} now runs on {new.host.name}; {old.host.name} stopped and was released (billed until now).",
+            f"{new.name} now runs on its new machine; the old machine stopped and was released (billed until now).",
         )
         _after_commit_changed(cluster.pk)
         return True
@@ -842,8 +860,8 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         charge = "billed until now" if billed else "not charged"
         record_event(
             cluster, "replacement_failed",
-            f"The new machine for {new.name} ({new.host.name}) did not take over ({detail}); it was released "
-            f"({charge}). {old.host.name if old else 'The old machine'} keeps running as {new.name}.",
+            f"The new machine for {new.name} did not take over ({detail}); it was released "
+            f"({charge}). The old machine keeps running as {new.name}.",
             reason=Reason.BOOT_FAILED,
         )
         _after_commit_changed(cluster.pk)

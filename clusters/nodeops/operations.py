@@ -610,6 +610,22 @@ def install_software(
     return StepResult("install_software", results, detail=spec.software)
 
 
+def drain(
+    spec: ClusterSpec,
+    node_name: str,
+    *,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
+) -> tuple[StepResult, list[str]]:
+    """The software gives `node_name` no new work (Slurm DRAIN); it keeps what it runs. Runs on
+    the head; returns the step and the jobs still running on the node ("id name")."""
+    with _Session(runner) as session:
+        results = _run(spec, [spec.head], "drain.sh", "drain", session, on_output, {"RUNCRATE_DRAIN_NODE": node_name})
+    head = results[spec.head.name]
+    jobs = [line.removeprefix("::job:: ").strip() for line in head.stdout.splitlines() if line.startswith("::job:: ")]
+    return StepResult("drain", results), jobs
+
+
 def check_ready(
     spec: ClusterSpec,
     *,

@@ -203,5 +203,10 @@ else
         service_restart slurmctld /run/slurmctld.pid slurmctld
     fi
     service_restart slurmd /run/slurmd.pid slurmd
+    if ! is_head && scontrol show node "$NODE_NAME" 2>/dev/null | grep -q 'Reason=being replaced'; then
+        # This machine takes over a node drained for its replacement (drain.sh): open it again.
+        scontrol update NodeName="$NODE_NAME" State=RESUME
+        log "$NODE_NAME resumed: this machine has taken it over"
+    fi
     log "slurm installed: slurmctld on node-0, slurmd on $NODE_NAME"
 fi
