@@ -445,6 +445,13 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
             provider.join_network(cluster, in_service)
         except Exception:  # noqa: BLE001 - the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
+    old = next((n for n in in_service if n.pk == new.replacing_id), None)
+    if old is not None:
+        try:
+            # It was drained when the swap started: the old machine is the node again.
+            provider.drain(cluster, in_service, old, resume=True)
+        except Exception:  # noqa: BLE001 - best effort, like the rejoin
+            log.exception("resuming %s of cluster %s after a failed replacement failed", old.name, cluster.pk)
     return Next.DONE
 
 

@@ -843,10 +843,9 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         now = timezone.now()
-        new = Node.objects.select_related("host", "replacing__host").get(pk=new.pk)
+        new = Node.objects.select_related("host").get(pk=new.pk)
         if new.released_at is not None or new.replacing_id is None:
             return False
-        old = new.replacing
         billed = new.billing_started_at is not None and new.billing_ended_at is None
         # `replacing` is one-to-one: cleared, so the node can be replaced again.
         Node.objects.filter(pk=new.pk).update(

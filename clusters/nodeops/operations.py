@@ -616,11 +616,14 @@ def drain(
     *,
     runner: NodeRunner | None = None,
     on_output: OutputCallback | None = None,
+    resume: bool = False,
 ) -> tuple[StepResult, list[str]]:
     """The software gives `node_name` no new work (Slurm DRAIN); it keeps what it runs. Runs on
-    the head; returns the step and the jobs still running on the node ("id name")."""
+    the head; returns the step and the jobs still running on the node ("id name"). `resume`:
+    the swap was given up, the node takes work again."""
+    env = {"RUNCRATE_DRAIN_NODE": node_name, "RUNCRATE_DRAIN_ACTION": "resume" if resume else "drain"}
     with _Session(runner) as session:
-        results = _run(spec, [spec.head], "drain.sh", "drain", session, on_output, {"RUNCRATE_DRAIN_NODE": node_name})
+        results = _run(spec, [spec.head], "drain.sh", "drain", session, on_output, env)
     head = results[spec.head.name]
     jobs = [line.removeprefix("::job:: ").strip() for line in head.stdout.splitlines() if line.startswith("::job:: ")]
     return StepResult("drain", results), jobs

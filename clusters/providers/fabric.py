@@ -187,10 +187,10 @@ class FabricProvider(Provider):
                 self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
         return outcome
 
-    def drain(self, cluster: Cluster, nodes: list[Node], node: Node) -> list[str] | None:
+    def drain(self, cluster: Cluster, nodes: list[Node], node: Node, *, resume: bool = False) -> list[str] | None:
         spec = self.spec_for(cluster, nodes)
         with self._runner() as runner:
-            result, jobs = operations.drain(spec, node.name, runner=runner, on_output=self._emit)
+            result, jobs = operations.drain(spec, node.name, runner=runner, on_output=self._emit, resume=resume)
         return jobs if result.ok else None
 
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:

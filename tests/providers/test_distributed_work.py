@@ -19,6 +19,7 @@ import pytest
 from clusters import connect, services
 from clusters.models import Node, Status
 from clusters.nodeops import realnodes
+from offers.models import Host
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import (
     customer_key,
@@ -151,12 +152,19 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     # node-2 replaced while a job runs on node-1: the job completes; node-2 is drained first.
     on_head("sbatch -w node-1 -J untouched --output=/shared/logs/untouched.out --wrap 'sleep 25; echo done'")
     assert wait_for(lambda: "untouched" in on_head("squeue -h -t R -o %j").stdout, timeout=30)
+    doomed = on_head("sbatch -w node-2 -J doomed --output=/dev/null --wrap 'sleep 600'").stdout.split()[-1]
+    assert wait_for(lambda: "doomed" in on_head("squeue -h -t R -o %j").stdout, timeout=30)
     old = cluster.nodes.select_related("host").get(index=2, released_at__isnull=True)
     old_key = old.host_key
+    # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
+    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=12)
     services.replace_node(cluster, "node-2", actor="alice")
-    drained = wait_for(lambda: _drive_once(cluster) and "drain" in on_head("sinfo -h -n node-2 -o %T").stdout,
-                       timeout=60, interval=0.1)
-    assert drained, "the old node-2 takes no new work while its successor comes up"
+    cluster = drive(cluster, SETTLED, timeout=2)
+    assert on_head("sinfo -h -n node-2 -o %T").stdout.strip() == "draining", story(cluster)
+    assert on_head("srun -N1 -w node-2 --immediate=5 hostname").returncode != 0, "no new job lands on node-2"
+    assert "doomed" in on_head("squeue -h -t R -o %j").stdout, "what runs there keeps running"
+    assert (f"node-2 takes no new Slurm jobs while its new machine comes up. These jobs run on it and end when the "
+            f"new machine takes over: {doomed} doomed.") in story(cluster)
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and cluster.nodes.filter(replacing__isnull=False, released_at__isnull=True).exists():
         cluster = drive(cluster, SETTLED, timeout=2)
@@ -174,10 +182,3 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
-
-
-def _drive_once(cluster) -> bool:
-    from clusters import lifecycle
-
-    lifecycle.advance(cluster.pk)
-    return True

@@ -11,6 +11,15 @@ case "${RUNCRATE_SOFTWARE:-none}" in
             log "sandbox: $DRAIN drained"
             exit 0
         fi
+        if [ "${RUNCRATE_DRAIN_ACTION:-drain}" = resume ]; then
+            # The swap did not happen: the old machine is the node again and takes work.
+            step "resume"
+            if scontrol show node "$DRAIN" | grep -q 'Reason=being replaced'; then
+                scontrol update NodeName="$DRAIN" State=RESUME
+            fi
+            log "$DRAIN takes jobs again"
+            exit 0
+        fi
         step "drain"
         # "being replaced" is how install_slurm.sh on the new machine knows to resume the node.
         scontrol update NodeName="$DRAIN" State=DRAIN Reason="being replaced"

@@ -11,7 +11,7 @@ import sys
 import time
 
 if "OMPI_COMM_WORLD_RANK" in os.environ:
-    from mpi4py import MPI
+    from mpi4py import MPI  # type: ignore[import-not-found]  # only on the nodes
 
     comm = MPI.COMM_WORLD
     total = comm.allreduce(1)
