@@ -443,9 +443,16 @@ def set_names(
         _check_sandbox(spec)
         host_keys = session.host_keys(spec.nodes, gateway=spec.gateway)
         extra["RUNCRATE_KNOWN_HOSTS"] = known_hosts_env(spec, host_keys)
-        result = StepResult(
-            "set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output, extra)
-        )
+        # A node that did not answer for its key was retried already: it is unreachable.
+        # None at all (a gateway that does not answer): the run says why for every node.
+        reached = [node for node in spec.nodes if node.name in host_keys or not host_keys]
+        results = _run(spec, reached, "set_names.sh", "set_names", session, on_output, extra)
+        for node in spec.nodes:
+            if node.name not in results:
+                error = f"{node.name} ({node.host}:{node.port}) unreachable after {session.policy.attempts} attempts"
+                results[node.name] = NodeResult(node=node, ok=False, exit_code=None, stdout="", stderr=error,
+                                                unreachable=True, attempts=session.policy.attempts, error=error)
+        result = StepResult("set_names", {node.name: results[node.name] for node in spec.nodes})
         result.host_keys = host_keys
         return result
 

@@ -165,10 +165,13 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert "doomed" in on_head("squeue -h -t R -o %j").stdout, "what runs there keeps running"
     assert (f"node-2 takes no new Slurm jobs while its new machine comes up. These jobs run on it and end when the "
             f"new machine takes over: {doomed} doomed.") in story(cluster)
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline and cluster.nodes.filter(replacing__isnull=False, released_at__isnull=True).exists():
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and cluster.nodes.filter(index=2, released_at__isnull=True).count() > 1:
         cluster = drive(cluster, SETTLED, timeout=2)
-    new = cluster.nodes.get(index=2, released_at__isnull=True)
+        time.sleep(0.5)
+    swapped = list(cluster.nodes.filter(index=2, released_at__isnull=True))
+    assert len(swapped) == 1, story(cluster)
+    new = swapped[0]
     assert new.pk != old.pk and new.state == Node.State.READY, story(cluster)
     assert new.host_key and new.host_key != old_key
     assert wait_for(lambda: "done" in on_head("cat /shared/logs/untouched.out 2>/dev/null").stdout, timeout=60)

@@ -204,7 +204,15 @@ else
     fi
     service_restart slurmd /run/slurmd.pid slurmd
     if ! is_head && scontrol show node "$NODE_NAME" 2>/dev/null | grep -q 'Reason=being replaced'; then
-        # This machine takes over a node drained for its replacement (drain.sh): open it again.
+        # This machine takes over a node drained for its replacement (drain.sh). The jobs the old
+        # machine still ran end now, as the replacement's event said: slurmctld would otherwise
+        # count them on this machine until it noticed they are gone. Then the node takes work.
+        scancel --nodelist="$NODE_NAME" --state=RUNNING || true
+        waited=0
+        while [ -n "$(squeue -h -w "$NODE_NAME" -o %i 2>/dev/null)" ] && [ "$waited" -lt 150 ]; do
+            sleep 0.2
+            waited=$((waited + 1))
+        done
         scontrol update NodeName="$NODE_NAME" State=RESUME
         log "$NODE_NAME resumed: this machine has taken it over"
     fi
