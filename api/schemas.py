@@ -356,12 +356,31 @@ class Cluster(Schema):
     nodes: list[Node]
     unhealthy_nodes: int = Field(description="Live nodes the last health check found unreachable, network down or software down.")
     ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
+    known_hosts: str | None = Field(
+        description="known_hosts lines for every node's SSH host key, under its ssh_config alias and the address of "
+                    "its ssh line, once connectable (`runcrate clusters ssh-config` writes them).")
+    launch: dict[str, str] | None = Field(
+        description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array and "
+                    "srun_torchrun on Slurm; ray_job on Ray), once connectable. Run them on node-0 (torchrun: on "
+                    "every node).")
 
     @staticmethod
     def resolve_ssh_config(cluster: Any) -> str | None:
         from clusters import connect
 
         return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
+
+    @staticmethod
+    def resolve_known_hosts(cluster: Any) -> str | None:
+        from clusters import connect
+
+        return connect.known_hosts(cluster) if cluster.status in connect.CONNECTABLE else None
+
+    @staticmethod
+    def resolve_launch(cluster: Any) -> dict[str, str] | None:
+        from clusters import connect
+
+        return connect.launch_lines(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_termination_reason(cluster: Any) -> str | None:

@@ -69,22 +69,49 @@ def gateway_of(provider: str, gateway_host: str) -> str:
     return "" if provider == "local" else gateway_host
 
 
-def ssh_config(cluster: Cluster) -> str:
+def host_alias(cluster: Cluster, node_name: str) -> str:
+    """What the customer's ssh-config calls a node (`ssh train-node-3`)."""
+    return f"{cluster.name}-{node_name}"
+
+
+def ssh_config(cluster: Cluster, known_hosts_file: str = "") -> str:
     """A ~/.ssh/config block: `ssh <cluster>-node-0` from the customer's laptop."""
-    return ssh_config_of(cluster.name, cluster.machine_count, endpoints(cluster))
+    return ssh_config_of(cluster.name, cluster.machine_count, endpoints(cluster), known_hosts_file)
 
 
-def ssh_config_of(name: str, machine_count: int, live: list[NodeEndpoint]) -> str:
+def ssh_config_of(name: str, machine_count: int, live: list[NodeEndpoint], known_hosts_file: str = "") -> str:
+    """Each node's host key is kept under its alias (HostKeyAlias), so it follows the node's
+    name: the machine that answers on a gateway port may change (replace-node), the name stays.
+    `known_hosts_file`: where the `runcrate` CLI wrote `known_hosts(cluster)`; those lines are
+    then checked strictly."""
     blocks = [f"# Runcrate cluster {name} ({machine_count} machines)\n"]
     for ep in live:
-        lines = [f"Host {name}-{ep.name}", f"    HostName {ep.host}", f"    User {ep.user}"]
+        alias = f"{name}-{ep.name}"
+        lines = [f"Host {alias}", f"    HostName {ep.host}", f"    User {ep.user}"]
         if ep.port != 22:
             lines.append(f"    Port {ep.port}")
         if ep.proxy_jump:
             lines.append(f"    ProxyJump {ep.proxy_jump}")
+        lines.append(f"    HostKeyAlias {alias}")
+        if known_hosts_file:
+            lines += [f"    UserKnownHostsFile {known_hosts_file}", "    StrictHostKeyChecking yes"]
         lines += ["    ServerAliveInterval 30", ""]
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def known_hosts(cluster: Cluster) -> str:
+    """known_hosts lines for every live node whose host key the control plane has read: under
+    its ssh-config alias, and under the address and port of its `ssh` line."""
+    live = {n.name: n for n in cluster.nodes.all() if n.released_at is None and n.replacing_id is None}
+    lines = []
+    for ep in endpoints(cluster):
+        key = live[ep.name].host_key
+        if not key:
+            continue
+        address = ep.host if ep.port == 22 else f"[{ep.host}]:{ep.port}"
+        lines.append(f"{host_alias(cluster, ep.name)},{address} {key}\n")
+    return "".join(lines)
 
 
 def ssh_line(node: Node) -> str | None:
@@ -102,7 +129,8 @@ def hostfile(cluster: Cluster) -> str:
 
 
 # What setup_shared.sh exports for NCCL and Gloo (the private interface, socket settings):
-# every launch line sources it, and mpirun forwards it to every rank.
+# every shell on a node has them (/etc/runcrate/env.sh), the launch lines source the file as
+# well for a shell that does not, and mpirun forwards them to every rank.
 NCCL_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_IB_DISABLE",
                   "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
 
@@ -112,31 +140,69 @@ def nccl_env_path(cluster: Cluster) -> str:
     return "/shared/nccl.env" if cluster.machine_type.shares_folder else "/etc/runcrate/nccl.env"
 
 
+def hostfile_path(cluster: Cluster) -> str:
+    return "/shared/hostfile" if cluster.machine_type.shares_folder else "/etc/runcrate/hostfile"
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    key: str
+    label: str
+    command: str
+
+
 def launch_lines(cluster: Cluster) -> dict[str, str]:
+    """Every launch line the Connect card shows, by key (the API's `launch`)."""
+    return {line.key: line.command for line in launch_commands(cluster)}
+
+
+def launch_commands(cluster: Cluster) -> list[LaunchLine]:
+    """The one place the launch lines are made: the Connect card, the API and the CLI show
+    these, and tests/providers/test_distributed_work.py runs each of them on real nodes as
+    shown. `$NODE_RANK`, `$NNODES`, `$GPUS_PER_NODE` are in every shell on every node."""
     nodes = len(endpoints(cluster))
     gpus = cluster.machine_type.gpus_per_machine
     world = nodes * gpus
     head = "node-0"
+    hostfile = hostfile_path(cluster)
     source = f"source {nccl_env_path(cluster)} && "
     forward = " ".join(f"-x {name}" for name in NCCL_VARIABLES)
-    return {
-        "torchrun": (
-            f"{source}torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
-            f"--rdzv-backend=c10d --rdzv-endpoint={head}:{MASTER_PORT} train.py"
-        ),
-        "mpirun": (
-            f"{source}mpirun -np {world} --hostfile /shared/hostfile {forward} "
+    torchrun = (
+        f"torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
+        f"--rdzv-backend=c10d --rdzv-endpoint={head}:{MASTER_PORT} train.py"
+    )
+    lines = [
+        LaunchLine("torchrun", "torchrun (run on every node)", f"{source}{torchrun}"),
+        LaunchLine("mpirun", f"mpirun (from {head})", (
+            f"{source}mpirun -np {world} --hostfile {hostfile} {forward} "
             f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
-        ),
-        "deepspeed": (
-            f"{source}deepspeed --hostfile /shared/hostfile --num_nodes {nodes} --num_gpus {gpus} "
+        )),
+        LaunchLine("deepspeed", f"DeepSpeed (from {head})", (
+            f"{source}deepspeed --hostfile {hostfile} --num_nodes {nodes} --num_gpus {gpus} "
             f"--master_addr {head} --master_port {MASTER_PORT} train.py --deepspeed ds_config.json"
-        ),
-        "nccl": (
-            f"{source}mpirun -np {world} --hostfile /shared/hostfile {forward} "
+        )),
+        LaunchLine("nccl", "Measure inter-node bandwidth (NCCL all_reduce_perf)", (
+            f"{source}mpirun -np {world} --hostfile {hostfile} {forward} "
             f"-x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 8G -f 2 -g 1"
-        ),
-    }
+        )),
+    ]
+    if cluster.software == "slurm":
+        logs = "/shared/logs" if cluster.machine_type.shares_folder else "/root"
+        lines += [
+            LaunchLine("sbatch_array", "Slurm array: one task per input, output per task", (
+                f"sbatch --array=0-{nodes * 4 - 1} --output={logs}/%A_%a.out "
+                "--wrap 'python task.py $SLURM_ARRAY_TASK_ID'"
+            )),
+            LaunchLine("srun_torchrun", f"Slurm: torchrun on {nodes} nodes", (
+                f"srun -N{nodes} --ntasks-per-node=1 bash -c '{torchrun.replace('$NODE_RANK', '$SLURM_NODEID')}'"
+            )),
+        ]
+    if cluster.software == "ray":
+        lines.append(LaunchLine("ray_job", f"Ray job (from {head})", (
+            # Ray's own virtualenv has ray; RAY_ADDRESS (every shell) points ray.init() at the head.
+            "/opt/ray/bin/python job.py"
+        )))
+    return lines
 
 
 def page_context(cluster: Cluster) -> dict | None:
@@ -145,5 +211,6 @@ def page_context(cluster: Cluster) -> dict | None:
         return None
     return {
         "endpoints": endpoints(cluster), "hostfile": hostfile(cluster),
-        "launch": launch_lines(cluster), "shares_folder": cluster.machine_type.shares_folder,
+        "launch": launch_commands(cluster), "shares_folder": cluster.machine_type.shares_folder,
+        "kubernetes": cluster.software == "kubernetes",
     }

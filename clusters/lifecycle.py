@@ -206,6 +206,16 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
     provider.release_all(nodes)
 
 
+BOOT_FAILED_TEXT = "its machine did not start"
+
+
+def _boot_failure(provider: Provider, node: Node, detail: str) -> str:
+    """What the customer reads when a machine does not start: the provider's own words (host
+    names, paths on its servers) go to the node's log, behind its Log toggle."""
+    provider.on_output(node.name, "boot", detail or "failed to start")
+    return BOOT_FAILED_TEXT
+
+
 def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> tuple[Node, str] | None:
     """Ask pending machines to boot and record those now up, in one push; returns the first
     machine that failed to start (and why), leaving what to do about it to the caller."""
@@ -222,7 +232,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
             continue
         report = provider.boot_status(node)
         if report.state is BootState.FAILED:
-            failed = (node, report.detail or "failed to start")
+            failed = (node, _boot_failure(provider, node, report.detail))
             break
         if report.state is BootState.UP:
             came_up.append(
@@ -384,6 +394,10 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         _stop_machines(cluster, [old], provider)
         services.finish_replacement(cluster, new)
         return Next.DONE
+    if new.state == Node.State.PENDING:
+        # First pass of the swap: the old node takes no new work from now on (Slurm DRAIN), and
+        # keeps what it runs until the new machine takes its name.
+        services.record_drain(cluster, old, provider.drain(cluster, in_service, old))
     if new.state in (Node.State.PENDING, Node.State.BOOTING, Node.State.UP):
         if new.boot_requested_at is not None and now - new.boot_requested_at > boot_deadline:
             return _fail_replacement(
@@ -431,6 +445,13 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
             provider.join_network(cluster, in_service)
         except Exception:  # noqa: BLE001 - the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
+    old = next((n for n in in_service if n.pk == new.replacing_id), None)
+    if old is not None:
+        try:
+            # It was drained when the swap started: the old machine is the node again.
+            provider.drain(cluster, in_service, old, resume=True)
+        except Exception:  # noqa: BLE001 - best effort, like the rejoin
+            log.exception("resuming %s of cluster %s after a failed replacement failed", old.name, cluster.pk)
     return Next.DONE
 
 

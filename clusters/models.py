@@ -266,6 +266,8 @@ class Node(models.Model):
         UP = "up", "Up"
         JOINED = "joined", "Joined"
         INSTALLING = "installing", "Installing"
+        # Its install finished while another node's failed (a degraded cluster).
+        INSTALLED = "installed", "Installed"
         READY = "ready", "Ready"
         INSTALL_FAILED = "install_failed", "Install failed"
         FAILED = "failed", "Failed"
@@ -287,6 +289,9 @@ class Node(models.Model):
     step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now.")
     log_tail = models.TextField(blank=True)
     detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
+    host_key = models.CharField(
+        max_length=1000, blank=True, help_text="The machine's SSH host key (type base64), as its sshd presents it."
+    )
 
     health = models.CharField(max_length=20, choices=NodeHealth.choices, default=NodeHealth.UNKNOWN)
     health_detail = models.CharField(max_length=255, blank=True, help_text="What the last health check found.")

@@ -417,6 +417,17 @@ def save_node_secrets(cluster: Cluster, secrets: dict) -> None:
     cluster.node_secrets = sealed
 
 
+def record_host_keys(cluster: Cluster, nodes: list[Node], keys: dict[str, str]) -> None:
+    """The SSH host key each machine presented (set_names): what the customer's known_hosts
+    holds for its node. `nodes` are the machines the keys were read from, under the node names
+    they ran as (a machine being swapped in runs as the node it replaces)."""
+    for node in nodes:
+        key = keys.get(node.name, "")
+        if key and key != node.host_key:
+            Node.objects.filter(pk=node.pk).update(host_key=key)
+            node.host_key = key
+
+
 def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
     """Every machine is up and reaches every other: billing starts now, at one instant for all."""
     with transaction.atomic():
@@ -466,6 +477,10 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
         for node in broken:
             node.state, node.detail = Node.State.INSTALL_FAILED, failed[node.name][:255]
         Node.objects.bulk_update(broken, ["state", "detail"])
+        # The others finished their part: they say so, not "Installing" for as long as it lasts.
+        Node.objects.filter(
+            cluster=cluster, released_at__isnull=True, state__in=[Node.State.INSTALLING, Node.State.JOINED]
+        ).exclude(pk__in=[n.pk for n in broken]).update(state=Node.State.INSTALLED, step="installed", detail="")
         summary = "; ".join(f"{name}: {msg}" for name, msg in sorted(failed.items()))
         record_event(
             cluster, "degraded",
@@ -717,13 +732,27 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
         new = Node.objects.create(cluster=cluster, index=old.index, host=hosts[0], replacing=old)
         record_event(
             cluster, "node_replacing",
-            f"Replacing {name} ({old.host.name}) with a new machine ({hosts[0].name}): it takes {name}'s name and "
-            f"private address {old.private_ip}; {old.host.name} stops once it has taken over. The new machine is "
+            f"Replacing {name} with a new machine: it takes {name}'s name and private address {old.private_ip}; "
+            f"the old machine takes no new work now and stops once the new one has taken over. The new machine is "
             "billed from when it is up, the old one until it stops.",
             actor=actor,
         )
         _after_commit_changed(cluster.pk, advance=True)
         return new
+
+
+def record_drain(cluster: Cluster, node: Node, jobs: list[str] | None) -> None:
+    """The node being replaced takes no new work; say which jobs end when the new machine takes over."""
+    if jobs is None:
+        return
+    software = cluster.get_software_display()
+    if jobs:
+        listed = ", ".join(jobs[:10]) + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
+        ending = f"These jobs run on it and end when the new machine takes over: {listed}."
+    else:
+        ending = "No job runs on it."
+    record_event(cluster, "node_draining", f"{node.name} takes no new {software} jobs while its new machine comes up. {ending}")
+    _after_commit_changed(cluster.pk)
 
 
 def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
@@ -741,7 +770,7 @@ def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
         billing.start_usage(cluster, [new], now)
         record_event(
             cluster, "replacement_joined",
-            f"The new {new.name} ({new.host.name}) joined the private network as {new.private_ip}; billing started for it.",
+            f"The new {new.name} joined the private network as {new.private_ip}; billing started for it.",
         )
         _after_commit_changed(cluster.pk, advance=True)
         return True
@@ -754,7 +783,7 @@ def mark_replacement_ready(cluster: Cluster, new: Node) -> None:
         )
         record_event(
             cluster, "replacement_ready",
-            f"The new {new.name} ({new.host.name}) is ready; stopping the old machine.",
+            f"The new {new.name} is ready and has taken over; stopping the old machine.",
         )
         _after_commit_changed(cluster.pk, nodes=[new.pk])
 
@@ -798,7 +827,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         # checked per statement, and the new row joins it below.
         if Node.objects.filter(pk=old.pk, released_at__isnull=True).update(
             state=Node.State.STOPPED, released_at=now, billing_ended_at=now, step="replaced",
-            detail=f"replaced by {new.host.name}"[:255], **NO_HEALTH,
+            detail="replaced by a new machine", **NO_HEALTH,
         ):
             billing.end_node_usage([old.pk], now)
             inventory.release_hosts([old.host_id])
@@ -806,7 +835,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         _move_wireguard_key(cluster, new)
         record_event(
             cluster, "node_replaced",
-            f"{new.name} now runs on {new.host.name}; {old.host.name} stopped and was released (billed until now).",
+            f"{new.name} now runs on its new machine; the old machine stopped and was released (billed until now).",
         )
         _after_commit_changed(cluster.pk)
         return True
@@ -818,10 +847,9 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         now = timezone.now()
-        new = Node.objects.select_related("host", "replacing__host").get(pk=new.pk)
+        new = Node.objects.select_related("host").get(pk=new.pk)
         if new.released_at is not None or new.replacing_id is None:
             return False
-        old = new.replacing
         billed = new.billing_started_at is not None and new.billing_ended_at is None
         # `replacing` is one-to-one: cleared, so the node can be replaced again.
         Node.objects.filter(pk=new.pk).update(
@@ -835,8 +863,8 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         charge = "billed until now" if billed else "not charged"
         record_event(
             cluster, "replacement_failed",
-            f"The new machine for {new.name} ({new.host.name}) did not take over ({detail}); it was released "
-            f"({charge}). {old.host.name if old else 'The old machine'} keeps running as {new.name}.",
+            f"The new machine for {new.name} did not take over ({detail}); it was released "
+            f"({charge}). The old machine keeps running as {new.name}.",
             reason=Reason.BOOT_FAILED,
         )
         _after_commit_changed(cluster.pk)

@@ -68,6 +68,8 @@ class StepResult:
     rejected: dict[str, str] = field(default_factory=dict)
     # check_health: every node's verdict.
     health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
+    # set_names: every node's SSH host key ("type base64"), as its sshd presented it.
+    host_keys: dict[str, str] = field(default_factory=dict)
     detail: str = ""
 
     @property
@@ -438,9 +440,37 @@ def set_names(
         "RUNCRATE_CLUSTER_SSH_PUBLIC_KEY": secrets.ssh_public_key,
     }
     with _Session(runner) as session:
-        return StepResult(
-            "set_names", _run(spec, spec.nodes, "set_names.sh", "set_names", session, on_output, extra)
-        )
+        _check_sandbox(spec)
+        host_keys = session.host_keys(spec.nodes, gateway=spec.gateway)
+        extra["RUNCRATE_KNOWN_HOSTS"] = known_hosts_env(spec, host_keys)
+        # A node that did not answer for its key was retried already: it is unreachable.
+        # None at all (a gateway that does not answer): the run says why for every node.
+        reached = [node for node in spec.nodes if node.name in host_keys or not host_keys]
+        results = _run(spec, reached, "set_names.sh", "set_names", session, on_output, extra)
+        for node in spec.nodes:
+            if node.name not in results:
+                error = f"{node.name} ({node.host}:{node.port}) unreachable after {session.policy.attempts} attempts"
+                results[node.name] = NodeResult(node=node, ok=False, exit_code=None, stdout="", stderr=error,
+                                                unreachable=True, attempts=session.policy.attempts, error=error)
+        result = StepResult("set_names", {node.name: results[node.name] for node in spec.nodes})
+        result.host_keys = host_keys
+        return result
+
+
+def known_hosts_env(spec: ClusterSpec, host_keys: Mapping[str, str]) -> str:
+    """RUNCRATE_KNOWN_HOSTS for set_names.sh: "names type key" per node, ';'-separated. A
+    node is known by its name, its private address and (real machines) the underlay address
+    its WireGuard peers send to, where its sshd answers on port 22 as well."""
+    lines = []
+    for node in spec.nodes:
+        key = host_keys.get(node.name)
+        if not key:
+            continue
+        names = [node.name, node.private_ip]
+        if not spec.sandbox and node.wireguard_endpoint not in names:
+            names.append(node.wireguard_endpoint)
+        lines.append(f"{','.join(names)} {key}")
+    return ";".join(lines)
 
 
 def join_network(
@@ -585,6 +615,25 @@ def install_software(
             new = [node for node in spec.nodes if node.name in arriving]
             results.update(_run(spec, new, script, "install_software", session, on_output, extra, node_env))
     return StepResult("install_software", results, detail=spec.software)
+
+
+def drain(
+    spec: ClusterSpec,
+    node_name: str,
+    *,
+    runner: NodeRunner | None = None,
+    on_output: OutputCallback | None = None,
+    resume: bool = False,
+) -> tuple[StepResult, list[str]]:
+    """The software gives `node_name` no new work (Slurm DRAIN); it keeps what it runs. Runs on
+    the head; returns the step and the jobs still running on the node ("id name"). `resume`:
+    the swap was given up, the node takes work again."""
+    env = {"RUNCRATE_DRAIN_NODE": node_name, "RUNCRATE_DRAIN_ACTION": "resume" if resume else "drain"}
+    with _Session(runner) as session:
+        results = _run(spec, [spec.head], "drain.sh", "drain", session, on_output, env)
+    head = results[spec.head.name]
+    jobs = [line.removeprefix("::job:: ").strip() for line in head.stdout.splitlines() if line.startswith("::job:: ")]
+    return StepResult("drain", results), jobs
 
 
 def check_ready(

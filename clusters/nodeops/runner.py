@@ -225,6 +225,37 @@ class NodeRunner:
             results = list(pool.map(one, nodes))
         return {result.node.name: result for result in results}
 
+    def host_keys(self, nodes: Iterable[NodeTarget], *, gateway: str | None = None) -> dict[str, str]:
+        """Each node's SSH host key ("type base64"), as its sshd presents it to this runner's
+        connection: the key other nodes and the customer's gateway see. A node that cannot be
+        reached is left out."""
+        nodes = list(nodes)
+        if not nodes:
+            return {}
+        jump = None
+        if gateway:
+            try:
+                jump = self._gateway(gateway, nodes[0].key_filename)
+            except NodeUnreachable:
+                return {}
+
+        def one(node: NodeTarget) -> tuple[str, str]:
+            try:
+                connection, _ = self._connect(node, jump)
+            except NodeUnreachable:
+                return node.name, ""
+            try:
+                transport = connection.client.get_transport() if connection.client else None
+                key = transport.get_remote_server_key() if transport is not None else None
+                return node.name, f"{key.get_name()} {key.get_base64()}" if key is not None else ""
+            finally:
+                if not self.keep_connections:
+                    connection.close()
+
+        workers = max(1, min(self.max_workers, len(nodes)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nodeops") as pool:
+            return {name: key for name, key in pool.map(one, nodes) if key}
+
     # -- one node -------------------------------------------------------------------
 
     def _connect_kwargs(self, key_filename: str | None) -> dict:

@@ -93,6 +93,12 @@ class Provider(abc.ABC):
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         """Stop the machines (syncing an attached volume back first). Best effort, idempotent."""
 
+    def drain(self, cluster: Cluster, nodes: list[Node], node: Node, *, resume: bool = False) -> list[str] | None:
+        """The software gives `node` (one of the live `nodes`) no new work while a machine is
+        swapped in for it; what runs keeps running. Returns the jobs still running on it ("id
+        name"), or None when this driver cannot tell. `resume`: the swap was given up."""
+        return None
+
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
         """One round of the periodic health check of a ready cluster's `nodes` (clusters.health):
         each node's health and why. None: this driver has nothing it could check."""

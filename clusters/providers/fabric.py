@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from accounts.sshkeys import node_payload
 from clusters.nodeops import operations
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
-from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
 
@@ -134,10 +134,13 @@ class FabricProvider(Provider):
     # -- node steps ------------------------------------------------------------------
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        from clusters import services
+
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
             names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
+            services.record_host_keys(cluster, nodes, names.host_keys)
             if not names.ok:
                 return _pending(names)
             joined = operations.join_network(
@@ -164,7 +167,7 @@ class FabricProvider(Provider):
             result = operations.install_software(
                 spec, secrets=secrets, runner=runner, on_output=self._emit, only={n.name for n in nodes}
             )
-        return _failed(result)
+        return _failed(result, cluster.software)
 
     def check_ready(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         """Readiness of `nodes` (the head asks the software about them); the cluster's other
@@ -183,6 +186,12 @@ class FabricProvider(Provider):
                 outcome.pending.add(name)
                 self._emit(name, "check_ready", f"not ready yet: {readiness.state}")
         return outcome
+
+    def drain(self, cluster: Cluster, nodes: list[Node], node: Node, *, resume: bool = False) -> list[str] | None:
+        spec = self.spec_for(cluster, nodes)
+        with self._runner() as runner:
+            result, jobs = operations.drain(spec, node.name, runner=runner, on_output=self._emit, resume=resume)
+        return jobs if result.ok else None
 
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
         """health.sh on `nodes` (the head among them), over this process's kept connections."""
@@ -239,9 +248,25 @@ def _pending(result: StepResult) -> StepOutcome:
     return StepOutcome(pending={name for name, r in result.results.items() if not r.ok})
 
 
-def _failed(result: StepResult) -> StepOutcome:
+def _failed(result: StepResult, software: str) -> StepOutcome:
+    """Each node that failed, in the customer's words; the script's own output (steps, paths,
+    exit codes) stays in the node's log."""
     outcome = StepOutcome()
     for name, node_result in result.results.items():
         if not node_result.ok:
-            outcome.failed[name] = (node_result.tail(3) or f"exit status {node_result.exit_code}").strip()[-240:]
+            outcome.failed[name] = install_failure(software, node_result)
     return outcome
+
+
+SOFTWARE_NAMES = {"slurm": "Slurm", "kubernetes": "Kubernetes", "ray": "Ray", "none": "The software"}
+
+
+def install_failure(software: str, node_result: NodeResult) -> str:
+    name = SOFTWARE_NAMES.get(software, software)
+    if node_result.unreachable:
+        return f"{node_result.name} did not answer over SSH during the {name} install."
+    if node_result.error.startswith("not run"):
+        return f"Not started on {node_result.name}: the {name} install failed on node-0 (the head) first."
+    if node_result.exit_code is None:
+        return f"The connection to {node_result.name} broke during the {name} install."
+    return f"The {name} install failed on {node_result.name}; its log has the details."

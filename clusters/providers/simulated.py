@@ -60,7 +60,7 @@ class SimulatedProvider(Provider):
             if not _elapsed(cluster.status_changed_at, node.host.install_seconds):
                 outcome.pending.add(node.name)
             elif node.host.fault == HostFault.INSTALL_FAILS:
-                outcome.failed[node.name] = f"{cluster.get_software_display()} install failed on {node.name}: exit status 1"
+                outcome.failed[node.name] = f"The {cluster.get_software_display()} install failed on {node.name}; its log has the details."
             else:
                 self.on_output(node.name, "install", f"{cluster.get_software_display()} installed")
         return outcome

@@ -279,6 +279,10 @@ def cluster_summary(cluster: Record) -> str:
     if nodes:
         rows = [[node_label(n), n.get("role"), n.get("status"), n.get("private_ip"), _health(n)] for n in nodes]
         text += "\n\n" + render_table(["NODE", "ROLE", "STATUS", "PRIVATE IP", "HEALTH"], rows)
+    ssh_rows = [[n.get("name"), n.get("ssh")] for n in nodes if n.get("ssh")]
+    if ssh_rows:
+        text += "\n\n" + render_table(["NODE", "SSH"], ssh_rows)
+        text += f"\n\nOr by name: runcrate clusters ssh {cluster.get('name')} node-1"
     return text
 
 
@@ -288,6 +292,65 @@ def _health(node: dict) -> str:
     if found == "unknown":
         return "-"
     return f"{found}: {node['health_detail']}" if found != "healthy" and node.get("health_detail") else found
+
+
+def _write_ssh_files(client: RuncrateClient, cluster_id: str) -> tuple[Record, Any]:
+    from runcrate_client import sshconfig
+
+    cluster = client.get_cluster(client.find_cluster_id(cluster_id))
+    if not cluster.get("ssh_config"):
+        fail(f"Cluster {cluster.get('name')} is {cluster.get('status')}: its nodes take SSH "
+             "once every machine is up and joined.", EXIT_CONFLICT)
+    written = sshconfig.write_cluster_files(
+        str(cluster["name"]), str(cluster["ssh_config"]), str(cluster.get("known_hosts") or "")
+    )
+    return cluster, written
+
+
+@clusters.command("ssh-config")
+@click.argument("cluster_id", metavar="CLUSTER")
+@click.option("--print", "just_print", is_flag=True, help="Print the block instead of writing files.")
+@pass_state
+def clusters_ssh_config(state: State, cluster_id: str, just_print: bool) -> None:
+    """Write ~/.runcrate/ssh/CLUSTER.config and its nodes' host keys, and include them from
+    ~/.ssh/config, so `ssh CLUSTER-node-3` works from this terminal."""
+    client = state.client()
+    if just_print:
+        cluster = client.get_cluster(client.find_cluster_id(cluster_id))
+        click.echo(cluster.get("ssh_config") or "")
+        return
+    cluster, written = _write_ssh_files(client, cluster_id)
+    click.echo(f"Wrote {written.config} and {written.known_hosts}.")
+    if written.include_added:
+        click.echo("Added 'Include ~/.runcrate/ssh/*.config' at the top of ~/.ssh/config.")
+    click.echo(f"Now: ssh {cluster['name']}-node-0")
+
+
+@clusters.command("ssh", context_settings={"ignore_unknown_options": True})
+@click.argument("cluster_id", metavar="CLUSTER")
+@click.argument("node", required=False, default="node-0")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@pass_state
+def clusters_ssh(state: State, cluster_id: str, node: str, command: tuple[str, ...]) -> None:
+    """Open a shell on a node (node-0 unless NODE is given), or run COMMAND there. The host keys
+    are refreshed first, so a replaced node is trusted under its name."""
+    import os
+    import shutil
+
+    if not node.startswith("node-") or not node[5:].isdigit():
+        fail(f"{node!r} is not a node name (node-0, node-1, ...).")
+    client = state.client()
+    cluster, _ = _write_ssh_files(client, cluster_id)
+    names = [n.get("name") for n in cluster.get("nodes") or [] if n.get("ssh")]
+    if node not in names:
+        fail(f"Cluster {cluster['name']} has no node {node} to connect to ({', '.join(map(str, names))}).")
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        fail("No ssh client on PATH (install OpenSSH).", EXIT_OTHER)
+    sys.stdout.flush()
+    # By the alias the Include in ~/.ssh/config now knows: the customer's own settings
+    # (keys, agent) apply as for any host of theirs.
+    os.execv(ssh, [ssh, f"{cluster['name']}-{node}", *command])
 
 
 @clusters.command("events")

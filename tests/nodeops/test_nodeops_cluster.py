@@ -66,7 +66,7 @@ def test_a_four_node_cluster_comes_up_ready_with_each_software(endpoints, runner
     if software == "slurm":
         conf = (root(spec, 2) / "etc/slurm/slurm.conf").read_text()
         assert "SlurmctldHost=node-0(10.77.0.1)" in conf
-        assert "NodeName=node-3 NodeAddr=10.77.0.4 Gres=gpu:8 State=UNKNOWN" in conf
+        assert "NodeName=node-3 NodeAddr=10.77.0.4 CPUs=2 RealMemory=3072 Gres=gpu:8 State=UNKNOWN" in conf
         assert (root(spec, 2) / "etc/slurm/gres.conf").read_text() == "Name=gpu File=/dev/nvidia[0-7]\n"
     if software == "ray":
         assert "RAY_ADDRESS=10.77.0.1:6379" in (root(spec, 3) / "etc/runcrate/ray.env").read_text()
@@ -163,12 +163,12 @@ def test_vm_clusters_share_the_heads_folder_with_the_hostfile_and_env(endpoints,
     assert head_shared.is_dir() and not head_shared.is_symlink()
     assert (head_shared / "hostfile").read_text() == "".join(f"node-{i} slots=4\n" for i in range(4))
     assert (head_shared / "hostfile.deepspeed").read_text() == (head_shared / "hostfile").read_text()
-    env = dict(line.split("=", 1) for line in (head_shared / "runcrate.env").read_text().splitlines())
+    env = dict(line.removeprefix("export ").split("=", 1) for line in (head_shared / "runcrate.env").read_text().splitlines())
     assert env["NNODES"] == "4"
     assert env["MASTER_ADDR"] == "10.77.0.1"
     assert env["NODE_ADDRS"] == "10.77.0.1,10.77.0.2,10.77.0.3,10.77.0.4"
     assert env["GPUS_PER_NODE"] == "4" and env["WORLD_SIZE"] == "16"
-    assert env["NCCL_SOCKET_IFNAME"] == "wg0"
+    assert "export NCCL_SOCKET_IFNAME=wg0" in (head_shared / "nccl.env").read_text()
     assert "/shared 10.77.0.0/24(rw" in (root(spec, 0) / "etc/exports").read_text()
     for node in spec.workers:
         shared = root(spec, node.index) / "shared"
@@ -325,8 +325,8 @@ def test_output_arrives_per_node_line_by_line_with_the_current_step(endpoints, r
     ops.set_names(spec, runner=runner, on_output=lambda node, step, text: seen.append((node, step, text)))
     assert {node for node, _, _ in seen} == {"node-0", "node-1", "node-2", "node-3"}
     assert (
-        "node-2", "set_names:cluster-key",
-        "[node-2] hostname node-2, 4 names in " + str(root(spec, 2)) + "/etc/hosts, 0 customer SSH key(s)",
+        "node-2", "set_names:known-hosts",
+        "[node-2] hostname node-2, 4 names in " + str(root(spec, 2)) + "/etc/hosts, 4 host keys, 0 customer SSH key(s)",
     ) in seen
     assert ("node-0", "set_names:hostname", "::step:: hostname") in seen
 

@@ -68,8 +68,9 @@ if [ ! -x /opt/ray/bin/ray ]; then
     python3 -m venv /opt/ray
     /opt/ray/bin/pip install -q "ray[default]==$RAY_VERSION"
 fi
-# shellcheck disable=SC2016 # expanded by the login shell that reads it
-write_file /etc/profile.d/ray.sh 0644 <<<'PATH="/opt/ray/bin:$PATH"'
+# `ray` on PATH in every shell comes from /etc/runcrate/env.sh (setup_shared); the old
+# login-only hook put Ray's python ahead of the system's, which has mpi4py.
+rm -f /etc/profile.d/ray.sh
 
 step "start"
 # Ray finds the machine's GPUs itself. Never `ray stop` here: a node that already runs Ray keeps its jobs.

@@ -20,6 +20,40 @@ if ! is_sandbox; then
 else
     DEVICES="$GPUS"
 fi
+# The node's real CPUs and memory, as slurmd itself measures them (`slurmd -C`): without them
+# Slurm assumes 1 CPU and 1 MB, and refuses -n2, -c2 and --mem. Every node of a cluster is the
+# same machine type and writes the same line for every node, from its own figures. Memory is
+# rounded down to a whole GiB less 5%, so two machines of one type whose kernels keep a few MB
+# more or less write the same slurm.conf, and none has less than Slurm was told (it would drain
+# the node, "Low RealMemory").
+CPUS=1 MEMORY=1
+if is_sandbox; then
+    CPUS=2 MEMORY=4096
+elif hardware="$(slurmd -C 2>/dev/null)"; then
+    for field in $hardware; do
+        case "$field" in
+            CPUs=*) CPUS="${field#CPUs=}" ;;
+            RealMemory=*) MEMORY="${field#RealMemory=}" ;;
+            *) ;;
+        esac
+    done
+fi
+# In a container the kernel reports the host's memory; what the node may use is its cgroup's
+# limit (a job past it would be killed by the kernel, not refused by Slurm).
+for limit_file in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do
+    limit="$(cat "$limit_file" 2>/dev/null || true)"
+    case "$limit" in
+        '' | max | *[!0-9]*) ;;
+        *) [ $((limit / 1048576)) -ge "$MEMORY" ] || MEMORY=$((limit / 1048576)) ;;
+    esac
+done
+if [ "$MEMORY" -ge 2048 ]; then
+    MEMORY=$(((MEMORY * 95 / 100) / 1024 * 1024))
+fi
+# A task that asks for no memory gets its share of the node's (else it would hold all of it
+# and a second job could not start beside it).
+DEF_MEM_PER_CPU=$((MEMORY / CPUS))
+
 # With systemd, jobs are tracked and confined in cgroups it delegates; without it (a
 # container, real nodes on one computer) by their process tree.
 if has_systemd || is_sandbox; then
@@ -41,15 +75,31 @@ fi
     printf 'StateSaveLocation=/var/spool/slurmctld\nSlurmdSpoolDir=/var/spool/slurmd\n'
     printf 'SlurmctldPidFile=/run/slurmctld.pid\nSlurmdPidFile=/run/slurmd.pid\n'
     printf 'SlurmctldLogFile=/var/log/slurm/slurmctld.log\nSlurmdLogFile=/var/log/slurm/slurmd.log\n'
+    # Accounting without a database: slurmctld appends each finished job to a text file on
+    # node-0, which `sacct --completion` reads (docs/nodeops.md "Slurm").
+    printf 'JobCompType=jobcomp/filetxt\nJobCompLoc=/var/log/slurm/jobcomp.log\n'
+    printf 'JobAcctGatherType=jobacct_gather/linux\n'
+    printf 'DefMemPerCPU=%s\n' "$DEF_MEM_PER_CPU"
+    # Each task gets its node's NODE_RANK/NODE_NAME/NODE_ADDR, not the submitting shell's.
+    printf 'TaskProlog=/etc/slurm/runcrate-task-prolog.sh\n'
     for entry in "${CLUSTER_NODES[@]}"; do
         if [ "$DEVICES" -gt 0 ]; then
-            printf 'NodeName=%s NodeAddr=%s Gres=gpu:%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }" "$DEVICES"
+            printf 'NodeName=%s NodeAddr=%s CPUs=%s RealMemory=%s Gres=gpu:%s State=UNKNOWN\n' \
+                "${entry%% *}" "${entry#* }" "$CPUS" "$MEMORY" "$DEVICES"
         else
-            printf 'NodeName=%s NodeAddr=%s State=UNKNOWN\n' "${entry%% *}" "${entry#* }"
+            printf 'NodeName=%s NodeAddr=%s CPUs=%s RealMemory=%s State=UNKNOWN\n' \
+                "${entry%% *}" "${entry#* }" "$CPUS" "$MEMORY"
         fi
     done
     printf 'PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
 } | write_file "$ROOT/etc/slurm/slurm.conf" 0644
+# A TaskProlog's `export NAME=value` lines become the task's environment.
+write_file "$ROOT/etc/slurm/runcrate-task-prolog.sh" 0755 <<'PROLOG'
+#!/bin/sh
+# Written by Runcrate: this node's place in the cluster (NODE_RANK, NODE_NAME, NODE_ADDR) for
+# every Slurm task, where srun and sbatch would pass on the submitting node's.
+exec cat /etc/runcrate/node.env
+PROLOG
 if [ "$DEVICES" -gt 0 ]; then
     write_file "$ROOT/etc/slurm/gres.conf" 0644 <<<"Name=gpu File=/dev/nvidia[0-$((DEVICES - 1))]"
 else
@@ -162,5 +212,18 @@ else
         service_restart slurmctld /run/slurmctld.pid slurmctld
     fi
     service_restart slurmd /run/slurmd.pid slurmd
+    if ! is_head && scontrol show node "$NODE_NAME" 2>/dev/null | grep -q 'Reason=being replaced'; then
+        # This machine takes over a node drained for its replacement (drain.sh). The jobs the old
+        # machine still ran end now, as the replacement's event said: slurmctld would otherwise
+        # count them on this machine until it noticed they are gone. Then the node takes work.
+        scancel --nodelist="$NODE_NAME" --state=RUNNING || true
+        waited=0
+        while [ -n "$(squeue -h -w "$NODE_NAME" -o %i 2>/dev/null)" ] && [ "$waited" -lt 150 ]; do
+            sleep 0.2
+            waited=$((waited + 1))
+        done
+        scontrol update NodeName="$NODE_NAME" State=RESUME
+        log "$NODE_NAME resumed: this machine has taken it over"
+    fi
     log "slurm installed: slurmctld on node-0, slurmd on $NODE_NAME"
 fi

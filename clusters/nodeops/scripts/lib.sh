@@ -99,6 +99,21 @@ $block
 # END runcrate $name"
 }
 
+# managed_block_first FILE NAME: managed_block, but the block goes first in FILE. Startup
+# files such as /etc/bash.bashrc return early for non-interactive shells ("[ -z "$PS1" ] &&
+# return"), so what every shell must see has to come before that line.
+managed_block_first() {
+    local file="$1" name="$2" block=""
+    IFS= read -r -d '' block || true
+    block="${block%$'\n'}"
+    managed_block "$file" "$name" <<<"$block"
+    without_block "$file" "$name"
+    write_file "$file" 0644 <<<"# BEGIN runcrate $name
+$block
+# END runcrate $name
+${KEPT%$'\n'}"
+}
+
 # remove_block FILE NAME [MODE]: drop the block managed_block wrote, keeping every other line.
 remove_block() {
     local file="$1" name="$2" mode="${3:-0644}"

@@ -49,9 +49,41 @@ if [ -n "${RUNCRATE_CLUSTER_SSH_KEY:-}" ]; then
     chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
 fi
 
+step "known-hosts"
+# Every node's host key under its name, its private address and its underlay address, so
+# `ssh node-2`, a loop over the hostfile and mpirun's daemons never prompt. The control plane
+# read each key off its own SSH connection to the node and sends the whole list on every
+# set_names: a worker added or a machine swapped in under a node's name rewrites it on every
+# node. RUNCRATE_KNOWN_HOSTS="names type key;..."
+known=""
+host_line='^[A-Za-z0-9.,:_-]+ (ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521) [A-Za-z0-9+/]+={0,2}$'
+IFS=';' read -r -a host_keys <<<"${RUNCRATE_KNOWN_HOSTS:-}"
+for line in "${host_keys[@]}"; do
+    [[ "$line" =~ $host_line ]] || die "refusing a host key line that is not 'names type key'"
+    known+="$line"$'\n'
+done
+if [ -n "$known" ]; then
+    managed_block "$ROOT/etc/ssh/ssh_known_hosts" cluster <<<"${known%$'\n'}"
+fi
+# The cluster's own key for every node, checked against the managed file only: a stale line
+# in ~/.ssh/known_hosts (a machine that once held the name) must not turn into "host key
+# changed". Root logs in, as the cluster key allows (docs/nodeops.md "Shells and users").
+write_file "$ROOT/etc/ssh/ssh_config.d/runcrate.conf" 0644 <<CONFIG
+# Written by Runcrate: the cluster's nodes by name, without prompts.
+Host node-* ${RUNCRATE_NETWORK_GLOB:-10.77.0.*}
+    User root
+    IdentityFile ${login_home}/.ssh/id_ed25519
+    StrictHostKeyChecking yes
+    GlobalKnownHostsFile /etc/ssh/ssh_known_hosts
+    UserKnownHostsFile /dev/null
+    LogLevel ERROR
+    # WireGuard encrypts wg0 already; the post-quantum exchange costs ~40 ms of CPU a connection.
+    KexAlgorithms curve25519-sha256
+CONFIG
+
 if is_sandbox; then
     # "name host port root" per node; never a 10.77.x address.
     peers="${RUNCRATE_SANDBOX_PEERS:?}"
     write_file "$STATE_DIR/sandbox-peers" 0644 <<<"${peers//;/$'\n'}"
 fi
-log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts, $key_count customer SSH key(s)"
+log "hostname $NODE_NAME, $NODE_COUNT names in $ROOT/etc/hosts, ${#host_keys[@]} host keys, $key_count customer SSH key(s)"

@@ -52,9 +52,9 @@ done
 
 step "node-env"
 write_file "$STATE_DIR/node.env" 0644 <<ENV
-NODE_RANK=$NODE_RANK
-NODE_NAME=$NODE_NAME
-NODE_ADDR=$RUNCRATE_PRIVATE_IP
+export NODE_RANK=$NODE_RANK
+export NODE_NAME=$NODE_NAME
+export NODE_ADDR=$RUNCRATE_PRIVATE_IP
 ENV
 
 # write_job_files DIR: hostfiles (OpenMPI and DeepSpeed read the same "name slots=G"
@@ -72,18 +72,21 @@ write_job_files() {
     done
     write_file "$dir/hostfile" 0644 <<<"${hostfile%$'\n'}"
     write_file "$dir/hostfile.deepspeed" 0644 <<<"${hostfile%$'\n'}"
-    write_file "$dir/runcrate.env" 0644 <<ENV
-RUNCRATE_CLUSTER_ID=${RUNCRATE_CLUSTER_ID:-}
-NNODES=$COUNT
-NODE_NAMES=$(joined 1 ,)
-NODE_ADDRS=$(joined 2 ,)
-MASTER_ADDR=$HEAD_IP
-MASTER_PORT=29500
-GPUS_PER_NODE=$GPUS
-WORLD_SIZE=$((COUNT * GPUS))
-NCCL_SOCKET_IFNAME=wg0
-GLOO_SOCKET_IFNAME=wg0
-RUNCRATE_HOSTFILE=$hostfile_path
+    cluster_env "$hostfile_path" | write_file "$dir/runcrate.env" 0644
+}
+
+# cluster_env HOSTFILE: the cluster-wide variables, as `export` lines.
+cluster_env() {
+    cat <<ENV
+export RUNCRATE_CLUSTER_ID=${RUNCRATE_CLUSTER_ID:-}
+export NNODES=$COUNT
+export NODE_NAMES=$(joined 1 ,)
+export NODE_ADDRS=$(joined 2 ,)
+export MASTER_ADDR=$HEAD_IP
+export MASTER_PORT=29500
+export GPUS_PER_NODE=$GPUS
+export WORLD_SIZE=$((COUNT * GPUS))
+export RUNCRATE_HOSTFILE=$1
 ENV
 }
 
@@ -103,17 +106,25 @@ private_interface() {
 # write_nccl_env PATH: NCCL and Gloo over the private network, with socket settings for an
 # encrypted overlay on Ethernet (no InfiniBand: a self-serve offer never has one).
 write_nccl_env() {
-    local interface ib_disable=0
+    local interface
     interface="$(private_interface)"
+    {
+        printf '# Written by Runcrate: collective traffic over the cluster private network (%s,\n' "$interface"
+        printf '# %s). Every shell has it already; source %s where one does not.\n' "${RUNCRATE_NETWORK:-10.77.0.0/24}" "$2"
+        nccl_env "$interface"
+    } | write_file "$1" 0644
+}
+
+# nccl_env INTERFACE: NCCL and Gloo settings as `export` lines.
+nccl_env() {
+    local ib_disable=0
     case "${RUNCRATE_INTERCONNECT:-eth}" in
         eth*) ib_disable=1 ;;
         *) ;;
     esac
-    write_file "$1" 0644 <<ENV
-# Written by Runcrate: collective traffic over the cluster's private network ($interface,
-# ${RUNCRATE_NETWORK:-10.77.0.0/24}). Use it with: source $2
-export NCCL_SOCKET_IFNAME=$interface
-export GLOO_SOCKET_IFNAME=$interface
+    cat <<ENV
+export NCCL_SOCKET_IFNAME=$1
+export GLOO_SOCKET_IFNAME=$1
 export NCCL_SOCKET_FAMILY=AF_INET
 export NCCL_IB_DISABLE=$ib_disable
 # Several TCP streams per peer: one stream over WireGuard is bound by one core's encryption.
@@ -122,11 +133,47 @@ export NCCL_NSOCKS_PERTHREAD=4
 ENV
 }
 
+# write_shell_env HOSTFILE: /etc/runcrate/env.sh, everything a job needs, read by every shell
+# on the node: interactive, login, `ssh node cmd` (bash reads /etc/bash.bashrc for a command
+# sshd runs, and the block goes above its "not interactive: return" line), and Slurm jobs
+# (install_slurm's TaskProlog). A copy of its own on every node: a shell never waits on /shared.
+write_shell_env() {
+    local interface
+    interface="$(private_interface)"
+    {
+        printf '# Written by Runcrate: this node and its cluster. Every shell reads it.\n'
+        printf 'export NODE_RANK=%s NODE_NAME=%s NODE_ADDR=%s\n' "$NODE_RANK" "$NODE_NAME" "$RUNCRATE_PRIVATE_IP"
+        cluster_env "$1"
+        nccl_env "$interface"
+        # Open MPI over the private network only (its TCP transport and its daemons' wire-up
+        # would otherwise also use the unencrypted underlay), as root: docs/nodeops.md.
+        printf 'export OMPI_MCA_btl_tcp_if_include=%s OMPI_MCA_oob_tcp_if_include=%s\n' "$interface" "$interface"
+        printf 'export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1\n'
+        printf 'export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n'
+        if [ "${RUNCRATE_SOFTWARE:-none}" = ray ]; then
+            printf 'export RAY_ADDRESS=%s:6379\n' "$HEAD_IP"
+        fi
+        # Ray's own virtualenv last on PATH: `ray` is found, `python` stays the system's.
+        # shellcheck disable=SC2016 # expanded by the shell that reads the file
+        printf '%s\n' 'case ":$PATH:" in *:/opt/ray/bin:*) ;; *) [ ! -d /opt/ray/bin ] || PATH="$PATH:/opt/ray/bin" ;; esac'
+    } | write_file "$STATE_DIR/env.sh" 0644
+    local hook='[ ! -r /etc/runcrate/env.sh ] || . /etc/runcrate/env.sh'
+    write_file "$ROOT/etc/profile.d/runcrate.sh" 0644 <<<"$hook"
+    managed_block_first "$ROOT/etc/bash.bashrc" environment <<<"$hook"
+}
+
+step "packages"
+# What the Connect card's lines call on every node: python, Open MPI, mpi4py.
+if ! is_sandbox; then
+    apt_install python3 python-is-python3 openmpi-bin python3-mpi4py
+fi
+
 case "$KIND" in
     container)
         step "local-files"
         write_job_files "$STATE_DIR"
         write_nccl_env "$STATE_DIR/nccl.env" /etc/runcrate/nccl.env
+        write_shell_env /etc/runcrate/hostfile
         log "container: no shared folder; job files in /etc/runcrate"
         ;;
     vm | bare_metal)
@@ -154,6 +201,9 @@ case "$KIND" in
             step "job-files"
             write_job_files "$ROOT/shared"
             write_nccl_env "$ROOT/shared/nccl.env" /shared/nccl.env
+            # Where the launch lines' `sbatch --array` writes each task's output.
+            mkdir -p "$ROOT/shared/logs"
+            chmod 1777 "$ROOT/shared/logs"
             log "exported /shared, wrote hostfile for $COUNT nodes"
         else
             step "nfs-mount"
@@ -183,6 +233,7 @@ case "$KIND" in
             fi
             [ -f "$ROOT/shared/hostfile" ] || die "/shared/hostfile is not visible after the mount"
         fi
+        write_shell_env /shared/hostfile
         ;;
     *)
         die "unknown machine kind $KIND"
