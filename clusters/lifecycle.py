@@ -21,6 +21,7 @@ from django.utils import timezone
 from clusters import services
 from clusters.models import Cluster, Node, Reason, Status
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
+from clusters.providers.base import StopNotice
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ def _fail(cluster: Cluster, nodes: list[Node], provider: Provider, reason: str, 
 def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> None:
     try:
         provider.stop(cluster, nodes)
+    except StopNotice as notice:
+        services.record_event(cluster, "stop_notice", str(notice))
     except Exception as exc:  # noqa: BLE001 - a stop error must not keep machines reserved
         log.exception("stopping cluster %s failed", cluster.pk)
         services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import secrets
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -1094,7 +1096,9 @@ def create_volume(*, environment: Environment, name: str, size_gb: int) -> Volum
         raise ClusterError("invalid_size", "A volume holds 1 GB to 100,000 GB.", field="size_gb")
     if Volume.objects.filter(environment=environment, name=name).exists():
         raise ClusterError("name_taken", f"This environment already has a volume named {name!r}.", field="name")
-    path = Path(settings.VOLUMES_DIR) / str(environment.pk) / name
+    # A folder of its own, never a name's: a volume created again under a deleted one's name
+    # starts empty.
+    path = Path(settings.VOLUMES_DIR) / str(environment.pk) / secrets.token_hex(16)
     volume = Volume.objects.create(
         workspace_id=environment.workspace_id, environment=environment, name=name, size_gb=size_gb, source_path=str(path)
     )
@@ -1110,6 +1114,9 @@ def delete_volume(volume: Volume) -> None:
         # they hold no machines, so they simply forget the volume.
         Cluster.objects.filter(volume=volume).update(volume=None)
         volume.delete()
+        # Its data goes with it, once the delete is committed.
+        if volume.source_path:
+            transaction.on_commit(lambda: shutil.rmtree(volume.source_path, ignore_errors=True))
 
 
 # --- node health ------------------------------------------------------------------------

@@ -550,7 +550,8 @@ def _sync_volume(
             step,
             session,
             on_output,
-            extra_env={"RUNCRATE_VOLUME_SOURCE": spec.volume_source, "RUNCRATE_SYNC_DIRECTION": direction},
+            extra_env={"RUNCRATE_VOLUME_SOURCE": spec.volume_source, "RUNCRATE_SYNC_DIRECTION": direction,
+                       "RUNCRATE_VOLUME_BYTES": str(spec.volume_bytes or 0)},
         )
     return StepResult(step, results)
 

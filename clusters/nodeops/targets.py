@@ -67,6 +67,7 @@ class ClusterSpec:
     nodes: tuple[NodeTarget, ...]
     sandbox: bool
     volume_source: str | None = None  # where the volume is mounted on the head
+    volume_bytes: int | None = None  # the volume's size: a sync back never writes more
     gateway: str | None = None  # "user@host:port" jump host every node is reached through
     # Extra environment for every script (e.g. an apt proxy); never secrets.
     extra_env: tuple[tuple[str, str], ...] = field(default=())

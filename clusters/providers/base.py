@@ -122,3 +122,8 @@ class Provider(abc.ABC):
         from clusters.nodeops.operations import NetworkTestResult
 
         return NetworkTestResult("iperf3", error=f"The {self.name} provider has no network to measure.")
+
+
+class StopNotice(RuntimeError):
+    """Something the customer must know about a stop that otherwise went through (its message
+    is in their words): the machines stop all the same."""

@@ -20,7 +20,7 @@ from clusters.nodeops import operations
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
-from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
+from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome, StopNotice
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -69,6 +69,10 @@ class HealthRunners:
 HEALTH_RUNNERS = HealthRunners()
 
 
+class VolumeNotSynced(StopNotice):
+    """The head's /shared/volume could not be copied back into the volume."""
+
+
 class FabricProvider(Provider):
     sandbox = False
     # Whether the control plane reaches machines through the location's SSH gateway.
@@ -97,6 +101,7 @@ class FabricProvider(Provider):
             nodes=tuple(self.target_for(node) for node in ordered),
             sandbox=self.sandbox,
             volume_source=self.volume_source(cluster),
+            volume_bytes=cluster.volume.size_gb * 10**9 if cluster.volume_id and cluster.volume else None,
             gateway=(cluster.machine_type.location.gateway_host or None) if self.through_gateway else None,
             extra_env=(
                 ("RUNCRATE_SSH_KEYS", node_payload(k.public_key for k in cluster.ssh_keys.all())),
@@ -216,9 +221,15 @@ class FabricProvider(Provider):
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
         stopping = {node.name for node in nodes}
         with self._runner() as runner:
+            synced = None
             if spec.volume_source and spec.head.name in stopping:
-                operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
+                synced = operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
             operations.stop(spec, runner=runner, on_output=self._emit, only=stopping)
+        if synced is not None and not synced.ok:
+            # The machines stop all the same; the customer reads why the volume kept its old data.
+            head = synced.results.get(spec.head.name)
+            said = head.stderr.strip().splitlines()[-1].split("error: ", 1)[-1] if head and head.stderr.strip() else ""
+            raise VolumeNotSynced(f"The volume was not synced back{': ' + said if said else ''}.")
 
     def measures_with_nccl(self, cluster: Cluster) -> bool:
         """Machines with GPUs run nccl-tests' all_reduce_perf (when every node has it)."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from clusters.models import Volume
@@ -43,3 +45,15 @@ def test_another_workspaces_volume_answers_404(api, outsider_api):
     status, _ = outsider_api.delete(f"/volumes/{body['data']['id']}")
     assert status == 404
     assert outsider_api.get("/volumes")[1]["data"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_volume_deletes_its_data_and_a_new_one_of_that_name_starts_empty(api):
+    status, body = api.post("/volumes", {"name": "corpus", "size_gb": 10})
+    first = Volume.objects.get(pk=body["data"]["id"])
+    (Path(first.source_path) / "secret.txt").write_text("weights\n")
+    assert api.delete(f"/volumes/{first.pk}")[0] == 200
+    assert not Path(first.source_path).exists()
+    status, body = api.post("/volumes", {"name": "corpus", "size_gb": 10})
+    second = Volume.objects.get(pk=body["data"]["id"])
+    assert second.source_path != first.source_path and list(Path(second.source_path).iterdir()) == []

@@ -173,6 +173,28 @@ def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(enviro
     assert (Path(volume.source_path) / "checkpoint.pt").read_text() == "weights\n"
 
 
+def test_a_sync_back_larger_than_the_volume_is_refused_whole_and_the_customer_is_told(
+    environment, local_machines, settings, tmp_path
+):
+    settings.VOLUMES_DIR = str(tmp_path / "volumes")
+    volume = services.create_volume(environment=environment, name="small", size_gb=1)
+    (Path(volume.source_path) / "kept.txt").write_text("kept\n")
+    machine_type = local_machine_type(2, block=91)
+    cluster = drive(services.create_cluster(
+        environment=environment, name="vol", machine_type=machine_type, machine_count=2, volume=volume
+    ), SETTLED)
+    assert cluster.status == Status.READY
+    head = node_root(local_machines, cluster.nodes.select_related("host").get(index=0))
+    with open(head / "shared" / "volume" / "checkpoint.pt", "wb") as checkpoint:
+        checkpoint.truncate(1_200_000_000)  # 1.2 GB (sparse) in a 1 GB volume
+    services.terminate_cluster(cluster, actor="alice")
+    assert drive(cluster, SETTLED).status == Status.TERMINATED
+    assert sorted(p.name for p in Path(volume.source_path).iterdir()) == ["kept.txt"]
+    notice = cluster.events.get(event="stop_notice").message
+    assert notice == ("The volume was not synced back: /shared/volume holds 1.2 GB, more than the volume's 1 GB; "
+                      "the volume keeps its earlier data.")
+
+
 def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, local_machines):
     machine_type = local_machine_type(3, block=72)
     Host.objects.filter(name="local-72-2").update(fault=HostFault.NEVER_JOINS)

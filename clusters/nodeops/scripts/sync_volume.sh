@@ -33,6 +33,15 @@ case "$DIRECTION" in
     out)
         step "volume-out"
         [ -d "$TARGET" ] || die "$TARGET does not exist; nothing to sync back"
+        # The volume has a size: a sync back that would not fit is refused whole (nothing of
+        # the volume is changed), never written past it.
+        LIMIT="${RUNCRATE_VOLUME_BYTES:-0}"
+        if [ "$LIMIT" -gt 0 ]; then
+            USED="$(du -sb "$TARGET" | cut -f1)"
+            if [ "$USED" -gt "$LIMIT" ]; then
+                die "$(awk -v used="$USED" -v limit="$LIMIT" 'BEGIN { printf "%s holds %.1f GB, more than the volume'"'"'s %.0f GB; the volume keeps its earlier data", "'"${TARGET#"$ROOT"}"'", used / 1e9, limit / 1e9 }')"
+            fi
+        fi
         copy_tree "$TARGET" "$SOURCE"
         ;;
     *)
