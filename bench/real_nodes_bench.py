@@ -115,7 +115,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2,8,32")
+    parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
     parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (needs /opt/ray; ~1 GB)")
     args = parser.parse_args()

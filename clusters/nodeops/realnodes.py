@@ -644,66 +644,22 @@ def boot(
     state_dir.mkdir(parents=True)
     (state_dir / "claimed").touch()
     base = UidRanges.claim(state_dir)
-    # What the node's disk starts with; stage one copies it onto the node's tmpfs.
-    seed = state_dir / "seed"
-    for path in NODE_TREE:
-        (seed / path).mkdir(parents=True, exist_ok=True)
-    for path in NODE_DIRS:
-        (seed / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    for link in ("bin", "sbin", "lib", "lib64"):
-        if Path("/", link).is_symlink():
-            (seed / link).symlink_to(os.readlink(Path("/", link)))
-    (seed / "var/run").symlink_to("/run")
-    (seed / "var/lock").symlink_to("/run/lock")
-    for directory in ("tmp", "var/tmp"):
-        (seed / directory).chmod(0o1777)
-    (seed / "root").chmod(0o700)
-    for name in (".bashrc", ".profile"):
-        if Path("/etc/skel", name).exists():
-            shutil.copy(Path("/etc/skel", name), seed / "root" / name)
-    ssh_dir = seed / "etc/ssh"
-    ssh_dir.mkdir(parents=True, exist_ok=True)
-    host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
-    (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
-    (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
-    if boot_fails:
-        (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
-    for path, text in (files or {}).items():
-        if not path.startswith(("/etc/", "/var/")):
-            raise ValueError(f"{path} is not under /etc or /var")
-        (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (seed / path.lstrip("/")).write_text(text)
+    host_key = _write_seed(state_dir / "seed", hostname=hostname, authorized_keys=authorized_keys,
+                           boot_fails=boot_fails, files=files or {})
     for host_path in (binds or {}).values():
         Path(host_path).mkdir(parents=True, exist_ok=True)
         # The volume is the node's now: its root owns every file (and the next node's root
         # takes it over on its attach).
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
-    (state_dir / "init.sh").write_text(HOST_STAGE % {"devices": "\n".join(" ".join(map(str, device)) for device in DEVICES), "range": RANGE_SIZE})
+    devices = "\n".join(" ".join(map(str, device)) for device in DEVICES)
+    (state_dir / "init.sh").write_text(HOST_STAGE % {"devices": devices, "range": RANGE_SIZE})
     (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
     # The node's root is mounted (in a mount namespace of the node's own) on an empty
     # directory of this computer that its root may walk to: the state directory may sit in a
     # folder only this computer's root can enter (a test's tmp_path).
     root = _root_dir(cgroup)
     root.mkdir(parents=True, exist_ok=True)
-    ids = f"uid={base},gid={base}"
-    _write_fstab(state_dir / "fstab.disk", [
-        ("node-disk", str(root), "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
-    ])
-    cgroups = _cgroup_dirs(cgroup)
-    _write_fstab(state_dir / "fstab.host", [
-        *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
-        # Over the host's /usr/local (inside the /usr bind): the node's own, writable.
-        ("node-usr-local", f"{root}/usr/local", "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
-        # The node's own cgroups, read-only (it cannot raise its limits), where the node's
-        # PID 1 finds them to put under its /sys/fs/cgroup (then its /run covers them).
-        *((str(path), f"{root}/run/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
-          for path in cgroups if not _cgroup_v2()),
-        ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
-        ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
-        ("node-shared", f"{root}/shared", "tmpfs", f"size={limits.shared_mb}m,mode=0755,{ids}"),
-        *((host_path, f"{root}{node_path}", "none", "bind,nosuid,nodev,X-mount.mkdir")
-          for node_path, host_path in (binds or {}).items()),
-    ])
+    _write_mounts(state_dir, root, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
 
     log = open(state_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
     dirs = _make_cgroup(cgroup, limits)
@@ -741,6 +697,60 @@ def boot(
         release(run_dir, state_dir)
         raise RuntimeError(f"node {hostname} did not boot: {reason.strip() or 'no output'}")
     return handle
+
+
+def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: bool, files: dict[str, str]) -> str:
+    """What the node's disk starts with (stage one copies it onto the node's tmpfs): the tree
+    of a Debian machine, its sshd with a host key made now, fault files. Returns the public key."""
+    for path in (*NODE_TREE, *(directory.lstrip("/") for directory in NODE_DIRS)):
+        (seed / path).mkdir(parents=True, exist_ok=True)
+    for link in ("bin", "sbin", "lib", "lib64"):
+        if Path("/", link).is_symlink():
+            (seed / link).symlink_to(os.readlink(Path("/", link)))
+    (seed / "var/run").symlink_to("/run")
+    (seed / "var/lock").symlink_to("/run/lock")
+    for directory in ("tmp", "var/tmp"):
+        (seed / directory).chmod(0o1777)
+    (seed / "root").chmod(0o700)
+    for name in (".bashrc", ".profile"):
+        if Path("/etc/skel", name).exists():
+            shutil.copy(Path("/etc/skel", name), seed / "root" / name)
+    ssh_dir = seed / "etc/ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
+    (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
+    (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
+    if boot_fails:
+        (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
+    for path, text in files.items():
+        if not path.startswith(("/etc/", "/var/")):
+            raise ValueError(f"{path} is not under /etc or /var")
+        (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (seed / path.lstrip("/")).write_text(text)
+    return host_key
+
+
+def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits, cgroup: str,
+                  binds: dict[str, str]) -> None:
+    """Stage one's two fstabs: the node's disk, then everything it gets from this computer."""
+    ids = f"uid={base},gid={base}"
+    _write_fstab(state_dir / "fstab.disk", [
+        ("node-disk", str(root), "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
+    ])
+    _write_fstab(state_dir / "fstab.host", [
+        *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
+        # Over the host's /usr/local (inside the /usr bind): the node's own, writable.
+        ("node-usr-local", f"{root}/usr/local", "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
+        # The node's own cgroups, read-only (it cannot raise its limits), where the node's
+        # PID 1 finds them to put under its /sys/fs/cgroup (then its /run covers them).
+        *((str(path), f"{root}/run/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
+          for path in _cgroup_dirs(cgroup) if not _cgroup_v2()),
+        ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
+        ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
+        ("node-shared", f"{root}/shared", "tmpfs", f"size={limits.shared_mb}m,mode=0755,{ids}"),
+        *((host_path, f"{root}{node_path}", "none", "bind,nosuid,nodev,X-mount.mkdir")
+          for node_path, host_path in binds.items()),
+    ])
 
 
 def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> None:
