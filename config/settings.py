@@ -214,14 +214,11 @@ else:
 # The cache holds rate-limit counters, which every web process must share: Redis when there
 # is one. Tests keep the per-process memory cache so their counters start empty
 # (tests/live/test_real_worker.py runs the limiter, and a real worker, on Redis).
+# While Redis is down the cache fails open (config.cache): a miss for every read, a log line.
 if REDIS_URL and not TESTING:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": env_str("CACHE_PREFIX", "runcrate-cache"),
-        }
-    }
+    from config.cache import redis_cache
+
+    CACHES = {"default": redis_cache(REDIS_URL, prefix=env_str("CACHE_PREFIX", "runcrate-cache"))}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
