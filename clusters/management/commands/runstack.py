@@ -13,8 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
