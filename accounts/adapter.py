@@ -53,6 +53,39 @@ class AccountAdapter(DefaultAccountAdapter):
             return stashed
         return None
 
+    # Failed sign-ins back off per client and account (accounts.signin_throttle), in place of
+    # allauth's per-account lock that anyone could trigger.
+    def _signin_key(self, request: HttpRequest, credentials: dict[str, Any]) -> tuple[str, str]:
+        login = str(credentials.get("email") or credentials.get("username") or "")
+        return self.get_client_ip(request), login
+
+    def pre_authenticate(self, request: HttpRequest, **credentials: Any) -> None:
+        from django.core.exceptions import ValidationError
+
+        from accounts import signin_throttle
+
+        wait = signin_throttle.wait_seconds(*self._signin_key(request, credentials))
+        if wait:
+            raise ValidationError(
+                f"Too many failed sign-ins for this account from here. Try again in {wait} second{'' if wait == 1 else 's'}.",
+                code="too_many_login_attempts",
+            )
+        super().pre_authenticate(request, **credentials)
+
+    def authenticate(self, request: HttpRequest, **credentials: Any) -> Any:
+        from accounts import signin_throttle
+
+        user = super().authenticate(request, **credentials)
+        if user is not None:
+            signin_throttle.record_success(*self._signin_key(request, credentials))
+        return user
+
+    def authentication_failed(self, request: HttpRequest, **credentials: Any) -> None:
+        from accounts import signin_throttle
+
+        signin_throttle.record_failure(*self._signin_key(request, credentials))
+        super().authentication_failed(request, **credentials)
+
     def send_mail(self, template_prefix: str, email: str, context: dict[str, Any]) -> None:
         """allauth's emails in the product's email layout (templates/account/email/*, extending
         emails/base.*), sent at once rather than through notifications.notify(): they carry

@@ -65,6 +65,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Below WhiteNoise (static files keep their caching), above everything that answers.
+    "config.middleware.NoStoreMiddleware",
     "config.middleware.RejectNulBytesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -169,11 +171,16 @@ ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG or TESTING else "https"
 # account learns it at once. Sign-up and reset are rate-limited, which bounds what probing learns.
 ACCOUNT_PREVENT_ENUMERATION = False
 ACCOUNT_SESSION_REMEMBER = None  # the sign-in form offers "Remember me"
-# allauth's own limits (login_failed: 10/min per address and 5 per 5 min per account, signup,
-# password reset, confirmation emails), counted in the default cache (Redis in production).
+# allauth's own limits (signup, password reset, confirmation emails; failed sign-ins 10/min per
+# address), counted in the default cache (Redis in production). Not its 5-per-account lock,
+# which anyone could trigger to keep someone out: failed sign-ins back off per client and
+# account instead (accounts.signin_throttle).
 ACCOUNT_RATE_LIMITS_ENABLED = env_bool("ACCOUNT_RATE_LIMITS_ENABLED", True)
+ACCOUNT_RATE_LIMITS: dict[str, str] | bool = {"login_failed": "10/m/ip"}
 if not ACCOUNT_RATE_LIMITS_ENABLED:
     ACCOUNT_RATE_LIMITS = False
+SIGNIN_FREE_ATTEMPTS = env_int("SIGNIN_FREE_ATTEMPTS", 5)
+SIGNIN_BACKOFF_MAX_SECONDS = env_int("SIGNIN_BACKOFF_MAX_SECONDS", 900)
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = "Runcrate Clusters"
 # Invitations to a workspace expire after this many days.
