@@ -271,13 +271,17 @@ CELERY_BEAT_SCHEDULE = {
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
-    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": 60.0},
+    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": float(SWEEP_INTERVAL_SECONDS)},
 }
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
-# (off in tests, which start it where they mean to), and a run still `running` this long
-# after it started is taken for one whose worker died (the sweep fails it).
+# (off in tests, which start it where they mean to). A running test's runner beats every
+# NETWORK_TEST_HEARTBEAT_SECONDS; one whose last beat is NETWORK_TEST_STALE_SECONDS old lost
+# its worker (the sweep fails it, and a new test may start).
 NETWORK_TEST_AFTER_READY = env_bool("NETWORK_TEST_AFTER_READY", not TESTING)
-NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 300)
+NETWORK_TEST_HEARTBEAT_SECONDS = env_int("NETWORK_TEST_HEARTBEAT_SECONDS", 5)
+NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 20)
+if NETWORK_TEST_STALE_SECONDS < 3 * NETWORK_TEST_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("NETWORK_TEST_STALE_SECONDS must be at least three NETWORK_TEST_HEARTBEAT_SECONDS")
 
 # The lifecycle: how long a step waits before the reconciler looks again, and whether a
 # task re-queues itself (off in tests, which drive every step by hand).
@@ -286,8 +290,11 @@ CLUSTER_SELF_RESCHEDULE = env_bool("CLUSTER_SELF_RESCHEDULE", not TESTING)
 # A pass holds its cluster's lease this long and renews it every third of that while it runs,
 # so a worker that dies frees its clusters within seconds (docs/architecture.md, Lifecycle).
 CLUSTER_LEASE_SECONDS = env_int("CLUSTER_LEASE_SECONDS", 15)
-# A pass queued this long ago without starting is taken for lost, and the sweep queues another.
-CLUSTER_QUEUED_GRACE_SECONDS = env_int("CLUSTER_QUEUED_GRACE_SECONDS", 120)
+# A pass (or network test) queued to start at T that has not started by T + this is taken for
+# lost (its worker died holding it, or the broker lost it), and the sweep queues another. Short,
+# because a second pass is harmless: the lease lets one run at a time and every step is
+# idempotent; a busy pool at worst runs one extra pass.
+CLUSTER_QUEUED_GRACE_SECONDS = env_int("CLUSTER_QUEUED_GRACE_SECONDS", 15)
 DEFAULT_PROVIDER = env_str("DEFAULT_PROVIDER", "simulated")
 # The simulated provider's join works this long inside the worker, as a real one over SSH does.
 SIMULATED_JOIN_WORK_SECONDS = float(env_decimal("SIMULATED_JOIN_WORK_SECONDS", "0"))
