@@ -88,7 +88,8 @@ def test_the_runner_beats_while_it_measures(ready):
     NetworkTest.objects.filter(pk=test.pk).update(alive_at=ago(60))
     with network_tests.Heartbeat(test.pk, interval=0.1):
         time.sleep(0.5)
-    assert NetworkTest.objects.get(pk=test.pk).alive_at > ago(5)
+    alive_at = NetworkTest.objects.get(pk=test.pk).alive_at
+    assert alive_at is not None and alive_at > ago(5)
 
 
 def test_a_network_test_queued_while_redis_was_down_is_queued_by_the_first_sweep_after(ready, monkeypatch):
