@@ -23,7 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 log = logging.getLogger(__name__)
 
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
-# One log line per process at most this often: an outage must not flood the log.
+# One log line per cache connection at most this often: an outage must not flood the log.
 LOG_EVERY_SECONDS = 5.0
 
 
@@ -39,12 +39,13 @@ def redis_cache(url: str, *, prefix: str = "runcrate-cache") -> dict[str, Any]:
 
 
 class FailOpenRedisCacheClient(RedisCacheClient):
-    _last_logged = 0.0
+    # When this client last logged; each thread's cache connection logs on its own.
+    _last_logged: float | None = None
 
     def _unreachable(self, operation: str, error: BaseException) -> None:
         now = time.monotonic()
-        if now - FailOpenRedisCacheClient._last_logged >= LOG_EVERY_SECONDS:
-            FailOpenRedisCacheClient._last_logged = now
+        if self._last_logged is None or now - self._last_logged >= LOG_EVERY_SECONDS:
+            self._last_logged = now
             log.warning("Cache (Redis) unavailable: %s answered as a miss, rate limits let requests through (%s: %s)",
                         operation, type(error).__name__, error)
 
