@@ -15,6 +15,8 @@ from django.urls import reverse
 log = logging.getLogger(__name__)
 
 INVITATION_SESSION_KEY = "invitation_token"
+# Where allauth's DefaultAccountAdapter.stash_verified_email keeps the address.
+VERIFIED_EMAIL_SESSION_KEY = "account_verified_email"
 
 
 class AccountAdapter(DefaultAccountAdapter):
@@ -27,6 +29,62 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def get_signup_redirect_url(self, request: HttpRequest) -> str:
         return self.get_login_redirect_url(request)
+
+    # Opening an invitation link stashes its address as verified (accounts.views.invitation), so
+    # signing up with it needs no confirmation email. The stash counts only while the invitation
+    # in the same session is still open: revoking, expiring or accepting it ends every stash it
+    # made, in every browser that opened the link, without finding their sessions.
+    def _open_invitation_email(self, request: HttpRequest) -> str | None:
+        from accounts.invitations import invitation_from_token
+
+        token = request.session.get(INVITATION_SESSION_KEY)
+        invitation = invitation_from_token(token) if isinstance(token, str) else None
+        if invitation is None or not invitation.is_open:
+            return None
+        return invitation.email.lower()
+
+    def is_email_verified(self, request: HttpRequest, email: str) -> bool:
+        invited = self._open_invitation_email(request)
+        return invited is not None and invited == email.lower() and super().is_email_verified(request, email)
+
+    def unstash_verified_email(self, request: HttpRequest) -> str | None:
+        stashed = super().unstash_verified_email(request)
+        if stashed and stashed.lower() == self._open_invitation_email(request):
+            return stashed
+        return None
+
+    # Failed sign-ins back off per client and account (accounts.signin_throttle), in place of
+    # allauth's per-account lock that anyone could trigger.
+    def _signin_key(self, request: HttpRequest, credentials: dict[str, Any]) -> tuple[str, str]:
+        login = str(credentials.get("email") or credentials.get("username") or "")
+        return self.get_client_ip(request), login
+
+    def pre_authenticate(self, request: HttpRequest, **credentials: Any) -> None:
+        from django.core.exceptions import ValidationError
+
+        from accounts import signin_throttle
+
+        wait = signin_throttle.wait_seconds(*self._signin_key(request, credentials))
+        if wait:
+            raise ValidationError(
+                f"Too many failed sign-ins for this account from here. Try again in {wait} second{'' if wait == 1 else 's'}.",
+                code="too_many_login_attempts",
+            )
+        super().pre_authenticate(request, **credentials)
+
+    def authenticate(self, request: HttpRequest, **credentials: Any) -> Any:
+        from accounts import signin_throttle
+
+        user = super().authenticate(request, **credentials)
+        if user is not None:
+            signin_throttle.record_success(*self._signin_key(request, credentials))
+        return user
+
+    def authentication_failed(self, request: HttpRequest, **credentials: Any) -> None:
+        from accounts import signin_throttle
+
+        signin_throttle.record_failure(*self._signin_key(request, credentials))
+        super().authentication_failed(request, **credentials)
 
     def send_mail(self, template_prefix: str, email: str, context: dict[str, Any]) -> None:
         """allauth's emails in the product's email layout (templates/account/email/*, extending

@@ -7,6 +7,7 @@ from allauth.account.forms import LoginForm
 from django import forms
 
 from accounts.models import Role
+from config.money import AmountField
 
 
 class InviteForm(forms.Form):
@@ -29,12 +30,12 @@ class SSHKeyForm(forms.Form):
 
 class EnvironmentForm(forms.Form):
     name = forms.SlugField(max_length=50)
-    monthly_budget = forms.DecimalField(min_value=Decimal("0"), max_digits=12, decimal_places=2, initial=Decimal("1000"),
-                                        label="Monthly budget ($)")
+    monthly_budget = AmountField(min_value=Decimal("0"), max_digits=12, decimal_places=2, initial=Decimal("1000"),
+                                 label="Monthly budget ($)")
 
 
 class BudgetForm(forms.Form):
-    monthly_budget = forms.DecimalField(min_value=Decimal("0"), max_digits=12, decimal_places=2)
+    monthly_budget = AmountField(min_value=Decimal("0"), max_digits=12, decimal_places=2)
 
 
 class SignInForm(LoginForm):

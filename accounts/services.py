@@ -63,7 +63,21 @@ def remove_member(*, by: Membership, membership: Membership) -> None:
         raise PermissionDenied("You cannot remove this member.")
     if membership.role == Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError("A workspace keeps at least one Owner.")
-    membership.delete()
+    _end_membership(membership)
+
+
+def _end_membership(membership: Membership) -> None:
+    """Membership is the one source of access: what the member held through it ends with it, in
+    the same transaction. The invitations they sent close (a link they sent must not grant a
+    role after they are gone) and their API keys here are revoked for good (re-inviting them
+    does not bring the keys back: they make new ones)."""
+    from api.keys import revoke_member_keys
+
+    Invitation.objects.filter(
+        workspace_id=membership.workspace_id, invited_by_id=membership.user_id, status=Invitation.Status.PENDING,
+    ).update(status=Invitation.Status.REVOKED)
+    revoke_member_keys(workspace_id=membership.workspace_id, user_id=membership.user_id)
+    Membership.objects.filter(pk=membership.pk).delete()
     _close_sockets_on_commit(membership.user_id)
 
 
@@ -78,8 +92,7 @@ def _close_sockets_on_commit(user_id: int) -> None:
 def leave_workspace(*, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(membership.workspace) <= 1:
         raise ValidationError("You are the only Owner: make another member Owner before you leave.")
-    Membership.objects.filter(pk=membership.pk).delete()
-    _close_sockets_on_commit(membership.user_id)
+    _end_membership(membership)
 
 
 # --- invitations ------------------------------------------------------------------------
@@ -140,6 +153,14 @@ def accept_invitation(*, user: User, invitation: Invitation) -> Membership:
         raise PermissionDenied(f"This invitation was sent to {invitation.email}, not to your account's address.")
     if Membership.objects.filter(workspace_id=invitation.workspace_id, user=user).exists():
         raise ValidationError("You are already a member of this workspace.")
+    # The inviter's membership vouches for the invitation: a link from someone who has left, or
+    # who may no longer invite (or make Owners), grants nothing.
+    inviter = (
+        Membership.objects.filter(workspace_id=invitation.workspace_id, user_id=invitation.invited_by_id).first()
+        if invitation.invited_by_id is not None else None
+    )
+    if inviter is None or not inviter.can_manage_members or (invitation.role == Role.OWNER and inviter.role != Role.OWNER):
+        raise ValidationError("Whoever sent this invitation can no longer invite members; ask the workspace for a new one.")
     # Compare-and-set: of two tabs (or two people) accepting at once, one wins.
     accepted = Invitation.objects.filter(
         pk=invitation.pk, status=Invitation.Status.PENDING, expires_at__gt=timezone.now(),

@@ -15,7 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from accounts import services
-from accounts.adapter import INVITATION_SESSION_KEY
+from accounts.adapter import INVITATION_SESSION_KEY, VERIFIED_EMAIL_SESSION_KEY
 from accounts.forms import BudgetForm, EnvironmentForm, InviteForm, RoleForm, SSHKeyForm, WorkspaceNameForm
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
@@ -118,6 +118,7 @@ def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     context = {"invitation": invitation, "token": token}
     if not invitation.is_open:
         request.session.pop(INVITATION_SESSION_KEY, None)
+        request.session.pop(VERIFIED_EMAIL_SESSION_KEY, None)
         return render(request, "accounts/invitation.html", {**context, "state": "closed"}, status=410)
     if not request.user.is_authenticated:
         request.session[INVITATION_SESSION_KEY] = token

@@ -131,7 +131,7 @@ def page(items: list[Any] | Sliceable, query: PageQuery, **meta: Any) -> dict[st
     return {"data": chunk, "meta": {"total": total, "limit": query.limit, "offset": query.offset, **meta}}
 
 
-ERRORS = (401, 404, 429)
+ERRORS = (401, 403, 404, 429)
 
 
 def responses(success: dict[int, Any], *errors: int) -> dict[int, Any]:
@@ -197,6 +197,8 @@ def authenticate(request: HttpRequest) -> tuple[ApiKey, Membership]:
     api_key = keys.find_api_key(raw.strip())
     if api_key is None:
         raise _unauthenticated("This API key is not valid.")
+    if api_key.revoked_at is not None:
+        raise _unauthenticated("This API key was revoked when its creator left the workspace. Make a new one.")
     if not api_key.is_active:
         raise _unauthenticated("This API key is deactivated. Reactivate it on the API keys page or use another key.")
     membership = keys.membership_for(api_key)
@@ -204,13 +206,17 @@ def authenticate(request: HttpRequest) -> tuple[ApiKey, Membership]:
         raise _unauthenticated("This API key's creator is no longer a member of its workspace.")
     wanted = request.headers.get("X-Workspace", "").strip()
     if wanted:
-        membership = _switch_workspace(membership, wanted)
+        _check_workspace(membership, wanted)
     return api_key, membership
 
 
-def _switch_workspace(membership: Membership, wanted: str) -> Membership:
-    """X-Workspace: another workspace of the key's creator (by name or id), with their role there."""
-    memberships = Membership.objects.select_related("workspace", "user").filter(user_id=membership.user_id)
+def _check_workspace(membership: Membership, wanted: str) -> None:
+    """X-Workspace (by name or id) must name the key's own workspace: a key acts only in the
+    workspace it was made in, where that workspace's admins see and revoke it (docs/api.md)."""
+    own = membership.workspace
+    if wanted == own.name or wanted == str(own.pk):
+        return
+    memberships = Membership.objects.select_related("workspace").filter(user_id=membership.user_id)
     found = None
     if "\x00" not in wanted:
         found = memberships.filter(workspace__name=wanted).first()
@@ -218,8 +224,11 @@ def _switch_workspace(membership: Membership, wanted: str) -> Membership:
             found = memberships.filter(workspace_id=int(wanted)).first()
     if found is None:
         raise ApiError(404, "workspace_not_found", f"Workspace {wanted!r} is not one this key's creator belongs to.",
-                       {"workspace": [f"Use one of: {', '.join(m.workspace.name for m in memberships)}."]})
-    return found
+                       {"workspace": [f"This key acts in {own.name!r}."]})
+    raise ApiError(403, "wrong_workspace",
+                   f"This key acts only in workspace {own.name!r}, where it was made. Make a key in "
+                   f"{found.workspace.name!r} (its API keys page) to act there.",
+                   {"workspace": [f"This key acts in {own.name!r}."]})
 
 
 def resolve_environment(request: HttpRequest, workspace: Workspace) -> Environment:
@@ -288,8 +297,9 @@ ENVIRONMENT_HEADER = {
 }
 WORKSPACE_HEADER = {
     "name": "X-Workspace", "in": "header", "required": False,
-    "description": "Another workspace of the key's creator (name or id) to act in, with their role there; "
-                   "the key's own workspace when absent.",
+    "description": "The workspace (name or id) the caller expects to act in. A key acts only in the workspace it "
+                   "was made in: naming another answers 403 wrong_workspace (404 workspace_not_found when the "
+                   "key's creator is not a member there).",
     "schema": {"type": "string"},
 }
 

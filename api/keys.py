@@ -6,6 +6,7 @@ import datetime as dt
 import secrets
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -31,8 +32,18 @@ def create_api_key(*, workspace: Workspace, created_by: User | None, name: str) 
 
 
 def set_api_key_active(api_key: ApiKey, active: bool) -> None:
-    ApiKey.objects.filter(pk=api_key.pk).update(is_active=active)
+    if active and api_key.revoked_at is not None:
+        raise ValidationError("This key was revoked when its creator left the workspace; make a new one.")
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(is_active=active)
     api_key.is_active = active
+
+
+def revoke_member_keys(*, workspace_id: int, user_id: int) -> int:
+    """Every key `user_id` made in the workspace, switched off for good: called in the same
+    transaction that ends their membership."""
+    return ApiKey.objects.filter(workspace_id=workspace_id, created_by_id=user_id, revoked_at__isnull=True).update(
+        is_active=False, revoked_at=timezone.now()
+    )
 
 
 def delete_api_key(api_key: ApiKey) -> None:

@@ -27,6 +27,9 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=30, help_text="The start of the key, shown to tell keys apart.")
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     is_active = models.BooleanField(default=True)
+    # Set when its creator left or was removed from the workspace: a revoked key is refused for
+    # good, even once they are a member again (membership is the single source of access).
+    revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 

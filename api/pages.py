@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_cache_control
@@ -74,7 +75,11 @@ def key_deactivate(request: AuthenticatedHttpRequest, key_id: int) -> HttpRespon
 @require_POST
 def key_reactivate(request: AuthenticatedHttpRequest, key_id: int) -> HttpResponse:
     _, api_key = _get_key_for_user(request, key_id)
-    keys.set_api_key_active(api_key, True)
+    try:
+        keys.set_api_key_active(api_key, True)
+    except ValidationError as error:
+        messages.error(request, error.messages[0])
+        return redirect("api:keys")
     messages.success(request, f"Reactivated {api_key.name} ({api_key.prefix}…).")
     return redirect("api:keys")
 

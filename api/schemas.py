@@ -341,6 +341,7 @@ class Cluster(Schema):
     failure_reason: Annotated[str | None, enum(Reason.values, nullable=True)]
     environment: str
     environment_id: int
+    workspace_id: int
     machines: int
     software: Annotated[str, enum(Software.values)]
     offer: OfferSummary
@@ -588,6 +589,8 @@ class ClusterPlan(Schema):
     """POST /api/v1/clusters/plan: what a create with the same body would do. Nothing is reserved."""
 
     can_create: bool
+    workspace_id: int = Field(description="The workspace a create with this body would act in.")
+    environment_id: int = Field(description="The environment a create with this body would act in.")
     offer: OfferSummary | None
     machines: int | None
     software: str
@@ -631,7 +634,7 @@ class Workspace(Schema):
     id: int
     name: str
     role: str = Field(description="The key's creator's role there: owner, manager or developer.")
-    current: bool = Field(description="The workspace this request acts in (X-Workspace or the key's own).")
+    current: bool = Field(description="The workspace this request acts in: the key's own.")
 
 
 class Instance(Schema):

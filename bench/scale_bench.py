@@ -7,7 +7,7 @@ Pages: two workspaces in one database, one with 10 clusters × 8 machines and on
 every machine running and metered; each page is fetched --repeat times (after a warm-up)
 through Django's full request stack, and the median is compared.
 
-Pushes: the real ASGI server (daphne) in its own process, the Redis channel layer, and a
+Pushes: the real ASGI server (uvicorn, config.serve) in its own process, the Redis channel layer, and a
 real WebSocket client (the `websockets` library) on the cluster page's socket. The clock
 starts before the service call that changes the status (retry install ↔ degraded, each one
 transaction with its live push queued on commit) and stops when the client holds the
@@ -55,7 +55,7 @@ MACHINES = 8
 LOG_TAIL = "".join(f"[12:00:{i % 60:02d}] install: a line of installer output, number {i}\n" for i in range(80))[-4000:]
 PAGE_GOAL = 1.5
 PUSH_GOAL_MS = 100.0
-WEB_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / f"scale-bench-daphne-{os.getpid()}.log"
+WEB_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / f"scale-bench-web-{os.getpid()}.log"
 SERVICE_MS: list[float] = []  # of each timed push, the part spent in the service call itself
 
 
@@ -158,7 +158,7 @@ def start_web(database_url: str, port: int) -> subprocess.Popen:
     # Its log goes to a file: an unread pipe fills up and stops the server mid-bench.
     log = open(WEB_LOG, "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        [sys.executable, "-m", "config.serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=_support.ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
     )
     deadline = time.monotonic() + 30
@@ -167,9 +167,9 @@ def start_web(database_url: str, port: int) -> subprocess.Popen:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return process
         if process.poll() is not None:
-            raise SystemExit("daphne exited: " + WEB_LOG.read_text(errors="replace")[-2000:])
+            raise SystemExit("the web server exited: " + WEB_LOG.read_text(errors="replace")[-2000:])
         time.sleep(0.2)
-    raise SystemExit("daphne did not start within 30 s")
+    raise SystemExit("the web server did not start within 30 s")
 
 
 class Listener:
@@ -309,7 +309,7 @@ def main() -> None:
         elif settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("RedisChannelLayer"):
             rows += bench_pushes(database_url, small["owner"], small["clusters"], args.pushes)
         else:
-            print("pushes not measured: set REDIS_URL (daphne and this process share the channel layer)")
+            print("pushes not measured: set REDIS_URL (the web server and this process share the channel layer)")
     print(_support.table(rows))
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 

@@ -59,6 +59,8 @@ def cents(amount: Decimal) -> int:
 def _finite(amount: Decimal | str | int | float) -> Decimal:
     """A finite Decimal, or PaymentError: NaN, Infinity and text are refused, not quantized
     (quantizing them, or 1e308, raises InvalidOperation deep in the money code)."""
+    if isinstance(amount, str) and not amount.isascii():
+        raise PaymentError("Enter an amount in dollars with the digits 0-9, e.g. 50.")
     try:
         amount = Decimal(amount)
     except (InvalidOperation, TypeError, ValueError):

@@ -6,7 +6,7 @@ import csv
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import stripe
 from django.contrib import messages
@@ -24,6 +24,7 @@ from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
 from billing.months import BadMonth, month_bounds, parse_month
 from config.errors import DomainError, flash
+from config.money import ASCII_DIGITS_MESSAGE, parse_amount
 
 log = logging.getLogger(__name__)
 USAGE_LINES_PER_PAGE = 25
@@ -192,10 +193,10 @@ def export_csv(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 def _amount(value: str | None) -> Decimal:
-    try:
-        return Decimal(str(value or "").strip().lstrip("$").replace(",", ""))
-    except InvalidOperation:
-        raise payments.PaymentError("Enter an amount in dollars, e.g. 50.") from None
+    amount = parse_amount(str(value or ""))
+    if amount is None:
+        raise payments.PaymentError(ASCII_DIGITS_MESSAGE)
+    return amount
 
 
 @login_required

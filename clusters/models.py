@@ -400,7 +400,13 @@ class NetworkTest(models.Model):
     # What a pair must reach not to be marked slow (from the offer's promise).
     expected_gbps = models.FloatField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # When its task was last handed to the broker; None when that failed (Redis down), so the
+    # sweep queues it again as soon as it can.
+    queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # The runner's heartbeat: renewed every few seconds while the test runs
+    # (clusters.network_tests.Heartbeat); a running test whose heartbeat stopped lost its worker.
+    alive_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True)
     # The nodes measured, as names by index, fixed when the test starts.

@@ -5,16 +5,21 @@ provider to measure; the provider runs clusters.nodeops.operations.network_test 
 (iperf3 + ping over wg0, or nccl-tests' all_reduce_perf on GPU machines) and every round's
 pairs are recorded and pushed to the page as they finish. It holds no cluster lease: a test
 never delays ready, a grow or a terminate; between two rounds it asks whether the cluster is
-still ready and stops cleanly when it is not. A worker that dies mid-test leaves it running
-until the sweep (sweep_network_tests) fails it, NETWORK_TEST_STALE_SECONDS after its start.
+still ready and stops cleanly when it is not. While it runs, a heartbeat thread renews the
+test's `alive_at` every NETWORK_TEST_HEARTBEAT_SECONDS; a worker that dies mid-test stops it,
+and the sweep (sweep_network_tests) fails the test NETWORK_TEST_STALE_SECONDS after the last
+beat, so a new test may start within about half a minute.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.conf import settings
+from django.db import connections as db_connections
 from django.db.models import Prefetch, QuerySet
 
 from clusters import rules, services
@@ -44,6 +49,33 @@ class _Recorder(NetworkTestReport):
         ).exists()
 
 
+class Heartbeat:
+    """Renews a running test's `alive_at` from a thread of its own while the measuring runs, so
+    the sweep can tell a long test from one whose worker died."""
+
+    def __init__(self, test_id: int, interval: float | None = None) -> None:
+        self.test_id = test_id
+        self.interval = settings.NETWORK_TEST_HEARTBEAT_SECONDS if interval is None else interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"network-test-{test_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped.wait(self.interval):
+                if not services.renew_network_test(self.test_id):
+                    return  # finished, or failed by the sweep: nothing left to keep alive
+        finally:
+            db_connections.close_all()
+
+
 def run(test_id: int) -> str | None:
     """Run a queued test to its end; the outcome, or None when it was not this worker's to run."""
     test = services.claim_network_test(test_id)
@@ -56,7 +88,8 @@ def run(test_id: int) -> str | None:
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True)
                  .order_by("index"))
     try:
-        result = get_provider(cluster.provider).network_test(cluster, nodes, _Recorder(test))
+        with Heartbeat(test.pk):
+            result = get_provider(cluster.provider).network_test(cluster, nodes, _Recorder(test))
     except Exception as exc:  # noqa: BLE001 - the test fails with the reason, the cluster is untouched
         log.exception("network test %s of cluster %s failed", test.pk, cluster.pk)
         services.finish_network_test(test, error=f"The control plane hit an error: {type(exc).__name__}: {exc}"[:500])

@@ -64,11 +64,15 @@ def cluster_for_detail(queryset: ClusterQuerySet) -> ClusterQuerySet:
     )
 
 
-def workspace_instances(workspace_id: int) -> QuerySet[Node]:
+def workspace_instances(workspace_id: int, environment_id: int | None = None) -> QuerySet[Node]:
     """Every machine the workspace runs now (the GPU cloud's "instances"), each one a node of
-    a cluster: the Instances page, GET /api/v1/instances, the CLI and the MCP tool read this."""
+    a cluster, in one environment when `environment_id` is given: the Instances page,
+    GET /api/v1/instances, the CLI and the MCP tool read this."""
+    nodes = Node.objects.filter(cluster__workspace_id=workspace_id, released_at__isnull=True)
+    if environment_id is not None:
+        nodes = nodes.filter(cluster__environment_id=environment_id)
     return (
-        Node.objects.filter(cluster__workspace_id=workspace_id, released_at__isnull=True)
+        nodes
         .select_related("cluster__environment", "cluster__machine_type__gpu", "cluster__machine_type__location", "host")
         .order_by("-cluster__created_at", "cluster_id", "index", "pk")
     )

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
@@ -918,7 +919,7 @@ def _queue_network_test(cluster: Cluster, trigger: str, actor: str) -> NetworkTe
     names = _measured_node_names(cluster.pk)
     test = NetworkTest.objects.create(
         cluster=cluster, trigger=trigger, requested_by=actor, expected_gbps=rules.network_test_floor_gbps(),
-        node_names=names,
+        node_names=names, queued_at=timezone.now(),
     )
     _after_commit_network_changed(cluster.pk, queue=test.pk)
     return test
@@ -962,7 +963,7 @@ def claim_network_test(test_id: int) -> NetworkTest | None:
     """Compare-and-set queued -> running: one worker runs a test, a second delivery does nothing."""
     now = timezone.now()
     if not NetworkTest.objects.filter(pk=test_id, status=NetworkTest.Status.QUEUED).update(
-        status=NetworkTest.Status.RUNNING, started_at=now
+        status=NetworkTest.Status.RUNNING, started_at=now, alive_at=now
     ):
         return None
     test = NetworkTest.objects.select_related("cluster", "cluster__machine_type").get(pk=test_id)
@@ -1049,11 +1050,39 @@ def finish_network_test(test: NetworkTest, *, error: str = "", notes: Iterable[s
         return True
 
 
+def mark_network_test_unqueued(test_id: int) -> None:
+    """Its task could not be handed to the broker: the next sweep queues it again."""
+    NetworkTest.objects.filter(pk=test_id, status=NetworkTest.Status.QUEUED).update(queued_at=None)
+
+
+def claim_lost_network_tests() -> list[int]:
+    """Queued tests whose task never reached the broker, or reached it CLUSTER_QUEUED_GRACE_SECONDS
+    ago without starting (lost with a dead worker, or by the broker), marked queued now."""
+    now = timezone.now()
+    lost = Q(queued_at__isnull=True) | Q(queued_at__lt=now - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS))
+    with transaction.atomic():
+        ids = list(
+            NetworkTest.objects.select_for_update(skip_locked=True).filter(lost, status=NetworkTest.Status.QUEUED)
+            .order_by("pk").values_list("pk", flat=True)
+        )
+        NetworkTest.objects.filter(pk__in=ids).update(queued_at=now)
+    return ids
+
+
+def renew_network_test(test_id: int) -> bool:
+    """The runner's heartbeat; False once the test is no longer running (finished, or failed
+    by the sweep)."""
+    return bool(NetworkTest.objects.filter(pk=test_id, status=NetworkTest.Status.RUNNING).update(alive_at=timezone.now()))
+
+
 def fail_stale_network_tests(*, cluster_id: int | None = None) -> int:
-    """A test still running long after it started lost its worker: fail it, so a new one can
-    start. (The next test's `serve` reuses an iperf3 server it left running.)"""
+    """A running test whose heartbeat stopped NETWORK_TEST_STALE_SECONDS ago lost its worker:
+    fail it, so a new one can start. (The next test's `serve` reuses an iperf3 server it left
+    running.) A test that runs long but whose runner is alive is left alone."""
     cutoff = timezone.now() - dt.timedelta(seconds=settings.NETWORK_TEST_STALE_SECONDS)
-    stale = NetworkTest.objects.filter(status=NetworkTest.Status.RUNNING, started_at__lt=cutoff)
+    stale = NetworkTest.objects.alias(last_sign=Coalesce("alive_at", "started_at")).filter(
+        status=NetworkTest.Status.RUNNING, last_sign__lt=cutoff
+    )
     if cluster_id is not None:
         stale = stale.filter(cluster_id=cluster_id)
     failed = 0

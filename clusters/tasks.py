@@ -101,20 +101,17 @@ def queue_network_test(test_id: int) -> bool:
         run_network_test.delay(test_id)
     except Exception:  # noqa: BLE001 - any broker failure; the sweep is the retry
         log.exception("could not queue network test %s; the sweep will", test_id)
+        services.mark_network_test_unqueued(test_id)
         return False
     return True
 
 
 @shared_task(soft_time_limit=60)
 def sweep_network_tests() -> dict:
-    """Fail tests whose worker died (running too long); queue again those queued long ago
-    whose task never started (the broker lost it)."""
-    from clusters.models import NetworkTest
-
+    """Beat, every SWEEP_INTERVAL_SECONDS: fail running tests whose heartbeat stopped (their
+    worker died); queue again those whose task never reached the broker or never started."""
     failed = services.fail_stale_network_tests()
-    grace = timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS)
-    lost = list(NetworkTest.objects.filter(status=NetworkTest.Status.QUEUED, created_at__lt=grace)
-                .values_list("pk", flat=True))
+    lost = services.claim_lost_network_tests()
     for test_id in lost:
         queue_network_test(test_id)
     return {"failed": failed, "queued_again": len(lost)}

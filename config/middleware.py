@@ -94,3 +94,20 @@ class RejectNulBytesMiddleware:
         if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
             return any("\x00" in key or any("\x00" in value for value in values) for key, values in request.POST.lists())
         return False
+
+
+class NoStoreMiddleware:
+    """`Cache-Control: no-store, private` on every answer the application makes, unless the view
+    chose its own caching (the public OpenAPI document). Every signed-in page shows the balance
+    in its top bar, and pages and API answers show secrets (2FA recovery codes, a new API key),
+    money (billing, the CSV export) or members: no browser, proxy or CDN may keep a copy. Static
+    files are answered by WhiteNoise, above this middleware, and keep their long caching."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not response.has_header("Cache-Control"):
+            response["Cache-Control"] = "no-store, private"
+        return response

@@ -65,6 +65,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Below WhiteNoise (static files keep their caching), above everything that answers.
+    "config.middleware.NoStoreMiddleware",
     "config.middleware.RejectNulBytesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -172,11 +174,16 @@ ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG or TESTING else "https"
 # account learns it at once. Sign-up and reset are rate-limited, which bounds what probing learns.
 ACCOUNT_PREVENT_ENUMERATION = False
 ACCOUNT_SESSION_REMEMBER = None  # the sign-in form offers "Remember me"
-# allauth's own limits (login_failed: 10/min per address and 5 per 5 min per account, signup,
-# password reset, confirmation emails), counted in the default cache (Redis in production).
+# allauth's own limits (signup, password reset, confirmation emails; failed sign-ins 10/min per
+# address), counted in the default cache (Redis in production). Not its 5-per-account lock,
+# which anyone could trigger to keep someone out: failed sign-ins back off per client and
+# account instead (accounts.signin_throttle).
 ACCOUNT_RATE_LIMITS_ENABLED = env_bool("ACCOUNT_RATE_LIMITS_ENABLED", True)
+ACCOUNT_RATE_LIMITS: dict[str, str] | bool = {"login_failed": "10/m/ip"}
 if not ACCOUNT_RATE_LIMITS_ENABLED:
     ACCOUNT_RATE_LIMITS = False
+SIGNIN_FREE_ATTEMPTS = env_int("SIGNIN_FREE_ATTEMPTS", 5)
+SIGNIN_BACKOFF_MAX_SECONDS = env_int("SIGNIN_BACKOFF_MAX_SECONDS", 900)
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = "Runcrate Clusters"
 # Invitations to a workspace expire after this many days.
@@ -217,14 +224,11 @@ else:
 # The cache holds rate-limit counters, which every web process must share: Redis when there
 # is one. Tests keep the per-process memory cache so their counters start empty
 # (tests/live/test_real_worker.py runs the limiter, and a real worker, on Redis).
+# While Redis is down the cache fails open (config.cache): a miss for every read, a log line.
 if REDIS_URL and not TESTING:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": env_str("CACHE_PREFIX", "runcrate-cache"),
-        }
-    }
+    from config.cache import redis_cache
+
+    CACHES = {"default": redis_cache(REDIS_URL, prefix=env_str("CACHE_PREFIX", "runcrate-cache"))}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -270,13 +274,17 @@ CELERY_BEAT_SCHEDULE = {
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
-    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": 60.0},
+    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": float(SWEEP_INTERVAL_SECONDS)},
 }
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
-# (off in tests, which start it where they mean to), and a run still `running` this long
-# after it started is taken for one whose worker died (the sweep fails it).
+# (off in tests, which start it where they mean to). A running test's runner beats every
+# NETWORK_TEST_HEARTBEAT_SECONDS; one whose last beat is NETWORK_TEST_STALE_SECONDS old lost
+# its worker (the sweep fails it, and a new test may start).
 NETWORK_TEST_AFTER_READY = env_bool("NETWORK_TEST_AFTER_READY", not TESTING)
-NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 300)
+NETWORK_TEST_HEARTBEAT_SECONDS = env_int("NETWORK_TEST_HEARTBEAT_SECONDS", 5)
+NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 20)
+if NETWORK_TEST_STALE_SECONDS < 3 * NETWORK_TEST_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("NETWORK_TEST_STALE_SECONDS must be at least three NETWORK_TEST_HEARTBEAT_SECONDS")
 
 # The lifecycle: how long a step waits before the reconciler looks again, and whether a
 # task re-queues itself (off in tests, which drive every step by hand).
@@ -285,8 +293,11 @@ CLUSTER_SELF_RESCHEDULE = env_bool("CLUSTER_SELF_RESCHEDULE", not TESTING)
 # A pass holds its cluster's lease this long and renews it every third of that while it runs,
 # so a worker that dies frees its clusters within seconds (docs/architecture.md, Lifecycle).
 CLUSTER_LEASE_SECONDS = env_int("CLUSTER_LEASE_SECONDS", 15)
-# A pass queued this long ago without starting is taken for lost, and the sweep queues another.
-CLUSTER_QUEUED_GRACE_SECONDS = env_int("CLUSTER_QUEUED_GRACE_SECONDS", 120)
+# A pass (or network test) queued to start at T that has not started by T + this is taken for
+# lost (its worker died holding it, or the broker lost it), and the sweep queues another. Short,
+# because a second pass is harmless: the lease lets one run at a time and every step is
+# idempotent; a busy pool at worst runs one extra pass.
+CLUSTER_QUEUED_GRACE_SECONDS = env_int("CLUSTER_QUEUED_GRACE_SECONDS", 15)
 DEFAULT_PROVIDER = env_str("DEFAULT_PROVIDER", "simulated")
 # The simulated provider's join works this long inside the worker, as a real one over SSH does.
 SIMULATED_JOIN_WORK_SECONDS = float(env_decimal("SIMULATED_JOIN_WORK_SECONDS", "0"))

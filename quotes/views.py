@@ -15,8 +15,8 @@ from quotes.models import Network
 
 
 def client_ip(request: HtmxHttpRequest) -> str | None:
-    # REMOTE_ADDR is the client when the ASGI server runs with proxy headers on
-    # (daphne --proxy-headers); trusting X-Forwarded-For here would let anyone dodge the limit.
+    # REMOTE_ADDR is the client: config.serve takes X-Forwarded-For only from the proxies named
+    # in FORWARDED_ALLOW_IPS; trusting the header here would let anyone dodge the limit.
     return request.META.get("REMOTE_ADDR") or None
 
 

@@ -6,9 +6,11 @@ the same JSON API as the CLI, so the API's rules (balance, budget, access) apply
 Spending is gated twice: `create_cluster` only accepts a confirmation token that `plan_cluster`
 issued for exactly the same offer, machine count, software, name and price, and that has not
 expired. The token is HMAC-signed with a server-side secret (RUNCRATE_MCP_SECRET, else a random
-per-process one), so an agent can neither forge one nor reuse it for a different cluster. Its nonce
-doubles as the API's Idempotency-Key, so calling `create_cluster` twice with the same token creates
-one cluster.
+per-process one), so an agent can neither forge one nor reuse it for a different cluster. A token
+carries the ids of the workspace and environment the server planned in, and is checked against
+the ones the server answers at create time: with a secret shared by several MCP servers, a token
+planned in one workspace never creates in another. Its nonce doubles as the API's
+Idempotency-Key, so calling `create_cluster` twice with the same token creates one cluster.
 
 Run it over stdio (`runcrate mcp`, `python -m runcrate_client.mcp_server`) or streamable HTTP
 (`--http --port 8765`, endpoint /mcp), where every request must carry `Authorization: Bearer <the
@@ -58,6 +60,11 @@ class PlanTokenError(Exception):
     """The token is missing, forged, expired, or was issued for a different cluster."""
 
 
+def scope_of(answer: dict[str, Any]) -> dict[str, Any]:
+    """Where the server acted: the workspace and environment ids of a plan or a cluster."""
+    return {"workspace_id": answer.get("workspace_id"), "environment_id": answer.get("environment_id")}
+
+
 @dataclass
 class PlanSigner:
     """Issues and checks HMAC-signed plan tokens. `clock` is injectable for expiry tests."""
@@ -74,30 +81,33 @@ class PlanSigner:
         ttl = float(os.environ.get("RUNCRATE_MCP_TOKEN_TTL") or DEFAULT_TOKEN_TTL)
         return cls(secret.encode() if secret else secrets.token_bytes(32), ttl)
 
-    def issue(self, plan: dict[str, Any], price_per_hour: str, environment: str | None,
+    def issue(self, plan: dict[str, Any], price_per_hour: str, scope: dict[str, Any],
               fields: tuple[str, ...] = PLAN_FIELDS) -> tuple[str, float]:
+        """A token for `plan` at `price_per_hour`, planned in `scope` (scope_of the server's answer)."""
         expires_at = self.clock() + self.ttl
         payload = {
             **{k: normalize(k, plan.get(k)) for k in fields},
             "price_per_hour": price_per_hour,
-            "environment": environment,
+            "workspace_id": scope.get("workspace_id"),
+            "environment_id": scope.get("environment_id"),
             "exp": round(expires_at, 3),
             "nonce": secrets.token_hex(12),
         }
         body = _b64(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         return f"{TOKEN_PREFIX}.{body}.{self._sign(body)}", expires_at
 
-    def offer(self, result: dict[str, Any], plan: dict[str, Any], price_per_hour: str, environment: str | None,
+    def offer(self, result: dict[str, Any], plan: dict[str, Any], price_per_hour: str, scope: dict[str, Any],
               next_step: str, fields: tuple[str, ...] = PLAN_FIELDS) -> None:
         """Add a plan tool's answer the token that confirms `plan`, its expiry and what to do next."""
-        token, expires_at = self.issue(plan, price_per_hour, environment, fields=fields)
+        token, expires_at = self.issue(plan, price_per_hour, scope, fields=fields)
         result["confirmation_token"] = token
         result["token_expires_at"] = datetime.fromtimestamp(expires_at, UTC).isoformat()
         result["next_step"] = next_step
 
-    def verify(self, token: str, request: dict[str, Any], environment: str | None,
+    def verify(self, token: str, request: dict[str, Any], scope: dict[str, Any],
                fields: tuple[str, ...] = PLAN_FIELDS) -> dict[str, Any]:
-        """The token's payload, if it is genuine, unexpired, and matches the request exactly."""
+        """The token's payload, if it is genuine, unexpired, planned in `scope` (the workspace and
+        environment ids the server answers now) and matches the request exactly."""
         try:
             prefix, body, signature = token.strip().split(".")
         except (ValueError, AttributeError):
@@ -107,8 +117,10 @@ class PlanSigner:
         payload = json.loads(_unb64(body))
         if self.clock() > payload["exp"]:
             raise PlanTokenError("the confirmation token has expired: call plan_cluster again to re-check the price")
-        if payload.get("environment") != environment:
-            raise PlanTokenError("the confirmation token was issued for another environment")
+        if payload.get("workspace_id") is None or payload.get("workspace_id") != scope.get("workspace_id"):
+            raise PlanTokenError("the confirmation token was issued in another workspace: call plan_cluster here")
+        if payload.get("environment_id") is None or payload.get("environment_id") != scope.get("environment_id"):
+            raise PlanTokenError("the confirmation token was issued for another environment: call plan_cluster here")
         mismatched = [
             f"{k} (planned {payload.get(k)!r}, asked {normalize(k, request.get(k))!r})"
             for k in fields

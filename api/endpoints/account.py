@@ -16,7 +16,8 @@ router = Router(tags=["Account"])
 
 
 @router.get("workspaces", operation_id="listWorkspaces", summary="Workspaces the key's creator belongs to",
-            description="Send `X-Workspace: <name or id>` to act in another of them, with the role shown here.",
+            description="`current` marks the key's own workspace, the only one it acts in: to act in another, "
+                        "make a key there.",
             response=responses({200: schemas.list_envelope(schemas.Workspace)}, 400))
 def list_workspaces(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
     ctx = context(request)

@@ -176,7 +176,7 @@ def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[s
         environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
         software=payload.software, volume=volume,
     )
-    return ok(_plan_data(plan, problems))
+    return ok({**_plan_data(plan, problems), "workspace_id": ctx.workspace.pk, "environment_id": ctx.environment.pk})
 
 
 @router.get("clusters/{cluster_id}", operation_id="getCluster", summary="A cluster and its nodes",

@@ -15,10 +15,15 @@ router = Router(tags=["Instances"])
 
 
 @router.get("instances", operation_id="listInstances", summary="Every machine the workspace runs",
-            description="In every environment of the workspace; each is marked with the cluster it belongs to.",
+            description="In the environment named by X-Environment, or in every environment of the workspace "
+                        "without it; each is marked with the cluster it belongs to.",
             response=responses({200: schemas.list_envelope(schemas.Instance)}, 400))
 def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> HttpResponse:
-    return rows.instance_page(request, workspace_instances(context(request).workspace.pk), pages)
+    ctx = context(request)
+    # Without the header the answer is the whole workspace (the Instances page's view); with it,
+    # that environment only, as every other list does.
+    environment_id = ctx.environment.pk if request.headers.get("X-Environment", "").strip() else None
+    return rows.instance_page(request, workspace_instances(ctx.workspace.pk, environment_id), pages)
 
 
 @router.delete("instances/{instance_id}", operation_id="terminateInstance",

@@ -147,8 +147,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 @click.option("--api-key", help="API key (rc_live_…). Default: $RUNCRATE_API_KEY or the config file.")
 @click.option("--api-url", help="API base URL. Default: $RUNCRATE_API_URL, the config file, http://127.0.0.1:8000.")
 @click.option("-e", "--environment", help="Environment name or id (X-Environment). Default: $RUNCRATE_ENVIRONMENT.")
-@click.option("-w", "--workspace", help="Another workspace of yours, by name or id (X-Workspace). "
-              "Default: $RUNCRATE_WORKSPACE, else the key's own.")
+@click.option("-w", "--workspace", help="The workspace you expect the key to act in, by name or id (X-Workspace): "
+              "a key acts only in the workspace it was made in, and another is refused. Default: $RUNCRATE_WORKSPACE.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for each API answer.")
 @click.version_option("0.1.0", prog_name="runcrate")
 @click.pass_context

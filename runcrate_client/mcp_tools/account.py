@@ -45,5 +45,5 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @api_errors_as_tool_errors
     def list_workspaces() -> dict[str, Any]:
         """The workspaces the key's creator belongs to, with their role; `current` marks this server's
-        (RUNCRATE_WORKSPACE switches it)."""
+        (the key's own: a key acts only in the workspace it was made in; to act in another, use a key made there)."""
         return {"workspaces": client.list_workspaces()}

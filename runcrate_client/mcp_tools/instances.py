@@ -14,7 +14,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def list_instances() -> dict[str, Any]:
-        """Every machine the workspace runs, in every environment, each with the cluster it belongs to
+        """Every machine the workspace runs (in this server's environment when RUNCRATE_ENVIRONMENT is set,
+        else in every environment), each with the cluster it belongs to
         (cluster_id, cluster_name), its GPU, status, private IP and hourly price."""
         items = client.list_instances()
         return {"instances": items, "count": len(items)}

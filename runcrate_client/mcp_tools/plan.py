@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from runcrate_client.api import format_money
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors, normalize
+from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors, normalize, scope_of
 
 
 def register(mcp: MCPServer, tools: ToolContext) -> None:
@@ -50,7 +50,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                         "moment every machine has joined until deleted."),
         }
         if result["can_create"]:
-            signer.offer(result, plan, str(per_hour), tools.environment, next_step=(
+            signer.offer(result, plan, str(per_hour), scope_of(server_plan), next_step=(
                 "Tell the user the price, then call create_cluster with the same offer_id, machines, software, "
                 "name (and volume_id/ssh_key_ids) and this confirmation_token."))
         return result
@@ -71,14 +71,16 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         """
         request = {"offer_id": offer_id, "machines": machines, "software": software, "name": name,
                    "volume_id": volume_id, "ssh_key_ids": ssh_key_ids or []}
-        payload = signer.verify(confirmation_token, request, tools.environment)
+        # The server plans again: the token must have been planned in the workspace and environment
+        # it answers now, and the price the user agreed to must still hold.
+        replan = client.plan_cluster(name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
+                                     volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
+        payload = signer.verify(confirmation_token, request, scope_of(replan))
         nonce = payload["nonce"]
         if nonce in signer.spent:
             return {"cluster": client.get_cluster(signer.spent[nonce]),
                     "note": "This token was already used; this is the cluster it created."}
-        # The price the user agreed to must still hold: the server prices it again.
-        current = client.plan_cluster(name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
-                                      volume_id=volume_id, ssh_key_ids=ssh_key_ids or None).get("price_per_hour")
+        current = replan.get("price_per_hour")
         if current is not None and Decimal(str(current)) > Decimal(payload["price_per_hour"]):
             raise ToolError(f"the price rose from {format_money(payload['price_per_hour'])}/h to {format_money(current)}/h "
                             "since the plan: call plan_cluster again and confirm the new price with the user")

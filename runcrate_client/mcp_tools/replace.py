@@ -9,7 +9,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from runcrate_client.api import format_money
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors, scope_of
 
 # What a replace token is issued for; a create token (PLAN_FIELDS) never matches these.
 REPLACE_FIELDS = ("action", "cluster_id", "node_name")
@@ -52,7 +52,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         }
         if not problems:
             plan = {"action": "replace_node", "cluster_id": str(cluster_id), "node_name": node_name}
-            signer.offer(result, plan, str(per_machine), tools.environment, fields=REPLACE_FIELDS, next_step=(
+            signer.offer(result, plan, str(per_machine), scope_of(cluster), fields=REPLACE_FIELDS, next_step=(
                 "Tell the user what it costs and that the old machine's disk is lost, then call "
                 "replace_node with the same cluster_id, node_name and this confirmation_token."))
         return result
@@ -67,7 +67,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         Then poll cluster_status: the node marked `replacing` is the new machine; the swap is done when
         no node is `replacing` and an event `node_replaced` (or `replacement_failed`) appears."""
         request = {"action": "replace_node", "cluster_id": str(cluster_id), "node_name": node_name}
-        payload = signer.verify(confirmation_token, request, tools.environment, fields=REPLACE_FIELDS)
+        payload = signer.verify(confirmation_token, request, scope_of(client.get_cluster(cluster_id)),
+                                fields=REPLACE_FIELDS)
         nonce = payload["nonce"]
         if nonce in signer.spent:
             return {"cluster": client.get_cluster(cluster_id),

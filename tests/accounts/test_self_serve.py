@@ -76,12 +76,12 @@ class TestSignUp:
         assert response.status_code == 302 and response["Location"] == reverse("clusters:list")
         assert client.session["_auth_user_id"] == str(user.pk)
 
-    def test_repeated_wrong_passwords_are_rate_limited(self, client, owner):
+    def test_repeated_wrong_passwords_slow_down_the_client_that_sends_them(self, client, owner):
         for _ in range(5):
             client.post(reverse("login"), {"login": "alice", "password": "wrong"})
         response = client.post(reverse("login"), {"login": "alice", "password": "pw"})
         assert "_auth_user_id" not in client.session
-        assert "Too many failed login attempts" in response.text
+        assert "Too many failed sign-ins for this account from here" in response.text
 
 
 class TestFirstMinutes:

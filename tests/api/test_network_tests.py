@@ -125,8 +125,9 @@ def test_a_test_left_running_by_a_dead_worker_is_failed_by_the_sweep_and_a_new_o
     test = services.start_network_test(cluster, actor="alice")
     services.claim_network_test(test.pk)
     assert api.post(f"/clusters/{cluster.pk}/network-tests")[0] == 409
+    # Its runner's heartbeat stopped (the worker died).
     NetworkTest.objects.filter(pk=test.pk).update(
-        started_at=timezone.now() - dt.timedelta(seconds=settings.NETWORK_TEST_STALE_SECONDS + 1)
+        alive_at=timezone.now() - dt.timedelta(seconds=settings.NETWORK_TEST_STALE_SECONDS + 1)
     )
     assert tasks.sweep_network_tests() == {"failed": 1, "queued_again": 0}
     test.refresh_from_db()
@@ -141,7 +142,7 @@ def test_a_queued_test_whose_task_was_lost_is_queued_again_by_the_sweep(environm
     test = services.start_network_test(cluster, actor="alice")
     assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
     NetworkTest.objects.filter(pk=test.pk).update(
-        created_at=timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS + 1)
+        queued_at=timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS + 1)
     )
     # Tasks run inline here: queued again means it ran (simulated machines: it fails, saying why).
     assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}

@@ -83,7 +83,7 @@ def test_environments_list_budgets_and_month_to_date_spend(api, environment, mac
     assert ApiClient(api.key, environment="staging").get("/environments")[1]["data"][1]["current"] is True
 
 
-def test_workspaces_are_listed_and_switched_by_header(api, owner, workspace, machine_type):
+def test_workspaces_are_listed_and_a_key_acts_only_in_its_own(api, owner, workspace, machine_type):
     other = WorkspaceFactory(name="Lab")
     Membership.objects.create(workspace=other, user=owner, role=Role.DEVELOPER)
     status, body = api.get("/workspaces")
@@ -92,12 +92,10 @@ def test_workspaces_are_listed_and_switched_by_header(api, owner, workspace, mac
         (workspace.name, "owner", True), ("Lab", "developer", False)}
     lab = ApiClient(api.key)
     status, body = lab.call("GET", "/clusters", headers={"X-Workspace": "Lab"})
-    assert status == 200 and body["data"] == []
+    assert status == 403 and error_of(body)["code"] == "wrong_workspace"
     status, body = lab.call("POST", "/clusters", plan_body(machine_type), headers={"X-Workspace": str(other.pk)})
-    assert status == 201
-    assert Cluster.objects.get().workspace == other
-    # With its role there: a Developer sees no usage.
-    assert lab.call("GET", "/billing/usage", headers={"X-Workspace": "Lab"})[0] == 403
+    assert status == 403
+    assert not Cluster.objects.exists()
 
 
 def test_a_workspace_the_creator_is_not_in_is_404(api):

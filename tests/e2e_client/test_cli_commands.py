@@ -89,7 +89,7 @@ def test_ssh_keys_are_added_listed_and_deleted(cli, workspace, tmp_path):
     assert cli("ssh-keys", "delete", str(key.pk)).returncode == 5
 
 
-def test_environments_and_workspaces_are_listed_and_switched(cli, owner, workspace, instant_offer):
+def test_environments_and_workspaces_are_listed_and_a_key_acts_in_its_own(cli, owner, workspace, instant_offer):
     Environment.objects.create(workspace=workspace, name="staging", monthly_budget=Decimal("50.00"))
     listed = cli("environments")
     assert listed.returncode == 0 and "staging" in listed.stdout and "$50.00" in listed.stdout
@@ -100,12 +100,14 @@ def test_environments_and_workspaces_are_listed_and_switched(cli, owner, workspa
     Membership.objects.create(workspace=lab, user=owner, role=Role.DEVELOPER)
     spaces = cli("workspaces")
     assert "Lab" in spaces.stdout and "developer" in spaces.stdout
-    created = cli("-w", "Lab", "clusters", "create", "--name", "there", "--offer", str(instant_offer.pk),
+    refused = cli("-w", "Lab", "clusters", "create", "--name", "there", "--offer", str(instant_offer.pk),
+                  "--machines", "2", "-q")
+    assert refused.returncode == 3 and "make a key" in refused.stderr.lower(), refused.stderr
+    assert not Cluster.objects.exists()
+    created = cli("-w", workspace.name, "clusters", "create", "--name", "here", "--offer", str(instant_offer.pk),
                   "--machines", "2", "-q")
     assert created.returncode == 0, created.stderr
-    assert Cluster.objects.get().workspace == lab
-    assert cli("clusters", "ls", "-q", workspace="Lab").stdout.split() == [created.stdout.strip()]
-    assert cli("clusters", "ls", "-q").stdout.split() == []
+    assert cli("clusters", "ls", "-q").stdout.split() == [created.stdout.strip()]
     assert cli("clusters", "ls", workspace="Nowhere").returncode == 5
 
 

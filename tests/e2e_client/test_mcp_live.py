@@ -174,3 +174,33 @@ async def test_the_http_transport_wants_the_same_key_and_serves_the_tools(mcp_ht
     async with http, Client(streamable_http_client(mcp_http, http_client=http)) as client:
         assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
         assert (await call(client, "billing_balance"))["balance"]["credits_balance"] == "1000.00"
+
+
+async def test_a_token_planned_in_one_workspace_never_creates_in_another_with_a_shared_secret(
+        live_server, dashboard_key, instant_offer):
+    from asgiref.sync import sync_to_async
+
+    from accounts.models import Role
+    from api.keys import create_api_key
+    from clusters.models import Cluster
+    from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
+
+    def other_workspace_key() -> str:
+        other = WorkspaceFactory(name="Other lab", credit_balance=Decimal("500.00"))
+        member = MembershipFactory(workspace=other, role=Role.OWNER, user=UserFactory(username="olga")).user
+        return create_api_key(workspace=other, created_by=member, name="agent")[1]
+
+    other_key = await sync_to_async(other_workspace_key)()
+    shared = {"RUNCRATE_MCP_SECRET": "one secret for every agent host"}
+    args = {"offer_id": str(instant_offer.pk), "machines": 2, "name": "agent", "software": "none"}
+    ours = StdioServerParameters(command=sys.executable, args=["-m", "runcrate_client.mcp_server"],
+                                 env=runcrate_env(live_server.url, dashboard_key, extra=shared), cwd=REPO_ROOT)
+    theirs = StdioServerParameters(command=sys.executable, args=["-m", "runcrate_client.mcp_server"],
+                                   env=runcrate_env(live_server.url, other_key, extra=shared), cwd=REPO_ROOT)
+    async with Client(ours) as client:
+        plan = await call(client, "plan_cluster", **args)
+        assert plan["can_create"] is True, plan["problems"]
+    async with Client(theirs) as client:
+        refusal = await refused(client, "create_cluster", **args, confirmation_token=plan["confirmation_token"])
+    assert "another workspace" in refusal
+    assert not await sync_to_async(Cluster.objects.exists)()

@@ -1,4 +1,4 @@
-"""In Debian's Chromium, against the product in its own processes (daphne and a Celery worker)
+"""In Debian's Chromium, against the product in its own processes (uvicorn and a Celery worker)
 and a real SMTP server (aiosmtpd on 127.0.0.1): a stranger becomes a customer with no
 operator — signs up, reads the verification email, names a workspace, funds it, adds a key,
 creates a cluster and invites a teammate who signs up through the invitation; two-factor

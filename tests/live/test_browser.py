@@ -1,7 +1,7 @@
 """In Debian's Chromium: sign in, pick an offer, create a 4-machine cluster and watch it reach
 `ready` on the detail page without reloading.
 
-The product runs as it does in production: daphne (ASGI, WebSockets) and a Celery worker in
+The product runs as it does in production: uvicorn (config.serve: ASGI, WebSockets) and a Celery worker in
 their own processes, an embedded Redis between them (channel layer and broker, so no other
 test run shares it), against this test's database. Hosts take seconds to boot, so the page
 must learn of every step over its socket.
@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.models import Role
+from clusters.management.commands.runstack import web_command
 from clusters.models import Cluster, Status
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
@@ -85,7 +86,7 @@ class Stack:
         env.update(env_overrides)
         python = sys.executable
         commands = {
-            "web": [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
+            "web": web_command("127.0.0.1", self.port),
             "worker": [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads", "--concurrency", "4",
                        "--loglevel", "WARNING", "-n", f"browser-{os.getpid()}@%h",
                        "--without-gossip", "--without-mingle", "--without-heartbeat"],

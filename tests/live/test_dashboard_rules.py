@@ -1,4 +1,4 @@
-"""In Debian's Chromium, against the product as it runs (daphne + a Celery worker, see
+"""In Debian's Chromium, against the product as it runs (uvicorn + a Celery worker, see
 test_browser.py): the dashboard's product rules and its live parts.
 
 - a failed cluster's page offers what can start now, and one click creates it again;

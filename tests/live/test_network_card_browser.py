@@ -1,4 +1,4 @@
-"""In Debian's Chromium, against the product as it runs (daphne + a Celery worker): the Network
+"""In Debian's Chromium, against the product as it runs (uvicorn + a Celery worker): the Network
 card's matrix scrolls inside its card on a phone, and "Run network test" queues a test whose
 outcome reaches the open page without a reload."""
 

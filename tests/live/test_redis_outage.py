@@ -15,6 +15,7 @@ from accounts.models import Role
 from api.keys import create_api_key
 from clusters.models import Cluster, Status
 from config.asgi import application
+from config.cache import redis_cache
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.processes import Processes, RedisServer, publish_to, wait_for
 
@@ -34,7 +35,7 @@ def on_redis(settings, redis):
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis.url]}}
     }
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis.url}}
+    settings.CACHES = {"default": redis_cache(redis.url)}  # as production configures it
     restore = publish_to(redis.url)
     yield redis
     restore()
@@ -87,7 +88,26 @@ def test_the_api_rate_limit_lets_requests_through_while_its_cache_is_down(on_red
     on_redis.stop()
     responses = [api.get("/api/v1/clusters").status_code for _ in range(7)]
     assert responses == [200] * 7
-    assert "Rate limiter cache unavailable" in caplog.text
+    assert "Cache (Redis) unavailable" in caplog.text
+
+
+def test_sign_in_and_sign_up_work_while_redis_is_down(on_redis, settings, caplog):
+    """allauth counts failed sign-ins, sign-ups and emails in the cache: with Redis gone it
+    lets them through (logged) instead of answering 500."""
+    UserFactory(username="alice", email="alice@example.org", password="correct horse battery")
+    on_redis.stop()
+    client = Client(raise_request_exception=False)
+    wrong = client.post("/login/", {"login": "alice@example.org", "password": "wrong"})
+    assert wrong.status_code == 200 and "password" in wrong.text.lower()
+    right = client.post("/login/", {"login": "alice@example.org", "password": "correct horse battery"})
+    assert right.status_code == 302, right.status_code
+    signup = Client(raise_request_exception=False).post(
+        "/signup/", {"email": "bob@example.org", "password1": "a long new passphrase", "password2": "a long new passphrase"}
+    )
+    assert signup.status_code == 302, signup.status_code
+    reset = Client(raise_request_exception=False).post("/password/reset/", {"email": "alice@example.org"})
+    assert reset.status_code == 302, reset.status_code
+    assert "Cache (Redis) unavailable" in caplog.text
 
 
 async def test_a_socket_opened_while_the_channel_layer_is_down_is_refused_cleanly(

@@ -1,13 +1,19 @@
 """Run the whole product on one machine: Redis (embedded unless REDIS_URL is set), the ASGI
-server, a Celery worker and beat. Ctrl-C stops everything."""
+server, a Celery worker and beat. Ctrl-C stops everything.
+
+Every child is started again when it exits. The web server is also watched from outside: one
+that stops accepting connections and does not exit within its grace period (a server wedged
+in its shutdown) is killed and started again, so the site is never down for good."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,32 @@ def worker_command(name: str, *, concurrency: int = 4, loglevel: str = "INFO") -
             "--concurrency", str(concurrency), "--pool", "prefork", "-n", f"{name}@%h"]
 
 
+def web_command(host: str, port: int) -> list[str]:
+    # uvicorn with a bounded graceful shutdown (config.serve; docs/robustness.md says why not daphne).
+    return [sys.executable, "-m", "config.serve", "--host", host, "--port", str(port)]
+
+
+def web_grace() -> float:
+    """How long the web server may take to stop, or to answer again, before it is killed: its
+    own graceful period and watchdog margin, and a little more."""
+    from config.serve import SHUTDOWN_WATCHDOG_MARGIN, shutdown_grace
+
+    return shutdown_grace() + SHUTDOWN_WATCHDOG_MARGIN + 5
+
+
+def accepts_connections(host: str, port: int) -> Callable[[], bool]:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+    def probe() -> bool:
+        try:
+            with socket.create_connection((shown, port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    return probe
+
+
 def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
 
@@ -53,9 +85,8 @@ class Command(BaseCommand):
             settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
             embedded = Redis(str(settings.VAR_DIR / "redis.db"))
             env["REDIS_URL"] = f"unix://{embedded.socket_file}"
-        python = sys.executable
         commands = {
-            "web": [python, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"],
+            "web": web_command(host, port),
             "worker": worker_command(f"worker-{os.getpid()}"),
             "beat": beat_command(settings.VAR_DIR / "celerybeat-schedule"),
         }
@@ -65,7 +96,12 @@ class Command(BaseCommand):
 
             # Decided here once; the worker decides the same way (the same checks, same computer).
             machines = f"  {describe_mode()}\n"
-        children = {name: Child(name, command, env) for name, command in commands.items()}
+        grace = web_grace()
+        children = {
+            name: Child(name, command, env, grace=grace,
+                        alive=accepts_connections(host, port) if name == "web" else None)
+            for name, command in commands.items()
+        }
         time.sleep(1.5)
         self.stdout.write(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
@@ -89,28 +125,38 @@ class Command(BaseCommand):
                     exited = child.restart_if_exited()
                     if exited is not None:
                         self.stderr.write(f"{child.name} exited with {exited}; restarted it.")
+                    elif child.restart_if_wedged():
+                        self.stderr.write(f"{child.name} stopped answering for {grace:.0f} s without exiting; "
+                                          "killed and restarted it.")
                 time.sleep(0.5)
         finally:
             for child in children.values():
                 child.terminate()
+            deadline = time.monotonic() + grace
             for child in children.values():
-                child.wait()
+                child.wait(max(deadline - time.monotonic(), 0.1))
             if embedded is not None:
                 embedded.shutdown()
 
 
 class Child:
     """One process of the stack, started again when it exits (a crash, a lost broker): the
-    stack stays up. Restarts back off from one second to thirty while it keeps exiting."""
+    stack stays up. Restarts back off from one second to thirty while it keeps exiting.
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str]) -> None:
+    With an `alive` probe, a child that fails it for `grace` seconds on end while its process
+    runs on (a server that stopped listening but never exits) is killed and started again."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], *,
+                 alive: Callable[[], bool] | None = None, grace: float = 20.0) -> None:
         self.name, self.command, self.env = name, command, env
+        self.alive, self.grace = alive, grace
         self.backoff = 1.0
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen:
         self.started_at = time.monotonic()
         self.restart_at: float | None = None
+        self.failing_since: float | None = None
         return subprocess.Popen(self.command, env=self.env)
 
     def restart_if_exited(self) -> int | None:
@@ -129,12 +175,32 @@ class Child:
         self.process = self._start()
         return code
 
+    def restart_if_wedged(self) -> bool:
+        """Kill and start again a running child whose probe has failed for `grace` seconds
+        (counted from its start too, so a child that never comes up is caught as well)."""
+        if self.alive is None or self.process.poll() is not None:
+            return False
+        now = time.monotonic()
+        if self.alive():
+            self.failing_since = None
+            return False
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since < self.grace:
+            return False
+        self.process.kill()
+        self.process.wait()
+        self.process = self._start()
+        return True
+
     def terminate(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
 
-    def wait(self) -> None:
+    def wait(self, timeout: float = 10.0) -> None:
+        """Wait for the child to exit; kill it once `timeout` seconds have passed."""
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()

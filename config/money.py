@@ -1,0 +1,41 @@
+"""Amounts of money typed by people: the ASCII digits 0-9 only.
+
+Python's Decimal (and so Django's DecimalField) reads any Unicode decimal digit: "١٢"
+(Arabic-Indic) is 12 and "１２" (full-width) is 12 too. A money amount shown back as "$12"
+after someone typed something else is a surprise at best and a way to slip an amount past a
+reviewer at worst, so every money input goes through here."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django import forms
+
+# Digits, at most one point, nothing else (no exponent, no sign, no NaN or Infinity).
+AMOUNT = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)", re.ASCII)
+ASCII_DIGITS_MESSAGE = "Enter an amount in dollars with the digits 0-9, e.g. 50 or 12.50."
+
+
+def parse_amount(text: str) -> Decimal | None:
+    """The amount `text` spells ("$1,250.50" and "1250.5" included), or None when it is not one."""
+    cleaned = text.strip().removeprefix("$").replace(",", "").strip()
+    if not AMOUNT.fullmatch(cleaned):
+        return None
+    try:
+        return Decimal(cleaned)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only valid decimals
+        return None
+
+
+class AmountField(forms.DecimalField):
+    """A DecimalField for money: ASCII digits only, a leading $ and thousands commas allowed."""
+
+    def to_python(self, value: Any) -> Decimal | None:  # type: ignore[override]  # the stubs type it as IntegerField's
+        if value in self.empty_values:
+            return None
+        amount = parse_amount(str(value))
+        if amount is None:
+            raise forms.ValidationError(ASCII_DIGITS_MESSAGE, code="invalid")
+        return amount
