@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0009_cluster_page_indexes'),
+        ('clusters', '0011_node_installed_state'),
     ]
 
     operations = [
