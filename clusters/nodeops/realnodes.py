@@ -671,7 +671,9 @@ def boot(
     )
     log.close()
     pid = 0
-    deadline = time.monotonic() + 15
+    # Seconds on a quiet computer; a computer booting 64 nodes at once beside other work may
+    # take many times that.
+    deadline = time.monotonic() + 45
     while time.monotonic() < deadline and not pid:
         # The launcher's children are stage one's tools (mount, cp, newuidmap's helper), then PID 1.
         pid = next((child for child in _children(launcher.pid) if _is_node_init(child, state_dir)
