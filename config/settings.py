@@ -313,10 +313,11 @@ if LOCAL_NODES not in ("auto", "namespaces", "sandbox"):
     raise ImproperlyConfigured(f"LOCAL_NODES must be auto, namespaces or sandbox, not {LOCAL_NODES!r}")
 # What one real local machine may use of this computer: the machine type's own memory,
 # disk and CPUs, capped here so 64 of them fit on one computer (limits, not reservations).
-# Memory counts the node's disk (a tmpfs) and is enforced by the kernel inside the node.
+# The node's disk and /shared are tmpfs here: its memory cgroup holds memory + disk + shared,
+# enforced by the kernel inside the node.
 LOCAL_NODE_MEMORY_MB = env_int("LOCAL_NODE_MEMORY_MB", 4096)
-LOCAL_NODE_DISK_MB = env_int("LOCAL_NODE_DISK_MB", 8192)
-LOCAL_NODE_SHARED_MB = env_int("LOCAL_NODE_SHARED_MB", 4096)
+LOCAL_NODE_DISK_MB = env_int("LOCAL_NODE_DISK_MB", 4096)
+LOCAL_NODE_SHARED_MB = env_int("LOCAL_NODE_SHARED_MB", 2048)
 LOCAL_NODE_PIDS = env_int("LOCAL_NODE_PIDS", 4096)
 for _name in ("LOCAL_NODE_MEMORY_MB", "LOCAL_NODE_DISK_MB", "LOCAL_NODE_SHARED_MB", "LOCAL_NODE_PIDS"):
     if globals()[_name] < 64:

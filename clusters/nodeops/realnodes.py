@@ -75,7 +75,7 @@ DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("u
            ("net/tun", 10, 200), ("fuse", 10, 229))
 # The node's own tree, created empty at boot (owned by its root).
 NODE_TREE = (
-    "etc", "usr", "usr/local", "opt", "opt/ray", "var/lib/dpkg", "var/log", "var/tmp", "var/spool", "var/cache",
+    "etc", "usr", "var/lib/runcrate/usr-local", "opt", "opt/ray", "var/lib/dpkg", "var/log", "var/tmp", "var/spool", "var/cache",
     "var/lib/misc", "root", "home", "srv", "mnt/runcrate-volume", "shared", "tmp", "run", "proc", "sys", "dev",
 )
 # Node-local state of the daemons the scripts start; made at boot, as a package would.
@@ -96,8 +96,14 @@ class NodeLimits:
     memory_mb: int = 4096
     pids: int = 4096
     cpu_shares: int = 1024
-    disk_mb: int = 8192
-    shared_mb: int = 4096
+    disk_mb: int = 4096
+    shared_mb: int = 2048
+
+    @property
+    def cgroup_memory_mb(self) -> int:
+        """The node's disk and /shared are tmpfs, in this computer's memory and charged to the
+        node's cgroup: its limit holds them beside what its processes use."""
+        return self.memory_mb + self.disk_mb + self.shared_mb
 
 
 def capability() -> tuple[bool, str]:
@@ -448,7 +454,7 @@ def _cgroup_dirs(name: str) -> list[Path]:
 def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
     """The node's cgroup under every controller, with its limits written before any of its
     processes start."""
-    memory = str(limits.memory_mb * 1024 * 1024)
+    memory = str(limits.cgroup_memory_mb * 1024 * 1024)
     if _cgroup_v2():
         parent = Path("/sys/fs/cgroup/runcrate")
         parent.mkdir(exist_ok=True)
@@ -741,8 +747,8 @@ def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits,
     ])
     _write_fstab(state_dir / "fstab.host", [
         *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
-        # Over the host's /usr/local (inside the /usr bind): the node's own, writable.
-        ("node-usr-local", f"{root}/usr/local", "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
+        # Over the host's /usr/local (inside the /usr bind): the node's own, on its disk.
+        (f"{root}/var/lib/runcrate/usr-local", f"{root}/usr/local", "none", "bind"),
         # The node's own cgroups, read-only (it cannot raise its limits), where the node's
         # PID 1 finds them to put under its /sys/fs/cgroup (then its /run covers them).
         *((str(path), f"{root}/run/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")

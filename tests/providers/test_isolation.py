@@ -91,7 +91,7 @@ def test_nothing_of_this_computers_tree_is_reachable_from_a_node_mount_tricks_in
     try:
         node = run.boot("a")
         # Its cgroup files show its own limits, and it cannot raise them.
-        assert sh(node, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.strip() == str(4096 << 20)
+        assert sh(node, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.strip() == str(realnodes.NodeLimits().cgroup_memory_mb << 20)
         assert sh(node, "echo -1 >/sys/fs/cgroup/memory/memory.limit_in_bytes").returncode != 0
         attempts = [
             f"cat {public_file}", f"cat {secret}", f"ls {run.path}", f"ls {tmp_path}", "ls /work /home/*/",
