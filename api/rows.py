@@ -82,7 +82,7 @@ def _window(queryset: QuerySet[Any], pages: PageQuery) -> tuple[list[Any], int]:
 _NODE_COLUMNS = (
     "id", "cluster_id", "index", "state", "joined_at", "step", "detail", "released_at", "replacing_id", "health",
     "health_detail", "health_checked_at", "health_changed_at", "host__address", "host__name", "host__port",
-    "host__ssh_user", "address",
+    "host__ssh_user", "address", "host_key",
 )
 
 
@@ -121,12 +121,13 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
         machine_type = cluster.machine_type
         connectable = cluster.status in connect.CONNECTABLE
         gateway = connect.gateway_of(cluster.provider, machine_type.location.gateway_host)
-        node_rows, live = [], []
+        node_rows, live, keys = [], [], {}
         for node in nodes[cluster.pk]:
             row, endpoint = _node_row(node, connectable, gateway, cluster.provider == "local")
             node_rows.append(row)
             if endpoint is not None:
                 live.append(endpoint)
+                keys[endpoint.name] = node["host_key"]
         unhealthy = 0
         if cluster.status == Status.READY:
             unhealthy = sum(1 for n in nodes[cluster.pk] if n["released_at"] is None and n["health"] in BAD_HEALTH)
@@ -135,6 +136,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "termination_reason": cluster.termination_reason or cluster.failure_reason or None,
             "failure_reason": cluster.failure_reason or None,
             "environment": cluster.environment.name, "environment_id": cluster.environment_id,
+            "workspace_id": cluster.workspace_id,
             "machines": cluster.machine_count, "software": cluster.software,
             "offer": {
                 "id": machine_type.pk, "gpu": machine_type.gpu.slug, "gpus_per_machine": machine_type.gpus_per_machine,
@@ -148,6 +150,9 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "ready_at": cluster.ready_at, "terminated_at": cluster.terminated_at, "deadline_at": cluster.deadline_at,
             "nodes": node_rows, "unhealthy_nodes": unhealthy,
             "ssh_config": connect.ssh_config_of(cluster.name, cluster.machine_count, live) if connectable else None,
+            "known_hosts": connect.known_hosts_of(cluster.name, [(ep, keys[ep.name]) for ep in live])
+            if connectable else None,
+            "launch": connect.launch_lines(cluster, len(live)) if connectable else None,
         })
     return rows
 
