@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "api",
     "quotes",
     "notifications",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -268,6 +269,7 @@ CELERY_BEAT_SCHEDULE = {
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
     "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": 60.0},
+    "send-due-webhooks": {"task": "webhooks.tasks.send_due_webhooks", "schedule": 15.0},
 }
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
 # (off in tests, which start it where they mean to), and a run still `running` this long
@@ -319,6 +321,19 @@ NOTIFICATION_RETRY_BASE_SECONDS = env_int("NOTIFICATION_RETRY_BASE_SECONDS", 30)
 NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600)
 NOTIFICATION_MAX_ATTEMPTS = env_int("NOTIFICATION_MAX_ATTEMPTS", 10)
 NOTIFICATION_REQUEUE_AFTER_SECONDS = env_int("NOTIFICATION_REQUEUE_AFTER_SECONDS", 300)
+# Webhooks (webhooks/, docs/webhooks.md): a failed delivery is tried again after 30 s, then
+# 4x longer each time (capped at 6 h), for up to 3 days from the event; each request waits at
+# most WEBHOOK_TIMEOUT_SECONDS. Endpoints must be https:// and resolve only to public
+# addresses; development and the tests may use http:// and loopback (never private ranges).
+WEBHOOK_RETRY_BASE_SECONDS = env_int("WEBHOOK_RETRY_BASE_SECONDS", 30)
+WEBHOOK_RETRY_FACTOR = env_int("WEBHOOK_RETRY_FACTOR", 4)
+WEBHOOK_RETRY_MAX_SECONDS = env_int("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)
+WEBHOOK_RETRY_WINDOW_SECONDS = env_int("WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 86400)
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10)
+# A queued attempt whose task never ran is queued again by the sweep after this long.
+WEBHOOK_QUEUE_LEASE_SECONDS = env_int("WEBHOOK_QUEUE_LEASE_SECONDS", 120)
+WEBHOOK_ALLOW_LOOPBACK = env_bool("WEBHOOK_ALLOW_LOOPBACK", DEBUG or TESTING)
+WEBHOOK_REQUIRE_HTTPS = env_bool("WEBHOOK_REQUIRE_HTTPS", not (DEBUG or TESTING))
 # Request a quote: at most QUOTE_RATE_LIMIT submissions per client address per window.
 QUOTE_RATE_LIMIT = env_int("QUOTE_RATE_LIMIT", 5)
 QUOTE_RATE_WINDOW_SECONDS = env_int("QUOTE_RATE_WINDOW_SECONDS", 3600)

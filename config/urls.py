@@ -22,6 +22,7 @@ urlpatterns = [
     path("billing/", include("billing.urls")),
     path("quote/", include("quotes.urls")),
     path("account/notifications/", include("notifications.urls")),
+    path("account/webhooks/", include("webhooks.urls")),
     path("", include("api.urls")),
     path("admin/", admin.site.urls),
 ]
