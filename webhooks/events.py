@@ -56,7 +56,7 @@ def cluster_event(cluster: Cluster, recorded: ClusterEvent, extra: dict[str, Any
 
 
 def balance_low(workspace_id: int, context: dict[str, Any], *, key: str) -> None:
-    data = {k: context[k] for k in ("balance", "hours_left", "threshold_hours", "rate") if k in context}
+    data: dict[str, Any] = {k: context[k] for k in ("balance", "hours_left", "threshold_hours", "rate") if k in context}
     emit(workspace_id, EventType.BALANCE_LOW, data, dedupe_key=key)
 
 

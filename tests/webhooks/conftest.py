@@ -45,7 +45,7 @@ def receiver() -> Iterator[Receiver]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
-            state.requests.append(Received(self.path, {k: v for k, v in self.headers.items()}, body))
+            state.requests.append(Received(self.path, dict(self.headers.items()), body))
             code = state.answers.pop(0) if state.answers else 200
             self.send_response(code)
             self.send_header("Content-Length", "2")

@@ -102,6 +102,7 @@ def test_a_failing_receiver_is_retried_with_backoff_until_it_answers_and_the_log
     delivery = Delivery.objects.get()
     assert delivery.status == Delivery.Status.PENDING and delivery.attempts == 1
     assert delivery.last_status_code == 500 and delivery.last_error == "HTTP 500"
+    assert delivery.next_attempt_at is not None and delivery.last_attempt_at is not None
     first_wait = (delivery.next_attempt_at - started).total_seconds()
     assert 25 <= first_wait <= 40
     # Not yet due: the sweep sends nothing.
@@ -109,6 +110,7 @@ def test_a_failing_receiver_is_retried_with_backoff_until_it_answers_and_the_log
     due(delivery)
     delivery.refresh_from_db()
     assert delivery.attempts == 2 and delivery.status == Delivery.Status.PENDING
+    assert delivery.next_attempt_at is not None and delivery.last_attempt_at is not None
     second_wait = (delivery.next_attempt_at - delivery.last_attempt_at).total_seconds()
     assert second_wait == pytest.approx(4 * 30, abs=2)
     due(delivery)
@@ -140,6 +142,7 @@ def test_a_receiver_that_never_answers_well_is_given_up_three_days_after_the_eve
     while delivery.status == Delivery.Status.PENDING:
         # Age the delivery to where its next attempt falls, as the clock would.
         delivery.refresh_from_db()
+        assert delivery.next_attempt_at is not None and delivery.last_attempt_at is not None
         wait = delivery.next_attempt_at - delivery.last_attempt_at
         Delivery.objects.filter(pk=delivery.pk).update(created_at=delivery.created_at - wait,
                                                        next_attempt_at=timezone.now() - dt.timedelta(seconds=1))
