@@ -14,6 +14,7 @@ from runcrate_client.cli import (  # noqa: F401
     network,
     quotes,
     volumes,
+    webhooks,
 )
 from runcrate_client.cli.base import main
 
