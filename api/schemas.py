@@ -831,3 +831,43 @@ class WebhookDelivery(Schema):
     @staticmethod
     def resolve_attempt_log(delivery: Any) -> list[Any]:
         return list(delivery.attempt_log.all())
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+class MetricsQuery(Schema):
+    since: str | None = Field(None, max_length=40, description="Seconds back from now (e.g. 900), or an ISO 8601 "
+                              "time; default 15 minutes. Up to 7 days back (older points are dropped).")
+    step: int | None = Field(None, ge=1, le=86400, description="Seconds per point: points are averaged into buckets "
+                             "this wide. Under the coarse step (300 s) within the last hour: fine points (every round).")
+
+
+class MetricPoint(Schema):
+    at: Timestamp
+    cpu_percent: float | None
+    memory_percent: float | None
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    root_percent: float | None = Field(description="Used on / (percent).")
+    shared_percent: float | None = Field(description="Used on /shared (percent).")
+    net_rx_bps: float | None = Field(description="Bits per second received on wg0, the private network.")
+    net_tx_bps: float | None
+    load1: float | None
+    gpu_percent: float | None = Field(description="Mean GPU utilisation; null without GPUs.")
+    gpu_memory_used_bytes: float | None
+    gpu_memory_total_bytes: float | None
+    gpu_temperature_c: float | None = Field(description="The hottest GPU.")
+    gpu_errors: float | None = Field(description="Uncorrected ECC errors, all GPUs.")
+
+
+class NodeMetrics(Schema):
+    node: str
+    points: list[MetricPoint]
+
+
+class ClusterMetrics(Schema):
+    resolution: Annotated[str, enum(["fine", "coarse"])]
+    step: int = Field(description="Seconds per point.")
+    since: Timestamp
+    nodes: list[NodeMetrics]

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "quotes",
     "notifications",
     "webhooks",
+    "metrics",
 ]
 
 MIDDLEWARE = [
@@ -263,6 +264,19 @@ NODE_HEALTH_ROUND_SECONDS = env_int("NODE_HEALTH_ROUND_SECONDS", 60)
 NODE_HEALTH_MAX_CLUSTERS_PER_ROUND = env_int("NODE_HEALTH_MAX_CLUSTERS_PER_ROUND", 500)
 if NODE_HEALTH_INTERVAL_SECONDS < 5 or NODE_HEALTH_ROUND_SECONDS < 10:
     raise ImproperlyConfigured("NODE_HEALTH_INTERVAL_SECONDS must be at least 5 and NODE_HEALTH_ROUND_SECONDS at least 10")
+# Node metrics (metrics/, docs/metrics.md): a round per ready cluster every interval (5-60 s),
+# cut off after METRICS_ROUND_SECONDS; fine samples kept an hour, 5-minute averages 7 days.
+METRICS_INTERVAL_SECONDS = env_int("METRICS_INTERVAL_SECONDS", 10)
+METRICS_ROUND_SECONDS = env_int("METRICS_ROUND_SECONDS", 30)
+METRICS_MAX_CLUSTERS_PER_ROUND = env_int("METRICS_MAX_CLUSTERS_PER_ROUND", 500)
+METRICS_FINE_RETENTION_SECONDS = env_int("METRICS_FINE_RETENTION_SECONDS", 3600)
+METRICS_COARSE_STEP_SECONDS = env_int("METRICS_COARSE_STEP_SECONDS", 300)
+METRICS_COARSE_RETENTION_SECONDS = env_int("METRICS_COARSE_RETENTION_SECONDS", 7 * 86400)
+if not 5 <= METRICS_INTERVAL_SECONDS <= 60 or METRICS_COARSE_STEP_SECONDS < METRICS_INTERVAL_SECONDS:
+    raise ImproperlyConfigured("METRICS_INTERVAL_SECONDS must be 5-60 and at most METRICS_COARSE_STEP_SECONDS")
+# Idle spend (metrics.idle): a machine is idle under these; the hours are per environment.
+IDLE_CPU_PERCENT = env_int("IDLE_CPU_PERCENT", 5)
+IDLE_GPU_PERCENT = env_int("IDLE_GPU_PERCENT", 5)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
@@ -270,6 +284,8 @@ CELERY_BEAT_SCHEDULE = {
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
     "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": 60.0},
     "send-due-webhooks": {"task": "webhooks.tasks.send_due_webhooks", "schedule": 15.0},
+    "collect-metrics": {"task": "metrics.tasks.collect_metrics", "schedule": float(METRICS_INTERVAL_SECONDS)},
+    "roll-up-metrics": {"task": "metrics.tasks.roll_up_metrics", "schedule": 60.0},
 }
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
 # (off in tests, which start it where they mean to), and a run still `running` this long

@@ -17,6 +17,7 @@ urlpatterns = [
     path("logout/", allauth_views.logout, name="logout"),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
+    path("clusters/", include("metrics.urls")),
     path("offers/", include("offers.urls")),
     path("account/", include("accounts.urls")),
     path("billing/", include("billing.urls")),

@@ -162,7 +162,6 @@ def test_a_low_balance_and_a_reached_budget_are_sent_once(workspace, environment
     cluster = ready_cluster(environment, machine_type, owner, count=2)
     type(workspace).objects.filter(pk=workspace.pk).update(credit_balance=Decimal("4.00"))
     from billing import services as billing
-
     from billing.models import BillingNotice
 
     billing.warn_low_balances()
