@@ -63,3 +63,9 @@ def metrics_top(context: Any, cluster: Any) -> list[TopRow]:
 @register.simple_tag
 def metrics_interval() -> int:
     return settings.METRICS_INTERVAL_SECONDS
+
+
+@register.simple_tag
+def gpu_figures(rows: list[TopRow]) -> bool:
+    """GPU columns only where some node reported GPUs (machines without nvidia-smi report none)."""
+    return any(r.sample is not None and r.sample.gpu_count for r in rows)

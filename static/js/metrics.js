@@ -7,21 +7,32 @@
   const charts = document.getElementById("metrics-charts");
   if (!charts || typeof uPlot === "undefined") return;
   const windowSeconds = parseInt(charts.dataset.window || "900", 10);
-  const gpus = parseInt(charts.dataset.gpus || "0", 10) > 0;
-  const panels = [
+  const basePanels = [
     { title: "CPU / memory %", fields: ["cpu_percent", "memory_percent"], labels: ["CPU", "Memory"], max: 100 },
     { title: "Disk %", fields: ["root_percent", "shared_percent"], labels: ["/", "/shared"], max: 100 },
     { title: "wg0 Mbit/s", fields: ["net_rx_bps", "net_tx_bps"], labels: ["in", "out"], scale: 1e-6 },
   ];
-  if (gpus) {
-    panels.push({ title: "GPU %", fields: ["gpu_percent"], labels: ["GPU"], max: 100 });
-    panels.push({ title: "GPU °C / errors", fields: ["gpu_temperature_c", "gpu_errors"], labels: ["°C", "errors"] });
-  }
+  // Shown for a node once it reports GPU figures (machines without nvidia-smi report none).
+  const gpuPanels = [
+    { title: "GPU util / memory %", fields: ["gpu_percent", "gpu_memory_percent"], labels: ["util", "memory"], max: 100 },
+    { title: "GPU °C / errors", fields: ["gpu_temperature_c", "gpu_errors"], labels: ["°C", "errors"] },
+  ];
   const colours = ["#2563eb", "#db2777"];
-  const nodes = {}; // name -> {points: [], plots: [uPlot]}
+  const nodes = {}; // name -> {points: [], plots: [uPlot], panels: [...], gpu: bool}
+
+  function hasGpu(points) {
+    return points.some((p) => p.gpu_percent != null || p.gpu_temperature_c != null);
+  }
+
+  function withDerived(point) {
+    if (point.gpu_memory_total_bytes && point.gpu_memory_used_bytes != null) {
+      point.gpu_memory_percent = (100 * point.gpu_memory_used_bytes) / point.gpu_memory_total_bytes;
+    }
+    return point;
+  }
 
   function width() {
-    const column = charts.clientWidth < 640 ? charts.clientWidth : charts.clientWidth / Math.min(panels.length, 3);
+    const column = charts.clientWidth < 640 ? charts.clientWidth : charts.clientWidth / 3;
     return Math.max(200, Math.floor(column) - 16);
   }
 
@@ -31,8 +42,9 @@
     return [xs, ...ys];
   }
 
-  function ensureNode(name) {
-    if (nodes[name]) return nodes[name];
+  function ensureNode(name, gpu) {
+    const existing = nodes[name];
+    if (existing && (existing.gpu || !gpu)) return existing;
     const block = document.createElement("div");
     block.className = "metric-node";
     block.id = "metrics-node-" + name;
@@ -42,8 +54,10 @@
     const row = document.createElement("div");
     row.className = "metric-row";
     block.appendChild(row);
-    charts.appendChild(block);
-    const entry = { points: [], plots: [] };
+    const old = document.getElementById(block.id);
+    if (old) old.replaceWith(block); else charts.appendChild(block);
+    const panels = gpu ? basePanels.concat(gpuPanels) : basePanels;
+    const entry = { points: existing ? existing.points : [], plots: [], panels: panels, gpu: gpu };
     for (const panel of panels) {
       const cell = document.createElement("div");
       cell.className = "metric-chart";
@@ -56,6 +70,7 @@
       };
       entry.plots.push(new uPlot(opts, dataFor([], panel), cell));
     }
+    if (existing) existing.plots.forEach((p) => p.destroy());
     nodes[name] = entry;
     return entry;
   }
@@ -64,11 +79,12 @@
     const entry = nodes[name];
     const newest = entry.points.length ? entry.points[entry.points.length - 1].at : 0;
     entry.points = entry.points.filter((p) => p.at > newest - windowSeconds);
-    entry.plots.forEach((plot, i) => plot.setData(dataFor(entry.points, panels[i])));
+    entry.plots.forEach((plot, i) => plot.setData(dataFor(entry.points, entry.panels[i])));
   }
 
   function add(name, points) {
-    const entry = ensureNode(name);
+    points = points.map(withDerived);
+    const entry = ensureNode(name, hasGpu(points));
     const last = entry.points.length ? entry.points[entry.points.length - 1].at : 0;
     for (const point of points) if (point.at > last) entry.points.push(point);
     redraw(name);
