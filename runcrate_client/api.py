@@ -455,6 +455,9 @@ class RuncrateClient:
     def list_workspaces(self) -> list[Record]:
         return list(self.iterate("/workspaces"))
 
+    def cluster_metrics(self, cluster_id: str, since: str | None = None, step: int | None = None) -> Record:
+        return self._data("GET", f"/clusters/{_seg(cluster_id)}/metrics", params={"since": since, "step": step})
+
     # -- webhooks
 
     def list_webhooks(self) -> list[Record]:

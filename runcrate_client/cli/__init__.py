@@ -13,6 +13,7 @@ from runcrate_client.cli import (  # noqa: F401
     mcp,
     network,
     quotes,
+    top,
     volumes,
     webhooks,
 )
