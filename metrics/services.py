@@ -138,7 +138,7 @@ def roll_up(now: dt.datetime | None = None, buckets: int = 6) -> int:
         for row in rows:
             if row["node_id"] in done:
                 continue
-            values = {k: v for k, v in row.items() if k not in ("node_id", "cluster_id")}
+            values: dict[str, Any] = {k: v for k, v in row.items() if k not in ("node_id", "cluster_id")}
             for key in ("memory_used_bytes", "memory_total_bytes", "root_used_bytes", "root_total_bytes",
                         "shared_used_bytes", "shared_total_bytes", "gpu_memory_used_bytes", "gpu_memory_total_bytes"):
                 if values.get(key) is not None:
