@@ -173,3 +173,20 @@ def test_the_idle_email_names_the_cluster_its_price_and_the_terminate_link(clust
     subject, text, html = render("cluster_idle", {"cluster_id": cluster.pk, "idle_seconds": 7260, "price_per_hour": "5.00"})
     assert subject == "train has been idle 2 h 1 min at $5.00/h"
     assert f"/clusters/{cluster.pk}/#actions" in text and "never stop a cluster" in text and "Terminate train" in html
+
+
+def test_owners_set_an_environments_idle_notice_hours_and_developers_cannot(environment, owner, developer):
+    from django.test import Client
+
+    def post(user, hours):
+        client = Client()
+        client.force_login(user)
+        return client.post(f"/account/environments/{environment.pk}/idle-notice/", {"idle_notice_hours": hours})
+
+    post(owner, "6")
+    environment.refresh_from_db()
+    assert environment.idle_notice_hours == 6
+    post(developer, "0")
+    post(owner, "-1")
+    environment.refresh_from_db()
+    assert environment.idle_notice_hours == 6
