@@ -13,7 +13,7 @@ import logging
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -21,7 +21,7 @@ from clusters.broadcast import broadcast, cluster_group
 from clusters.models import Cluster, Node, Status
 from clusters.providers import get_provider
 from metrics import idle, services
-from metrics.models import NodeSample, Resolution
+from metrics.models import NodeSample
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +30,20 @@ def lock_key(cluster_id: int) -> str:
     return f"node-metrics:{cluster_id}"
 
 
+def last_key(cluster_id: int) -> str:
+    return f"node-metrics-last:{cluster_id}"
+
+
 def due_clusters(now: dt.datetime | None = None) -> list[int]:
+    """Ready clusters whose last round is more than half an interval old (kept in the cache, so
+    the beat never scans the samples table), longest-waiting first."""
     now = now or timezone.now()
-    recent = now - dt.timedelta(seconds=settings.METRICS_INTERVAL_SECONDS / 2)
-    last = (NodeSample.objects.filter(resolution=Resolution.FINE, cluster__status=Status.READY)
-            .values("cluster_id").annotate(last=Max("at")))
-    fresh = {row["cluster_id"] for row in last if row["last"] >= recent}
-    ready = Cluster.objects.filter(status=Status.READY).exclude(pk__in=fresh).order_by("pk").values_list("pk", flat=True)
-    return list(ready[: settings.METRICS_MAX_CLUSTERS_PER_ROUND])
+    ready = list(Cluster.objects.filter(status=Status.READY).order_by("pk").values_list("pk", flat=True))
+    last = cache.get_many([last_key(pk) for pk in ready])
+    recent = now.timestamp() - settings.METRICS_INTERVAL_SECONDS / 2
+    due = [pk for pk in ready if last.get(last_key(pk), 0.0) < recent]
+    due.sort(key=lambda pk: last.get(last_key(pk), 0.0))
+    return due[: settings.METRICS_MAX_CLUSTERS_PER_ROUND]
 
 
 def claim(cluster_id: int) -> bool:
@@ -64,6 +70,7 @@ def collect_cluster(cluster_id: int) -> int | None:
     if not nodes:
         return None
     at = timezone.now()
+    cache.set(last_key(cluster.pk), at.timestamp(), timeout=settings.METRICS_INTERVAL_SECONDS * 10)
     result = get_provider(cluster.provider).collect_metrics(cluster, nodes)
     if result is None:
         return None

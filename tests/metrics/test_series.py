@@ -190,3 +190,18 @@ def test_owners_set_an_environments_idle_notice_hours_and_developers_cannot(envi
     post(owner, "-1")
     environment.refresh_from_db()
     assert environment.idle_notice_hours == 6
+
+
+def test_the_beat_queues_each_ready_cluster_once_per_interval(cluster, settings):
+    from django.core.cache import cache
+
+    from metrics import collection, tasks
+
+    cache.clear()
+    assert cluster.pk in collection.due_clusters()
+    tasks.collect_cluster_metrics(cluster.pk)  # simulated machines: nothing to read, but the round happened
+    assert cluster.pk not in collection.due_clusters()
+    later = timezone.now() + dt.timedelta(seconds=settings.METRICS_INTERVAL_SECONDS)
+    assert cluster.pk in collection.due_clusters(later)
+    assert collection.claim(cluster.pk) and not collection.claim(cluster.pk)
+    collection.release(cluster.pk)
