@@ -130,4 +130,3 @@ if command -v nvidia-smi >/dev/null 2>&1; then
         --format=csv,noheader,nounits 2>/dev/null || true
     printf '::end-gpu::\n'
 fi
-exit 0
