@@ -785,7 +785,7 @@ class WebhookEndpointWithSecret(WebhookEndpoint):
 
 
 class CreateWebhookEndpoint(Body):
-    url: Annotated[Text, Field(max_length=2000, description="https:// URL on a public address.")]
+    url: Annotated[Text, Field(max_length=2000, description="An HTTPS URL on a public address.")]
     events: list[WebhookEventType] = Field(min_length=1, max_length=len(WEBHOOK_EVENT_TYPES))
     description: Annotated[Text, Field(max_length=200)] = ""
 

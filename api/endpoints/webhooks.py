@@ -40,7 +40,7 @@ def list_endpoints(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dic
 @router.post("webhooks", operation_id="createWebhookEndpoint",
              summary="Add an endpoint; the answer carries its signing secret",
              description="Each event is POSTed as JSON with `Runcrate-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "
-                         "\"<t>.<body>\" with the secret>` and `Runcrate-Event-Id`. URLs must be https:// on a public "
+                         "\"<t>.<body>\" with the secret>` and `Runcrate-Event-Id`. URLs must use HTTPS on a public "
                          "address (400 webhook_url_refused otherwise).",
              response=responses({201: schemas.envelope(schemas.WebhookEndpointWithSecret)}, 400, 403))
 def create_endpoint(request: HttpRequest, payload: schemas.CreateWebhookEndpoint) -> Status:
