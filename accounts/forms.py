@@ -38,6 +38,10 @@ class BudgetForm(forms.Form):
     monthly_budget = AmountField(min_value=Decimal("0"), max_digits=12, decimal_places=2)
 
 
+class IdleNoticeForm(forms.Form):
+    idle_notice_hours = forms.IntegerField(min_value=0, max_value=168)
+
+
 class SignInForm(LoginForm):
     """allauth's sign-in form in the product's words."""
 

@@ -197,3 +197,10 @@ def set_budget(*, by: Membership, environment: Environment, monthly_budget: Deci
     if not by.can_see_billing:
         raise PermissionDenied("Only Owners and Managers set budgets.")
     Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(monthly_budget=monthly_budget)
+
+
+def set_idle_notice_hours(*, by: Membership, environment: Environment, idle_notice_hours: int) -> None:
+    """After how many idle hours the owner of a ready cluster here is told (metrics.idle); 0: never."""
+    if not by.can_see_billing:
+        raise PermissionDenied("Only Owners and Managers set the idle notice.")
+    Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(idle_notice_hours=idle_notice_hours)

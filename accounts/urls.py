@@ -18,4 +18,5 @@ urlpatterns = [
     path("ssh-keys/<int:key_id>/delete/", views.ssh_key_delete, name="ssh_key_delete"),
     path("environments/", views.environments, name="environments"),
     path("environments/<int:environment_id>/budget/", views.environment_budget, name="environment_budget"),
+    path("environments/<int:environment_id>/idle-notice/", views.environment_idle_notice, name="environment_idle_notice"),
 ]

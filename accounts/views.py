@@ -16,7 +16,15 @@ from django.views.decorators.http import require_POST
 
 from accounts import services
 from accounts.adapter import INVITATION_SESSION_KEY, VERIFIED_EMAIL_SESSION_KEY
-from accounts.forms import BudgetForm, EnvironmentForm, InviteForm, RoleForm, SSHKeyForm, WorkspaceNameForm
+from accounts.forms import (
+    BudgetForm,
+    EnvironmentForm,
+    IdleNoticeForm,
+    InviteForm,
+    RoleForm,
+    SSHKeyForm,
+    WorkspaceNameForm,
+)
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
 from accounts.models import Environment, Invitation, Membership, SSHKey
@@ -307,3 +315,23 @@ def environment_budget(request: AuthenticatedHttpRequest, environment_id: int) -
         except PermissionDenied as exc:
             messages.error(request, str(exc))
     return redirect("accounts:environments")
+
+
+@login_required
+@require_POST
+def environment_idle_notice(request: AuthenticatedHttpRequest, environment_id: int) -> HttpResponse:
+    tenancy = require_tenancy(request)
+    environment = get_object_or_404(Environment, pk=environment_id, workspace=tenancy.workspace)
+    form = IdleNoticeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Enter a whole number of hours from 0 (never) to 168.")
+    else:
+        try:
+            services.set_idle_notice_hours(by=tenancy.membership, environment=environment, **form.cleaned_data)
+            hours = form.cleaned_data["idle_notice_hours"]
+            messages.success(request, f"{environment.name}: idle clusters are noticed after {hours} h." if hours
+                             else f"{environment.name}: no idle notices.")
+        except PermissionDenied as exc:
+            messages.error(request, str(exc))
+    return redirect("accounts:environments")
+

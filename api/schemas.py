@@ -24,6 +24,7 @@ from pydantic import (
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
 from offers.models import Interconnect, MachineKind
+from webhooks.models import SUBSCRIBABLE as _WEBHOOK_EVENTS
 
 CENT = Decimal("0.01")
 # Ids are bigints in the database: anything larger names nothing (and must not reach SQL).
@@ -789,3 +790,111 @@ class NetworkTest(NetworkTestItem):
     @staticmethod
     def resolve_nccl(test: Any) -> list[Any]:
         return list(test.nccl_rows)
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+WEBHOOK_EVENT_TYPES = [str(t) for t in _WEBHOOK_EVENTS]
+WebhookEventType = Annotated[Text, enum(WEBHOOK_EVENT_TYPES)]
+
+
+class WebhookEndpoint(Schema):
+    id: int
+    url: str
+    description: str
+    events: list[Annotated[str, enum(WEBHOOK_EVENT_TYPES)]]
+    is_active: bool
+    created_at: Timestamp
+
+
+class WebhookEndpointWithSecret(WebhookEndpoint):
+    secret: str = Field(description="The signing secret (whsec_…): HMAC-SHA256 key of Runcrate-Signature's v1.")
+
+
+class CreateWebhookEndpoint(Body):
+    url: Annotated[Text, Field(max_length=2000, description="An HTTPS URL on a public address.")]
+    events: list[WebhookEventType] = Field(min_length=1, max_length=len(WEBHOOK_EVENT_TYPES))
+    description: Annotated[Text, Field(max_length=200)] = ""
+
+
+class UpdateWebhookEndpoint(Body):
+    url: Annotated[Text, Field(max_length=2000)] | None = None
+    events: list[WebhookEventType] | None = Field(None, min_length=1, max_length=len(WEBHOOK_EVENT_TYPES))
+    description: Annotated[Text, Field(max_length=200)] | None = None
+    is_active: bool | None = None
+
+
+class WebhookAttempt(Schema):
+    at: Timestamp
+    status_code: int | None
+    response_ms: int | None
+    error: str
+    succeeded: bool
+
+
+class WebhookDelivery(Schema):
+    id: int
+    event_id: str = Field(description="The event's id (evt_…), the same on every delivery and re-send of it.")
+    event_type: str
+    status: Annotated[str, enum(["pending", "succeeded", "failed"])]
+    attempts: int
+    last_status_code: int | None
+    last_response_ms: int | None
+    last_error: str
+    next_attempt_at: OptionalTimestamp
+    delivered_at: OptionalTimestamp
+    manual: bool = Field(description="A re-send or a test event.")
+    created_at: Timestamp
+    attempt_log: list[WebhookAttempt]
+
+    @staticmethod
+    def resolve_event_id(delivery: Any) -> str:
+        return delivery.event.public_id
+
+    @staticmethod
+    def resolve_event_type(delivery: Any) -> str:
+        return delivery.event.type
+
+    @staticmethod
+    def resolve_attempt_log(delivery: Any) -> list[Any]:
+        return list(delivery.attempt_log.all())
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+class MetricsQuery(Schema):
+    since: str | None = Field(None, max_length=40, description="Seconds back from now (e.g. 900), or an ISO 8601 "
+                              "time; default 15 minutes. Up to 7 days back (older points are dropped).")
+    step: int | None = Field(None, ge=1, le=86400, description="Seconds per point: points are averaged into buckets "
+                             "this wide. Under the coarse step (300 s) within the last hour: fine points (every round).")
+
+
+class MetricPoint(Schema):
+    at: Timestamp
+    cpu_percent: float | None
+    memory_percent: float | None
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    root_percent: float | None = Field(description="Used on / (percent).")
+    shared_percent: float | None = Field(description="Used on /shared (percent).")
+    net_rx_bps: float | None = Field(description="Bits per second received on wg0, the private network.")
+    net_tx_bps: float | None
+    load1: float | None
+    gpu_percent: float | None = Field(description="Mean GPU utilisation; null without GPUs.")
+    gpu_memory_used_bytes: float | None
+    gpu_memory_total_bytes: float | None
+    gpu_temperature_c: float | None = Field(description="The hottest GPU.")
+    gpu_errors: float | None = Field(description="Uncorrected ECC errors, all GPUs.")
+
+
+class NodeMetrics(Schema):
+    node: str
+    points: list[MetricPoint]
+
+
+class ClusterMetrics(Schema):
+    resolution: Annotated[str, enum(["fine", "coarse"])]
+    step: int = Field(description="Seconds per point.")
+    since: Timestamp
+    nodes: list[NodeMetrics]

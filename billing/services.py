@@ -377,8 +377,9 @@ def over_budget_environment_ids(environment_ids: list[int], at: dt.datetime | No
 
 
 def warn_low_balances() -> list[str]:
-    """Email once per threshold crossing when few hours are left at the current spend."""
+    """Email (and webhook) once per threshold crossing when few hours are left at the current spend."""
     from billing import emails
+    from webhooks import events as webhook_events
 
     rates = dict(
         MachineUsage.objects.filter(ended_at__isnull=True).values_list("workspace_id").annotate(rate=Sum("rate"))
@@ -414,6 +415,7 @@ def warn_low_balances() -> list[str]:
                              "rate": str(to_cents(rate)), "balance": str(balances[workspace_id])},
                 )
                 emails.queue_notice(notice.pk)
+                webhook_events.balance_low(workspace_id, notice.context, key=f"billing-notice:{notice.pk}")
         except IntegrityError:
             continue  # a concurrent sweep claimed this warning
         sent.append(key)

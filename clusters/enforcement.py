@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from django.utils import timezone
+
 from billing import services as billing
 from clusters import services
 from clusters.models import Cluster, Reason
@@ -38,7 +40,29 @@ def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
     if not live:
         return []
     over = billing.over_budget_environment_ids(sorted({c.environment_id for c in live}), at)
-    return [c.pk for c in live if c.environment_id in over and _stop(c, Reason.BUDGET_REACHED)]
+    stopped = [c.pk for c in live if c.environment_id in over and _stop(c, Reason.BUDGET_REACHED)]
+    if over:
+        _announce_budget_reached(over, live, stopped, at)
+    return stopped
+
+
+def _announce_budget_reached(over: set[int], live: list[Cluster], stopped: list[int], at: dt.datetime | None) -> None:
+    """One `budget.reached` webhook per environment and budget a month (webhooks.events)."""
+    from accounts.models import Environment
+    from billing.months import month_start
+    from webhooks import events as webhook_events
+
+    moment = at or timezone.now()
+    spent = billing.month_to_date_spend(sorted(over), moment)
+    for environment in Environment.objects.filter(pk__in=over):
+        try:
+            webhook_events.budget_reached(
+                environment.workspace_id, environment.pk, environment.name, environment.monthly_budget,
+                spent[environment.pk], month_start(moment).strftime("%Y-%m"),
+                [c.pk for c in live if c.environment_id == environment.pk and c.pk in stopped],
+            )
+        except Exception:
+            log.exception("Could not record the budget webhook of environment %s", environment.pk)
 
 
 def meter_and_enforce(now: dt.datetime | None = None) -> dict:

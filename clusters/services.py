@@ -48,8 +48,16 @@ SYSTEM = "system"
 NO_HEALTH: dict[str, str] = {"health": NodeHealth.UNKNOWN, "health_detail": ""}
 
 
-def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "") -> ClusterEvent:
-    return ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
+def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "",
+                 data: dict[str, Any] | None = None) -> ClusterEvent:
+    """The one place a cluster's events are recorded; the lifecycle's events are also sent to
+    the workspace's webhook endpoints that want them (webhooks.events), after commit.
+    `data`: what the webhook carries besides the cluster (the node, the network test)."""
+    from webhooks import events as webhook_events
+
+    recorded = ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
+    webhook_events.cluster_event(cluster, recorded, data)
+    return recorded
 
 
 def _after_commit_changed(cluster_id: int, *, advance: bool = False, nodes: Iterable[int] | None = None) -> None:
@@ -1044,7 +1052,8 @@ def finish_network_test(test: NetworkTest, *, error: str = "", notes: Iterable[s
         test.status, test.detail = status, detail
         label = {NetworkTest.Status.PASSED: "passed", NetworkTest.Status.SLOW: "found slow pairs",
                  NetworkTest.Status.FAILED: "could not run"}[status]
-        record_event(test.cluster, "network_test_finished", f"Network test {test.pk} {label}. {detail}".strip())
+        record_event(test.cluster, "network_test_finished", f"Network test {test.pk} {label}. {detail}".strip(),
+                     data={"network_test": {"id": test.pk, "status": status, "method": test.method}})
         _after_commit_changed(test.cluster_id)
         _after_commit_network_changed(test.cluster_id)
         return True
@@ -1221,9 +1230,10 @@ def _record_health_change(cluster: Cluster, node: Node, old: str, new: str, deta
             cluster, "node_unhealthy",
             f"{node.name} is {label}: {detail}. The cluster stays ready and the other machines keep running; "
             f"{what_to_do_if_unhealthy(cluster, node)}",
-            reason=HEALTH_REASONS[new],
+            reason=HEALTH_REASONS[new], data={"node": {"name": node.name, "health": new, "detail": detail}},
         )
         cluster_emails.notify_node_unhealthy(cluster, node, new, detail, at)
     elif new == NodeHealth.HEALTHY and old in HEALTH_REASONS:
-        record_event(cluster, "node_recovered", f"{node.name} is healthy again: {detail}.")
+        record_event(cluster, "node_recovered", f"{node.name} is healthy again: {detail}.",
+                     data={"node": {"name": node.name, "health": new, "detail": detail}})
         cluster_emails.notify_node_recovered(cluster, node, at)

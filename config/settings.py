@@ -57,6 +57,8 @@ INSTALLED_APPS = [
     "api",
     "quotes",
     "notifications",
+    "webhooks",
+    "metrics",
 ]
 
 MIDDLEWARE = [
@@ -269,12 +271,28 @@ NODE_HEALTH_ROUND_SECONDS = env_int("NODE_HEALTH_ROUND_SECONDS", 60)
 NODE_HEALTH_MAX_CLUSTERS_PER_ROUND = env_int("NODE_HEALTH_MAX_CLUSTERS_PER_ROUND", 500)
 if NODE_HEALTH_INTERVAL_SECONDS < 5 or NODE_HEALTH_ROUND_SECONDS < 10:
     raise ImproperlyConfigured("NODE_HEALTH_INTERVAL_SECONDS must be at least 5 and NODE_HEALTH_ROUND_SECONDS at least 10")
+# Node metrics (metrics/, docs/metrics.md): a round per ready cluster every interval (5-60 s),
+# cut off after METRICS_ROUND_SECONDS; fine samples kept an hour, 5-minute averages 7 days.
+METRICS_INTERVAL_SECONDS = env_int("METRICS_INTERVAL_SECONDS", 10)
+METRICS_ROUND_SECONDS = env_int("METRICS_ROUND_SECONDS", 30)
+METRICS_MAX_CLUSTERS_PER_ROUND = env_int("METRICS_MAX_CLUSTERS_PER_ROUND", 500)
+METRICS_FINE_RETENTION_SECONDS = env_int("METRICS_FINE_RETENTION_SECONDS", 3600)
+METRICS_COARSE_STEP_SECONDS = env_int("METRICS_COARSE_STEP_SECONDS", 300)
+METRICS_COARSE_RETENTION_SECONDS = env_int("METRICS_COARSE_RETENTION_SECONDS", 7 * 86400)
+if not 5 <= METRICS_INTERVAL_SECONDS <= 60 or METRICS_COARSE_STEP_SECONDS < METRICS_INTERVAL_SECONDS:
+    raise ImproperlyConfigured("METRICS_INTERVAL_SECONDS must be 5-60 and at most METRICS_COARSE_STEP_SECONDS")
+# Idle spend (metrics.idle): a machine is idle under these; the hours are per environment.
+IDLE_CPU_PERCENT = env_int("IDLE_CPU_PERCENT", 5)
+IDLE_GPU_PERCENT = env_int("IDLE_GPU_PERCENT", 5)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
     "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
     "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": float(SWEEP_INTERVAL_SECONDS)},
+    "send-due-webhooks": {"task": "webhooks.tasks.send_due_webhooks", "schedule": 15.0},
+    "collect-metrics": {"task": "metrics.tasks.collect_metrics", "schedule": float(METRICS_INTERVAL_SECONDS)},
+    "roll-up-metrics": {"task": "metrics.tasks.roll_up_metrics", "schedule": 60.0},
 }
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
 # (off in tests, which start it where they mean to). A running test's runner beats every
@@ -344,6 +362,19 @@ NOTIFICATION_RETRY_BASE_SECONDS = env_int("NOTIFICATION_RETRY_BASE_SECONDS", 30)
 NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600)
 NOTIFICATION_MAX_ATTEMPTS = env_int("NOTIFICATION_MAX_ATTEMPTS", 10)
 NOTIFICATION_REQUEUE_AFTER_SECONDS = env_int("NOTIFICATION_REQUEUE_AFTER_SECONDS", 300)
+# Webhooks (webhooks/, docs/webhooks.md): a failed delivery is tried again after 30 s, then
+# 4x longer each time (capped at 6 h), for up to 3 days from the event; each request waits at
+# most WEBHOOK_TIMEOUT_SECONDS. Endpoints must be https:// and resolve only to public
+# addresses; development and the tests may use http:// and loopback (never private ranges).
+WEBHOOK_RETRY_BASE_SECONDS = env_int("WEBHOOK_RETRY_BASE_SECONDS", 30)
+WEBHOOK_RETRY_FACTOR = env_int("WEBHOOK_RETRY_FACTOR", 4)
+WEBHOOK_RETRY_MAX_SECONDS = env_int("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)
+WEBHOOK_RETRY_WINDOW_SECONDS = env_int("WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 86400)
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10)
+# A queued attempt whose task never ran is queued again by the sweep after this long.
+WEBHOOK_QUEUE_LEASE_SECONDS = env_int("WEBHOOK_QUEUE_LEASE_SECONDS", 120)
+WEBHOOK_ALLOW_LOOPBACK = env_bool("WEBHOOK_ALLOW_LOOPBACK", DEBUG or TESTING)
+WEBHOOK_REQUIRE_HTTPS = env_bool("WEBHOOK_REQUIRE_HTTPS", not (DEBUG or TESTING))
 # Request a quote: at most QUOTE_RATE_LIMIT submissions per client address per window.
 QUOTE_RATE_LIMIT = env_int("QUOTE_RATE_LIMIT", 5)
 QUOTE_RATE_WINDOW_SECONDS = env_int("QUOTE_RATE_WINDOW_SECONDS", 3600)

@@ -17,11 +17,13 @@ urlpatterns = [
     path("logout/", allauth_views.logout, name="logout"),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
+    path("clusters/", include("metrics.urls")),
     path("offers/", include("offers.urls")),
     path("account/", include("accounts.urls")),
     path("billing/", include("billing.urls")),
     path("quote/", include("quotes.urls")),
     path("account/notifications/", include("notifications.urls")),
+    path("account/webhooks/", include("webhooks.urls")),
     path("", include("api.urls")),
     path("admin/", admin.site.urls),
 ]

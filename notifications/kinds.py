@@ -17,6 +17,7 @@ class Kind(models.TextChoices):
     CLUSTER_DEGRADED = "cluster_degraded", "Cluster software failed to install"
     CLUSTER_TERMINATED = "cluster_terminated", "Cluster terminated"
     CLUSTER_STOPPED = "cluster_stopped", "Cluster stopped: balance ran out or monthly budget reached"
+    CLUSTER_IDLE = "cluster_idle", "Cluster idle while billed"
     NODE_UNHEALTHY = "node_unhealthy", "A cluster machine turned unhealthy"
     NODE_RECOVERED = "node_recovered", "A cluster machine is healthy again"
     BALANCE_LOW = "balance_low", "Low balance warning"
@@ -49,6 +50,9 @@ SPECS: dict[str, KindSpec] = {
     Kind.CLUSTER_TERMINATED: KindSpec("Your cluster {cluster.name} was terminated", _CLUSTER,
                                       help="Duration and total cost when a cluster ends."),
     Kind.CLUSTER_STOPPED: KindSpec("Your cluster {cluster.name} was stopped: {reason_short}", _CLUSTER, critical=True),
+    Kind.CLUSTER_IDLE: KindSpec("{cluster.name} has been idle {idle_for} at ${price_per_hour}/h", "metrics.idle.idle_context",
+                                help="Every machine of a ready cluster stayed idle for the environment's idle "
+                                     "hours (2 h unless changed); at most once a day. Nothing is stopped."),
     Kind.NODE_UNHEALTHY: KindSpec("{node_name} of your cluster {cluster.name} is {health_label}", _CLUSTER,
                                   help="A machine of a ready cluster stopped answering, lost the private "
                                        "network or its software's daemon; once when it turns bad."),

@@ -455,6 +455,35 @@ class RuncrateClient:
     def list_workspaces(self) -> list[Record]:
         return list(self.iterate("/workspaces"))
 
+    def cluster_metrics(self, cluster_id: str, since: str | None = None, step: int | None = None) -> Record:
+        return self._data("GET", f"/clusters/{_seg(cluster_id)}/metrics", params={"since": since, "step": step})
+
+    # -- webhooks
+
+    def list_webhooks(self) -> list[Record]:
+        return list(self.iterate("/webhooks"))
+
+    def create_webhook(self, url: str, events: list[str], description: str = "") -> Record:
+        return self._data("POST", "/webhooks", json={"url": url, "events": events, "description": description})
+
+    def get_webhook(self, endpoint_id: str) -> Record:
+        return self._data("GET", f"/webhooks/{_seg(endpoint_id)}")
+
+    def update_webhook(self, endpoint_id: str, **fields: Any) -> Record:
+        return self._data("PATCH", f"/webhooks/{_seg(endpoint_id)}", json=fields)
+
+    def delete_webhook(self, endpoint_id: str) -> Record | None:
+        return self._data("DELETE", f"/webhooks/{_seg(endpoint_id)}")
+
+    def test_webhook(self, endpoint_id: str) -> Record:
+        return self._data("POST", f"/webhooks/{_seg(endpoint_id)}/test")
+
+    def webhook_deliveries(self, endpoint_id: str, limit: int | None = None) -> Page:
+        return self._page(f"/webhooks/{_seg(endpoint_id)}/deliveries", {"limit": limit})
+
+    def resend_webhook_delivery(self, endpoint_id: str, delivery_id: str) -> Record:
+        return self._data("POST", f"/webhooks/{_seg(endpoint_id)}/deliveries/{_seg(delivery_id)}/resend")
+
     # -- billing and quotes
 
     def billing_balance(self) -> Record:

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from api.app import api
-from api.endpoints import account, billing, catalogue, clusters, instances, network_tests, quotes, volumes
+from api.endpoints import (
+    account,
+    billing,
+    catalogue,
+    clusters,
+    instances,
+    metrics,
+    network_tests,
+    quotes,
+    volumes,
+    webhooks,
+)
 
-for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, quotes):
+for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, quotes, webhooks, metrics):
     api.add_router("", module.router)

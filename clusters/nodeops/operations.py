@@ -360,9 +360,9 @@ def cluster_env(spec: ClusterSpec) -> dict[str, str]:
 class _Session:
     """A runner for the duration of one operation: the caller's, or a fresh one."""
 
-    def __init__(self, runner: NodeRunner | None) -> None:
+    def __init__(self, runner: NodeRunner | None, *, owned: bool | None = None) -> None:
         self.runner = runner or NodeRunner()
-        self._owned = runner is None
+        self._owned = runner is None if owned is None else owned
 
     def __enter__(self) -> NodeRunner:
         return self.runner

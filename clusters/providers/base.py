@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
+    from clusters.nodeops.metrics import MetricsRound
     from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,11 @@ class Provider(abc.ABC):
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
         """One round of the periodic health check of a ready cluster's `nodes` (clusters.health):
         each node's health and why. None: this driver has nothing it could check."""
+        return None
+
+    def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
+        """One metrics round over a ready cluster's `nodes` (metrics.collection): each node's
+        reading. None: this driver has no machines to read (it never makes figures up)."""
         return None
 
     def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract

@@ -24,6 +24,7 @@ from clusters.providers.base import BootReport, BootState, NodeHealthReport, Pro
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
+    from clusters.nodeops.metrics import MetricsRound
 
 
 def ssh_banner(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -205,6 +206,12 @@ class FabricProvider(Provider):
         spec = self.spec_for(cluster, nodes)
         result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk))
         return {name: NodeHealthReport(verdict.health, verdict.detail) for name, verdict in result.health.items()}
+
+    def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
+        """metrics.sh on `nodes`, over the connections the health rounds keep (no new session setup)."""
+        from clusters.nodeops.metrics import collect_metrics
+
+        return collect_metrics(self.spec_for(cluster, nodes), runner=HEALTH_RUNNERS.get(cluster.pk))
 
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         HEALTH_RUNNERS.forget(cluster.pk)

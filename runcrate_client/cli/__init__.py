@@ -13,7 +13,9 @@ from runcrate_client.cli import (  # noqa: F401
     mcp,
     network,
     quotes,
+    top,
     volumes,
+    webhooks,
 )
 from runcrate_client.cli.base import main
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan, replace
+from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan, replace, webhooks
 
-TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, billing)
+TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, billing, webhooks)

@@ -50,3 +50,17 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                         for t in earlier if str(t.get("id")) != str(test_id)][:5],
             "hint": HINTS.get(str(test.get("status")), ""),
         }
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
+    def cluster_metrics(cluster: str, since_seconds: int = 900, step_seconds: int | None = None) -> dict[str, Any]:
+        """Per-node metrics of a cluster (name or id): CPU %, memory, disk / and /shared %, wg0 bits/s in and
+        out, load, and GPU utilisation/memory/temperature/ECC errors where GPUs report. Fine points (every 10 s)
+        for the last hour, 5-minute averages up to 7 days. `latest` has each node's newest figures, busiest
+        first; a node under 5% CPU and GPU is idle (still billed)."""
+        from runcrate_client.cli.top import latest
+
+        cluster_id = client.find_cluster_id(cluster)
+        metrics = client.cluster_metrics(cluster_id, since=str(since_seconds), step=step_seconds)
+        return {"latest": latest(metrics), "metrics": metrics}
+

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TOOLS = {"list_gpu_types", "list_cluster_offers", "plan_cluster", "create_cluster", "cluster_status",
          "list_clusters", "delete_cluster", "billing_balance", "cluster_usage", "list_instances",
          "terminate_instance", "list_ssh_keys", "add_ssh_key", "delete_ssh_key", "list_environments",
-         "list_workspaces", "start_network_test", "network_test_results", "plan_replace_node", "replace_node"}
+         "list_workspaces", "start_network_test", "network_test_results", "plan_replace_node", "replace_node",
+         "list_webhooks", "add_webhook", "test_webhook", "webhook_deliveries", "resend_webhook_delivery", "cluster_metrics"}
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl laptop"
 
 

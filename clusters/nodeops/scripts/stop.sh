@@ -22,6 +22,13 @@ if [ -s "$STATE_DIR/iperf3.pid" ]; then
     rm -f "$STATE_DIR/iperf3.pid"
 fi
 
+step "metrics"
+# The node exporter clusters/nodeops/scripts/metrics.sh started.
+if [ -s "$STATE_DIR/node-exporter.pid" ]; then
+    kill "$(<"$STATE_DIR/node-exporter.pid")" 2>/dev/null || true
+    rm -f "$STATE_DIR/node-exporter.pid" "$STATE_DIR/node-exporter.port"
+fi
+
 step "software"
 if is_sandbox; then
     for software in slurm kubernetes ray; do

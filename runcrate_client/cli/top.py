@@ -1,0 +1,89 @@
+"""runcrate clusters top NAME: every node's latest CPU, memory, disk, private-network and GPU
+figures, busiest first, redrawn every few seconds (Ctrl-C to stop), or once with --once."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from runcrate_client.api import Record, RuncrateClient
+from runcrate_client.cli.base import State, json_option, pass_state, print_json
+from runcrate_client.cli.clusters import clusters
+from runcrate_client.formatting import render_table
+
+IDLE_PERCENT = 5.0
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0f}%"
+
+
+def _bits(value: Any) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    for unit in ("bit/s", "kbit/s", "Mbit/s", "Gbit/s"):
+        if value < 1000 or unit == "Gbit/s":
+            return f"{value:.0f} {unit}" if unit == "bit/s" else f"{value:.1f} {unit}"
+        value /= 1000
+    return "-"
+
+
+def latest(metrics: Record) -> list[dict[str, Any]]:
+    """Each node's newest point, busiest first (CPU or GPU, whichever is higher)."""
+    rows = []
+    for node in metrics.get("nodes") or []:
+        points = node.get("points") or []
+        rows.append({"node": node.get("node"), **(points[-1] if points else {})})
+
+    def busy(row: dict[str, Any]) -> float:
+        return max(float(row.get("cpu_percent") or 0), float(row.get("gpu_percent") or 0))
+
+    return sorted(rows, key=lambda r: (r.get("cpu_percent") is None, -busy(r)))
+
+
+def render(name: str, rows: list[dict[str, Any]]) -> str:
+    gpu = any(r.get("gpu_percent") is not None for r in rows)
+    headers = ["NODE", "CPU", "MEM", "DISK /", "/SHARED", "WG0 IN", "WG0 OUT", "LOAD"] + (
+        ["GPU", "GPU °C", "GPU ERR"] if gpu else [])
+    table = []
+    for r in rows:
+        line = [r["node"], _pct(r.get("cpu_percent")), _pct(r.get("memory_percent")), _pct(r.get("root_percent")),
+                _pct(r.get("shared_percent")), _bits(r.get("net_rx_bps")), _bits(r.get("net_tx_bps")),
+                "-" if r.get("load1") is None else f"{float(r['load1']):.2f}"]
+        if gpu:
+            line += [_pct(r.get("gpu_percent")), "-" if r.get("gpu_temperature_c") is None else f"{r['gpu_temperature_c']:.0f}",
+                     "-" if r.get("gpu_errors") is None else str(int(r["gpu_errors"]))]
+        table.append(line)
+    measured = [r for r in rows if r.get("cpu_percent") is not None]
+    summary = f"{name}: no figures yet (they arrive every 10 s once the cluster is ready)"
+    if measured:
+        idle = [r["node"] for r in measured
+                if max(float(r.get("cpu_percent") or 0), float(r.get("gpu_percent") or 0)) < IDLE_PERCENT]
+        summary = f"{name}: busiest {measured[0]['node']}" + (f"; idle {', '.join(idle)}" if idle else "; none idle")
+    return summary + "\n" + render_table(headers, table, right=range(1, len(headers)))
+
+
+@clusters.command("top")
+@click.argument("cluster")
+@click.option("--once", is_flag=True, help="Print the table once and exit.")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(1, 3600), help="Seconds between redraws.")
+@json_option
+@pass_state
+def clusters_top(state: State, cluster: str, once: bool, interval: float, as_json: bool) -> None:
+    """Live per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first."""
+    client: RuncrateClient = state.client()
+    cluster_id = client.find_cluster_id(cluster)
+    while True:
+        rows = latest(client.cluster_metrics(cluster_id, since="120"))
+        if as_json:
+            print_json(rows)
+        else:
+            if not once:
+                click.clear()
+            click.echo(render(cluster, rows))
+        if once or as_json:
+            return
+        time.sleep(interval)

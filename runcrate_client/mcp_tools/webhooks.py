@@ -1,0 +1,50 @@
+"""Webhook tools: endpoints that get signed lifecycle events, their delivery log, test and re-send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+
+def register(mcp: MCPServer, tools: ToolContext) -> None:
+    client = tools.client
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
+    def list_webhooks() -> dict[str, Any]:
+        """The workspace's webhook endpoints (url, events, is_active). Owners and Managers only (403 otherwise)."""
+        return {"webhooks": client.list_webhooks()}
+
+    @mcp.tool(annotations=WRITE)
+    @api_errors_as_tool_errors
+    def add_webhook(url: str, events: list[str], description: str = "") -> dict[str, Any]:
+        """Add an endpoint that gets signed JSON events. events: any of cluster.created, cluster.ready,
+        cluster.failed, cluster.degraded, cluster.terminated, cluster.idle, node.unhealthy, node.recovered,
+        network_test.finished, balance.low, budget.reached. The answer's `secret` verifies
+        Runcrate-Signature (t=…,v1=HMAC-SHA256 of "t.body"). URLs must be https:// on a public address."""
+        return {"webhook": client.create_webhook(url, events, description)}
+
+    @mcp.tool(annotations=WRITE)
+    @api_errors_as_tool_errors
+    def test_webhook(endpoint_id: str) -> dict[str, Any]:
+        """Send a webhook.test event to the endpoint; read the outcome with webhook_deliveries."""
+        return {"delivery": client.test_webhook(endpoint_id)}
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
+    def webhook_deliveries(endpoint_id: str, limit: int = 20) -> dict[str, Any]:
+        """The endpoint's delivery log, newest first: event type and id, status (pending while retrying,
+        succeeded, failed after 3 days), attempts, last HTTP status, response time, next try, attempt_log."""
+        return {"deliveries": client.webhook_deliveries(endpoint_id, limit=limit).items}
+
+    @mcp.tool(annotations=WRITE)
+    @api_errors_as_tool_errors
+    def resend_webhook_delivery(endpoint_id: str, delivery_id: str) -> dict[str, Any]:
+        """Send a delivery's event again (the same event id, so the receiver can drop a duplicate)."""
+        return {"delivery": client.resend_webhook_delivery(endpoint_id, delivery_id)}

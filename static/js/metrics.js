@@ -1,0 +1,113 @@
+// The cluster page's metric charts: small multiples per node drawn by the vendored uPlot,
+// started from GET …/metrics.json and moved by each round's points, which arrive over the
+// page's socket as the hidden #metrics-push element (data-payload). No inline script: the
+// page's Content-Security-Policy allows script from static files only.
+(function () {
+  "use strict";
+  const charts = document.getElementById("metrics-charts");
+  if (!charts || typeof uPlot === "undefined") return;
+  const windowSeconds = parseInt(charts.dataset.window || "900", 10);
+  const basePanels = [
+    { title: "CPU / memory %", fields: ["cpu_percent", "memory_percent"], labels: ["CPU", "Memory"], max: 100 },
+    { title: "Disk %", fields: ["root_percent", "shared_percent"], labels: ["/", "/shared"], max: 100 },
+    { title: "wg0 Mbit/s", fields: ["net_rx_bps", "net_tx_bps"], labels: ["in", "out"], scale: 1e-6 },
+  ];
+  // Shown for a node once it reports GPU figures (machines without nvidia-smi report none).
+  const gpuPanels = [
+    { title: "GPU util / memory %", fields: ["gpu_percent", "gpu_memory_percent"], labels: ["util", "memory"], max: 100 },
+    { title: "GPU °C / errors", fields: ["gpu_temperature_c", "gpu_errors"], labels: ["°C", "errors"] },
+  ];
+  const colours = ["#2563eb", "#db2777"];
+  const nodes = {}; // name -> {points: [], plots: [uPlot], panels: [...], gpu: bool}
+
+  function hasGpu(points) {
+    return points.some((p) => p.gpu_percent != null || p.gpu_temperature_c != null);
+  }
+
+  function withDerived(point) {
+    if (point.gpu_memory_total_bytes && point.gpu_memory_used_bytes != null) {
+      point.gpu_memory_percent = (100 * point.gpu_memory_used_bytes) / point.gpu_memory_total_bytes;
+    }
+    return point;
+  }
+
+  function width() {
+    const column = charts.clientWidth < 640 ? charts.clientWidth : charts.clientWidth / 3;
+    return Math.max(200, Math.floor(column) - 16);
+  }
+
+  function dataFor(points, panel) {
+    const xs = points.map((p) => p.at);
+    const ys = panel.fields.map((f) => points.map((p) => (p[f] == null ? null : p[f] * (panel.scale || 1))));
+    return [xs, ...ys];
+  }
+
+  function ensureNode(name, gpu) {
+    const existing = nodes[name];
+    if (existing && (existing.gpu || !gpu)) return existing;
+    const block = document.createElement("div");
+    block.className = "metric-node";
+    block.id = "metrics-node-" + name;
+    const heading = document.createElement("h3");
+    heading.textContent = name;
+    block.appendChild(heading);
+    const row = document.createElement("div");
+    row.className = "metric-row";
+    block.appendChild(row);
+    const old = document.getElementById(block.id);
+    if (old) old.replaceWith(block); else charts.appendChild(block);
+    const panels = gpu ? basePanels.concat(gpuPanels) : basePanels;
+    const entry = { points: existing ? existing.points : [], plots: [], panels: panels, gpu: gpu };
+    for (const panel of panels) {
+      const cell = document.createElement("div");
+      cell.className = "metric-chart";
+      row.appendChild(cell);
+      const series = [{}].concat(panel.fields.map((f, i) => ({ label: panel.labels[i], stroke: colours[i], width: 1.5 })));
+      const opts = {
+        title: panel.title, width: width(), height: 120, series: series, legend: { show: true },
+        scales: panel.max ? { y: { range: [0, panel.max] } } : {},
+        axes: [{ size: 28 }, { size: 40 }],
+      };
+      entry.plots.push(new uPlot(opts, dataFor([], panel), cell));
+    }
+    if (existing) existing.plots.forEach((p) => p.destroy());
+    nodes[name] = entry;
+    return entry;
+  }
+
+  function redraw(name) {
+    const entry = nodes[name];
+    const newest = entry.points.length ? entry.points[entry.points.length - 1].at : 0;
+    entry.points = entry.points.filter((p) => p.at > newest - windowSeconds);
+    entry.plots.forEach((plot, i) => plot.setData(dataFor(entry.points, entry.panels[i])));
+  }
+
+  function add(name, points) {
+    points = points.map(withDerived);
+    const entry = ensureNode(name, hasGpu(points));
+    const last = entry.points.length ? entry.points[entry.points.length - 1].at : 0;
+    for (const point of points) if (point.at > last) entry.points.push(point);
+    redraw(name);
+  }
+
+  fetch(charts.dataset.seriesUrl + "?seconds=" + windowSeconds, { credentials: "same-origin" })
+    .then((r) => (r.ok ? r.json() : { nodes: {} }))
+    .then((body) => { for (const name of Object.keys(body.nodes)) add(name, body.nodes[name]); });
+
+  let lastPayload = "";
+  function takePush() {
+    const push = document.getElementById("metrics-push");
+    const payload = push && push.dataset.payload;
+    if (!payload || payload === lastPayload) return;
+    lastPayload = payload;
+    const round = JSON.parse(payload);
+    const byNode = {};
+    for (const point of round.points) (byNode[point.node] = byNode[point.node] || []).push(point);
+    for (const name of Object.keys(byNode)) add(name, byNode[name]);
+    charts.dataset.updated = String(Date.now());
+  }
+  new MutationObserver(takePush).observe(document.getElementById("metrics-card"), { childList: true, subtree: true });
+  window.addEventListener("resize", () => {
+    for (const name of Object.keys(nodes)) nodes[name].plots.forEach((p) => p.setSize({ width: width(), height: 120 }));
+  });
+})();

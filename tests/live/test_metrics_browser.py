@@ -1,0 +1,73 @@
+"""In Debian's Chromium, under the page's Content-Security-Policy: the cluster page draws each
+node's small multiples with the vendored uPlot, fits a phone, and takes a pushed round."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from accounts.models import Role
+from clusters import services
+from clusters.nodeops.metrics import NodeReading
+from metrics import collection
+from metrics import services as metrics
+from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
+from tests.live.test_browser import CHROMIUM, PHONE, SCREENSHOTS, Stack, stack, watch_policy  # noqa: F401 - fixture
+from tests.live.test_dashboard_rules import browse
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing"),
+]
+
+
+@pytest.fixture
+def watched_cluster(db):
+    workspace = WorkspaceFactory(name="Rules Lab", credit_balance=Decimal("1000.00"))
+    user = UserFactory(username="rita")
+    MembershipFactory(workspace=workspace, user=user, role=Role.OWNER)
+    cluster = services.create_cluster(environment=workspace.default_environment, name="busy",
+                                      machine_type=machine_type_with_hosts(3), machine_count=3)
+    cluster.refresh_from_db()
+    nodes = collection.collected_nodes(cluster)
+    start = timezone.now() - dt.timedelta(minutes=2)
+    for i in range(6):
+        total = 100.0 * (i + 1)
+        metrics.record_round(cluster, nodes, {
+            n.name: NodeReading(exporter="up", cpu_seconds={"user": total * 0.2 * (n.index + 1), "idle": total},
+                                memory_total_bytes=8 * 2**30, memory_available_bytes=3 * 2**30,
+                                disks={"/": (100, 40), "/shared": (100, 90)})
+            for n in nodes}, start + dt.timedelta(seconds=10 * i))
+    return cluster
+
+
+def test_the_charts_draw_on_a_phone_within_the_policy_and_take_a_pushed_round(watched_cluster, stack):
+    violations: list[str] = []
+    payload = json.dumps({"cluster": watched_cluster.pk, "points": [
+        {"node": "node-0", "at": timezone.now().timestamp(), "cpu_percent": 77.0, "memory_percent": 50.0}]})
+
+    def on_phone(page, context):
+        watch_policy(context, violations)
+        page.goto(watched_cluster.get_absolute_url())
+        page.wait_for_function("document.querySelectorAll('#metrics-charts .metric-chart canvas').length === 9")
+        assert page.locator("#metrics-verdict").inner_text().startswith("Busiest: node-2")
+        widths = page.evaluate("() => ({page: document.documentElement.scrollWidth, viewport: window.innerWidth})")
+        assert widths["page"] <= widths["viewport"], "the charts fit the phone's width"
+        # What htmx's out-of-band swap does with a pushed round: the element is replaced.
+        page.evaluate("""(payload) => {
+            const fresh = document.createElement('div');
+            fresh.id = 'metrics-push'; fresh.hidden = true; fresh.dataset.payload = payload;
+            document.getElementById('metrics-push').replaceWith(fresh);
+        }""", payload)
+        page.wait_for_selector("#metrics-charts[data-updated]")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator("#metrics-card").screenshot(path=str(SCREENSHOTS / "metrics-card-phone.png"))
+
+    browse(stack, on_phone, **PHONE)
+    assert violations == []

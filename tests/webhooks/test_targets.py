@@ -1,0 +1,76 @@
+"""No server-side request forgery: an endpoint whose host resolves to a private, link-local or
+(outside development) loopback address is refused when added and never dialled."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.errors import DomainError
+from tests.webhooks.conftest import Receiver
+from webhooks import services, targets
+from webhooks.models import Delivery, Endpoint, EventType
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("url", [
+    "http://10.0.0.5/hook",
+    "http://192.168.1.20:8080/hook",
+    "http://172.16.3.4/hook",
+    "http://169.254.169.254/latest/meta-data/",  # cloud metadata
+    "http://100.64.0.1/hook",  # carrier-grade NAT
+    "http://[fd00::1]/hook",
+    "http://[::ffff:10.0.0.1]/hook",
+    "http://0.0.0.0/hook",
+    "http://224.0.0.1/hook",
+])
+def test_private_and_reserved_addresses_are_refused_even_in_development(workspace, url):
+    with pytest.raises(DomainError) as refused:
+        services.create_endpoint(workspace=workspace, url=url, events=[EventType.CLUSTER_READY])
+    assert refused.value.field == "url" and refused.value.code == "webhook_url_refused"
+    assert not Endpoint.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://[::1]:9/hook", "http://localhost:9/hook"])
+def test_loopback_is_refused_unless_the_setting_allows_it(workspace, settings, url):
+    settings.WEBHOOK_ALLOW_LOOPBACK = False
+    with pytest.raises(DomainError, match="loopback"):
+        services.create_endpoint(workspace=workspace, url=url, events=[EventType.CLUSTER_READY])
+
+
+def test_a_host_is_refused_when_any_of_its_addresses_is_private(monkeypatch, workspace):
+    import ipaddress
+
+    monkeypatch.setattr(targets, "resolve", lambda host, port: [ipaddress.ip_address("93.184.215.14"),
+                                                               ipaddress.ip_address("10.1.2.3")])
+    with pytest.raises(DomainError, match="10.1.2.3"):
+        services.create_endpoint(workspace=workspace, url="https://hooks.example.com/x", events=[EventType.CLUSTER_READY])
+
+
+def test_plain_http_user_info_and_other_schemes_are_refused_where_https_is_required(workspace, settings):
+    settings.WEBHOOK_REQUIRE_HTTPS = True
+    for url in ("http://hooks.example.com/x", "ftp://hooks.example.com/x", "file:///etc/passwd",
+                "https://user:secret@hooks.example.com/x", "https:///nohost"):
+        with pytest.raises(DomainError):
+            services.create_endpoint(workspace=workspace, url=url, events=[EventType.CLUSTER_READY])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_whose_host_turns_private_is_never_dialled(receiver: Receiver, workspace, settings):
+    endpoint = services.create_endpoint(workspace=workspace, url=receiver.url, events=[EventType.CLUSTER_READY])
+    settings.WEBHOOK_ALLOW_LOOPBACK = False  # as if its name now resolved to the control plane's own host
+    services.send_test_event(endpoint)
+    assert receiver.requests == []
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.PENDING and "loopback" in delivery.last_error
+    assert delivery.last_status_code is None
+
+
+def test_unknown_and_missing_events_are_refused(workspace):
+    with pytest.raises(DomainError) as refused:
+        services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/x", events=["cluster.exploded"])
+    assert refused.value.field == "events"
+    with pytest.raises(DomainError):
+        services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/x", events=[])
+    with pytest.raises(DomainError):  # nobody subscribes to test events: they go where asked
+        services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/x", events=[EventType.WEBHOOK_TEST])

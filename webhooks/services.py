@@ -1,0 +1,255 @@
+"""Every state change of webhooks: endpoints, events, deliveries and their attempts.
+
+    emit(workspace_id, EventType.CLUSTER_READY, data, dedupe_key="cluster-event:42")
+
+is called inside the transaction that makes the change: it records the event once (a
+duplicate key records nothing), makes one delivery per active endpoint that wants it, and
+after commit queues a task per delivery. A delivery that fails is tried again with backoff
+(settings.WEBHOOK_RETRY_*) until WEBHOOK_RETRY_WINDOW_SECONDS after it was made (3 days),
+then given up. Every attempt is logged with its status and response time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from accounts.models import Workspace
+from clusters.sealing import seal
+from config.errors import DomainError
+from webhooks import signing, targets
+from webhooks.models import SUBSCRIBABLE, Attempt, Delivery, Endpoint, Event, EventType, new_event_id, new_secret
+
+log = logging.getLogger(__name__)
+
+MAX_ENDPOINTS_PER_WORKSPACE = 20
+USER_AGENT = "Runcrate-Webhooks/1"
+
+
+# --- endpoints --------------------------------------------------------------------------
+
+
+def _clean_events(events: Iterable[str]) -> list[str]:
+    chosen = list(dict.fromkeys(events))
+    unknown = [e for e in chosen if e not in SUBSCRIBABLE]
+    if unknown:
+        raise DomainError("unknown_event", f"Unknown event type(s): {', '.join(unknown)}. Choose from "
+                          f"{', '.join(SUBSCRIBABLE)}.", field="events")
+    if not chosen:
+        raise DomainError("no_events", "Choose at least one event.", field="events")
+    return [e for e in SUBSCRIBABLE if e in chosen]
+
+
+def create_endpoint(*, workspace: Workspace, url: str, events: Iterable[str], description: str = "",
+                    created_by: User | None = None) -> Endpoint:
+    """A new endpoint with a fresh signing secret. The URL is resolved and refused when any of
+    its addresses is private or loopback (webhooks.targets)."""
+    chosen = _clean_events(events)
+    target = targets.check_url(url)
+    with transaction.atomic():
+        # Counted under the workspace's row lock, so two creates cannot both pass the cap.
+        Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
+        if Endpoint.objects.filter(workspace=workspace).count() >= MAX_ENDPOINTS_PER_WORKSPACE:
+            raise DomainError("too_many_endpoints", f"A workspace has at most {MAX_ENDPOINTS_PER_WORKSPACE} webhook "
+                              "endpoints; remove one first.")
+        return Endpoint.objects.create(
+            workspace=workspace, url=target.url, events=chosen, description=description.strip()[:200],
+            sealed_secret=seal({"secret": new_secret()}), created_by=created_by,
+        )
+
+
+def update_endpoint(endpoint: Endpoint, *, url: str | None = None, events: Iterable[str] | None = None,
+                    description: str | None = None, is_active: bool | None = None) -> Endpoint:
+    fields: dict[str, Any] = {}
+    if events is not None:
+        fields["events"] = _clean_events(events)
+    if url is not None:
+        fields["url"] = targets.check_url(url).url
+    if description is not None:
+        fields["description"] = description.strip()[:200]
+    if is_active is not None:
+        fields["is_active"] = is_active
+    if fields:
+        Endpoint.objects.filter(pk=endpoint.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(endpoint, key, value)
+    return endpoint
+
+
+def rotate_secret(endpoint: Endpoint) -> str:
+    sealed = seal({"secret": new_secret()})
+    Endpoint.objects.filter(pk=endpoint.pk).update(sealed_secret=sealed)
+    endpoint.sealed_secret = sealed
+    return endpoint.secret
+
+
+def delete_endpoint(endpoint: Endpoint) -> None:
+    endpoint.delete()
+
+
+# --- events -----------------------------------------------------------------------------
+
+
+def emit(workspace_id: int, event_type: str, data: dict[str, Any], *, dedupe_key: str) -> Event | None:
+    """Record one event and queue its deliveries after commit. None when no endpoint of the
+    workspace wants it (nothing is stored) or the key was recorded already (a duplicate)."""
+    endpoints = [e for e in Endpoint.objects.filter(workspace_id=workspace_id, is_active=True) if e.wants(event_type)]
+    if not endpoints:
+        return None
+    try:
+        # A savepoint: a duplicate leaves the caller's transaction usable.
+        with transaction.atomic():
+            event = Event.objects.create(workspace_id=workspace_id, type=event_type, data=data, dedupe_key=dedupe_key)
+    except IntegrityError:
+        return None
+    _deliver(event, endpoints)
+    return event
+
+
+def _deliver(event: Event, endpoints: list[Endpoint], *, manual: bool = False) -> list[Delivery]:
+    now = timezone.now()
+    # Due a little later in case the task queued at commit is lost (a broker hiccup): then the
+    # sweep sends it.
+    due = now + dt.timedelta(seconds=settings.WEBHOOK_QUEUE_LEASE_SECONDS)
+    deliveries = Delivery.objects.bulk_create(
+        [Delivery(event=event, endpoint=endpoint, next_attempt_at=due, manual=manual) for endpoint in endpoints]
+    )
+    ids = [d.pk for d in deliveries]
+    transaction.on_commit(lambda: _queue([(pk, 0) for pk in ids]), robust=True)
+    return deliveries
+
+
+def _queue(items: list[tuple[int, int]]) -> None:
+    from webhooks.tasks import send_webhook
+
+    for delivery_id, attempt in items:
+        send_webhook.delay(delivery_id, attempt)
+
+
+def send_test_event(endpoint: Endpoint) -> Delivery:
+    """A `webhook.test` event to this endpoint only, whatever it subscribes to."""
+    with transaction.atomic():
+        event = Event.objects.create(
+            workspace_id=endpoint.workspace_id, type=EventType.WEBHOOK_TEST,
+            data={"endpoint": {"id": endpoint.pk, "url": endpoint.url},
+                  "message": "A test event sent from Runcrate; it changes nothing."},
+            dedupe_key=f"test:{endpoint.pk}:{new_event_id()}",
+        )
+        return _deliver(event, [endpoint], manual=True)[0]
+
+
+def resend(delivery: Delivery) -> Delivery:
+    """The same event (same id, same body) to the same endpoint again, as a new delivery."""
+    with transaction.atomic():
+        return _deliver(delivery.event, [delivery.endpoint], manual=True)[0]
+
+
+# --- sending (webhooks.tasks.send_webhook) ----------------------------------------------
+
+
+def payload(event: Event, workspace: Workspace) -> bytes:
+    body = {
+        "id": event.public_id,
+        "type": event.type,
+        "created": event.created_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+        "workspace": {"id": workspace.pk, "name": workspace.name},
+        "data": event.data,
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def retry_delay(attempts: int) -> int:
+    """Seconds before the attempt after `attempts` failed ones: growing by WEBHOOK_RETRY_FACTOR
+    from the base, capped."""
+    base, factor, cap = settings.WEBHOOK_RETRY_BASE_SECONDS, settings.WEBHOOK_RETRY_FACTOR, settings.WEBHOOK_RETRY_MAX_SECONDS
+    return int(min(base * factor ** max(attempts - 1, 0), cap))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "succeeded", "retry", "failed", "skipped"
+    retry_at: dt.datetime | None = None
+
+
+def send_delivery(delivery_id: int, attempt: int) -> Outcome:
+    """Attempt number `attempt` (0-based) of one delivery. A task for an attempt that already
+    happened (a duplicate, a redelivery) finds the count moved on and does nothing."""
+    with transaction.atomic():
+        # The row stays locked for the whole request (bounded by WEBHOOK_TIMEOUT_SECONDS):
+        # a duplicate task waits here and then finds the attempt done, so an attempt is made once.
+        delivery = Delivery.objects.select_for_update(of=("self",)).select_related(
+            "event", "endpoint", "event__workspace").filter(pk=delivery_id).first()
+        if delivery is None or delivery.status != Delivery.Status.PENDING or delivery.attempts != attempt:
+            return Outcome("skipped")
+        endpoint, event = delivery.endpoint, delivery.event
+        now = timezone.now()
+        body = payload(event, event.workspace)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "Runcrate-Event-Id": event.public_id,
+            "Runcrate-Event-Type": event.type,
+            "Runcrate-Delivery-Attempt": str(attempt + 1),
+            signing.HEADER: signing.sign(endpoint.secret, int(now.timestamp()), body),
+        }
+        if not endpoint.is_active and event.type != EventType.WEBHOOK_TEST:
+            response = targets.Response(None, 0, "The endpoint was switched off.")
+        else:
+            response = targets.post(endpoint.url, body, headers)
+        Attempt.objects.create(delivery=delivery, at=now, status_code=response.status_code,
+                               response_ms=response.elapsed_ms, error=response.error, succeeded=response.ok)
+        fields: dict[str, Any] = {
+            "attempts": attempt + 1, "last_attempt_at": now, "last_status_code": response.status_code,
+            "last_response_ms": response.elapsed_ms, "last_error": response.error,
+        }
+        if response.ok:
+            fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=now, next_attempt_at=None)
+            outcome = Outcome("succeeded")
+        else:
+            retry_at = now + dt.timedelta(seconds=retry_delay(attempt + 1))
+            window_ends = delivery.created_at + dt.timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
+            if retry_at > window_ends or not endpoint.is_active:
+                fields.update(status=Delivery.Status.FAILED, next_attempt_at=None)
+                outcome = Outcome("failed")
+            else:
+                fields.update(next_attempt_at=retry_at)
+                outcome = Outcome("retry", retry_at)
+        Delivery.objects.filter(pk=delivery.pk).update(**fields)
+    if outcome.status == "failed":
+        log.warning("Gave up on webhook delivery %s to %s after %s attempts: %s",
+                    delivery_id, endpoint.url, attempt + 1, response.error)
+    return outcome
+
+
+def claim_due(now: dt.datetime | None = None, limit: int = 500) -> list[tuple[int, int]]:
+    """Pending deliveries whose next attempt is due, each pushed out by the queue lease as it
+    is claimed (compare-and-set), so the next sweep does not queue the same attempt again."""
+    now = now or timezone.now()
+    lease = now + dt.timedelta(seconds=settings.WEBHOOK_QUEUE_LEASE_SECONDS)
+    claimed = []
+    due = Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now).order_by("next_attempt_at")
+    for pk, attempts, at in due.values_list("pk", "attempts", "next_attempt_at")[:limit]:
+        if Delivery.objects.filter(pk=pk, next_attempt_at=at, status=Delivery.Status.PENDING).update(next_attempt_at=lease):
+            claimed.append((pk, attempts))
+    return claimed
+
+
+# --- reads ------------------------------------------------------------------------------
+
+
+def endpoints_of(workspace: Workspace) -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(workspace=workspace).order_by("created_at", "id")
+
+
+def deliveries_of(endpoint: Endpoint) -> QuerySet[Delivery]:
+    return (Delivery.objects.filter(endpoint=endpoint).select_related("event")
+            .prefetch_related("attempt_log").order_by("-created_at", "-id"))
