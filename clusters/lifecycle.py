@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters import services
-from clusters.models import Cluster, Node, Reason, Status
+from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
 
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     pending = [node for node in nodes if node.state == Node.State.PENDING]
     provider.boot_all(pending)
     services.update_nodes(
-        cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}) for node in pending]
+        cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": NodeStep.BOOTING}) for node in pending]
     )
     came_up = []
     failed = None
@@ -236,7 +236,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
             break
         if report.state is BootState.UP:
             came_up.append(
-                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": "joining network"})
+                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": NodeStep.JOINING})
             )
     services.update_nodes(cluster.pk, came_up)
     return failed
@@ -275,7 +275,11 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         changes = []
         for node in nodes:
             stuck = outcome.failed.get(node.name) or ("not reached by every peer" if node.name in outcome.pending else "")
-            fields = {"detail": stuck[:255], "step": "waiting for peers" if stuck else "reaches every peer"}
+            fields: dict[str, object] = {"detail": stuck[:255]}
+            if stuck:
+                fields.update(peers_reached_at=None, step=NodeStep.WAITING_FOR_PEERS)
+            else:
+                fields.update(peers_reached_at=node.peers_reached_at or now, step=NodeStep.REACHES_EVERY_PEER)
             if any(getattr(node, key) != value for key, value in fields.items()):
                 changes.append((node, fields))
         services.update_nodes(cluster.pk, changes)
@@ -283,17 +287,18 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
 
 
-# A node whose install finished waits on its readiness check only: installing again on
-# every pass would restart the daemons it just started (and hide one that died).
-INSTALLED_STEP = services.INSTALLED_STEP
-
-
 def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> StepOutcome:
-    if all(n.step == INSTALLED_STEP for n in nodes):
+    """Install on the nodes once: a node whose install finished (installed_at) waits on its
+    readiness check only, as installing again on every pass would restart the daemons it just
+    started (and hide one that died). A retry clears installed_at (services.retry_install)."""
+    if all(n.installed_at is not None for n in nodes):
         return StepOutcome()
     outcome = provider.install_software(cluster, nodes)
     if outcome.ok:
-        services.update_nodes(cluster.pk, [(n, {"step": INSTALLED_STEP}) for n in nodes])
+        now = timezone.now()
+        services.update_nodes(
+            cluster.pk, [(n, {"installed_at": now, "step": NodeStep.CHECKING_READINESS}) for n in nodes]
+        )
     return outcome
 
 
@@ -317,7 +322,7 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 def _mark_installing(cluster: Cluster, nodes: list[Node]) -> None:
     services.update_nodes(
         cluster.pk,
-        [(n, {"state": Node.State.INSTALLING, "step": f"installing {cluster.software}"})
+        [(n, {"state": Node.State.INSTALLING, "step": NodeStep.installing(cluster.software)})
          for n in nodes if n.state == Node.State.JOINED],
     )
 
@@ -413,11 +418,11 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         if not outcome.ok:
             waiting = outcome.failed.get(new.name) or "waiting for peers"
             if new.detail != waiting[:255]:
-                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": "waiting for peers"})])
+                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": NodeStep.WAITING_FOR_PEERS})])
             return Next.WAIT
         services.mark_replacement_joined(cluster, new)
         return Next.AGAIN
-    if cluster.software == "none":
+    if cluster.software == Software.NONE:
         services.mark_replacement_ready(cluster, new)
         return Next.AGAIN
     _mark_installing(cluster, [new])
