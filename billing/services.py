@@ -64,6 +64,12 @@ def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> 
     return to_cents(accrued(rate, started_at, until))
 
 
+def budget_remaining(monthly_budget: Decimal, spent: Decimal) -> Decimal:
+    """What is left of an environment's monthly budget (never below zero): the plan, the
+    create page, the API's balance and environments all read it from here."""
+    return max(monthly_budget - spent, Decimal("0.00"))
+
+
 def machines_cost(usages: Iterable[MachineUsage], now: dt.datetime) -> Decimal:
     """What machines cost from their start to their end (or `now`), as the ledger posts it and
     the Billing line, its CSV and the API sum it: each machine's running total rounded to cents,

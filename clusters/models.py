@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from accounts.models import Environment, SSHKey, Workspace
-from offers.models import Host, MachineType
+from offers.models import MAX_MACHINES, MIN_MACHINES, Host, MachineType
 
 
 class Status(models.TextChoices):
@@ -124,7 +124,7 @@ class Cluster(models.Model):
             models.Index(fields=["environment", "created_at", "id"]),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(machine_count__gte=2, machine_count__lte=64), name="cluster_2_to_64"),
+            models.CheckConstraint(condition=Q(machine_count__gte=MIN_MACHINES, machine_count__lte=MAX_MACHINES), name="cluster_2_to_64"),
             # Billing may only have started once every machine joined; a failed cluster
             # never joined, so it can never carry a billing start.
             models.CheckConstraint(
@@ -168,8 +168,6 @@ class Cluster(models.Model):
 
     @property
     def max_new_workers(self) -> int:
-        from clusters.rules import MAX_MACHINES
-
         return max(MAX_MACHINES - self.machine_count, 0)
 
     @property

@@ -112,7 +112,7 @@ class ClusterPlan:
 
     @property
     def budget_remaining(self) -> Decimal:
-        return max(self.monthly_budget - self.budget_spent, Decimal(0))
+        return billing.budget_remaining(self.monthly_budget, self.budget_spent)
 
     @property
     def per_hour_after(self) -> Decimal:
@@ -128,6 +128,18 @@ class ClusterPlan:
 
     @property
     def warnings(self) -> list[str]:
+        """Everything to know before creating: the money warnings, then the offer's."""
+        return self.money_warnings + self.offer_warnings
+
+    @property
+    def offer_warnings(self) -> list[str]:
+        if self.machine_type is not None and self.machine_type.community:
+            return ["Community host (independent operator): keep secrets off it."]
+        return []
+
+    @property
+    def money_warnings(self) -> list[str]:
+        """The balance's runway and the budget against one hour of this cluster."""
         found = []
         if self.runway_hours is not None and self.runway_hours < 1:
             found.append(
@@ -140,8 +152,6 @@ class ClusterPlan:
                 f"The environment has ${self.budget_remaining:,.2f} left of its monthly budget, less than one hour "
                 "of this cluster: it is stopped when the budget is reached."
             )
-        if self.machine_type is not None and self.machine_type.community:
-            found.append("Community host (independent operator): keep secrets off it.")
         return found
 
 
