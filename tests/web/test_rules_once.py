@@ -47,4 +47,4 @@ def test_an_offer_named_by_anything_but_an_active_id_is_not_found(machine_type):
     assert find_offer(machine_type.pk) == machine_type
     assert find_offer(str(machine_type.pk)) == machine_type
     for value in (retired.pk, "²", "1" * 19, "-1", True, None, "3.0"):
-        assert find_offer(value) is None, value  # type: ignore[arg-type]
+        assert find_offer(value) is None, value
