@@ -24,7 +24,8 @@ SOFTWARE_HELP = {
     Software.SLURM: "munge and slurmd on every machine, slurmctld on node-0; one partition \"gpu\" with every GPU. "
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
-                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only.",
+                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
+                         "Unverified: this install has not yet run on production machines (docs/nodeops.md).",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
