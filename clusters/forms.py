@@ -25,7 +25,7 @@ SOFTWARE_HELP = {
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
                          "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
-                         "Unverified: this install has not yet run on production machines (docs/nodeops.md).",
+                         "Unverified: this install has not yet been run end to end on production machines.",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
