@@ -170,7 +170,7 @@ def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
         output = NodeOutput(cluster.pk, nodes)
         try:
             outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
-        except Exception as exc:  # noqa: BLE001 - one bad pass must not wedge the cluster
+        except Exception as exc:  # one bad pass must not wedge the cluster
             # Say so on the cluster and look again; the deadlines (provisioning, install)
             # still fail or degrade it if the error never goes away.
             log.exception("advancing cluster %s failed", cluster_id)
@@ -200,7 +200,7 @@ def _fail(cluster: Cluster, nodes: list[Node], provider: Provider, reason: str, 
 def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> None:
     try:
         provider.stop(cluster, nodes)
-    except Exception as exc:  # noqa: BLE001 - a stop error must not keep machines reserved
+    except Exception as exc:  # a stop error must not keep machines reserved
         log.exception("stopping cluster %s failed", cluster.pk)
         services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
     provider.release_all(nodes)
@@ -448,14 +448,14 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
         # the old machine's back (best effort: the old one may be why it was being replaced).
         try:
             provider.join_network(cluster, in_service)
-        except Exception:  # noqa: BLE001 - the cluster is as it was before the swap either way
+        except Exception:  # the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
     old = next((n for n in in_service if n.pk == new.replacing_id), None)
     if old is not None:
         try:
             # It was drained when the swap started: the old machine is the node again.
             provider.drain(cluster, in_service, old, resume=True)
-        except Exception:  # noqa: BLE001 - best effort, like the rejoin
+        except Exception:  # best effort, like the rejoin
             log.exception("resuming %s of cluster %s after a failed replacement failed", old.name, cluster.pk)
     return Next.DONE
 
