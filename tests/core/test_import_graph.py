@@ -34,7 +34,7 @@ def _skipped(path: Path, base: Path) -> bool:
 
 
 def _imports(tree: ast.AST) -> list[str]:
-    hidden = set()
+    hidden: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             hidden.update(id(sub) for sub in ast.walk(node))
