@@ -18,6 +18,11 @@ class Role(models.TextChoices):
     DEVELOPER = "developer", "Developer"
 
 
+# Who sees and is told about money: the Billing page, the API's usage, the balance and budget
+# emails. One tuple, read by Membership.can_see_billing and billing_contact_ids.
+BILLING_ROLES = (Role.OWNER, Role.MANAGER)
+
+
 class Workspace(models.Model):
     name = models.CharField(max_length=100)
     # Cached sum of the ledger; billing.services changes it in the same transaction as
@@ -56,7 +61,7 @@ class Membership(models.Model):
 
     @property
     def can_see_billing(self) -> bool:
-        return self.role in (Role.OWNER, Role.MANAGER)
+        return self.role in BILLING_ROLES
 
     @property
     def can_manage_members(self) -> bool:
@@ -159,3 +164,10 @@ class Invitation(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.PENDING and not self.is_expired
+
+
+def billing_contact_ids(workspace_id: int) -> list[int]:
+    """The members who see billing (BILLING_ROLES): who money emails go to."""
+    return list(
+        Membership.objects.filter(workspace_id=workspace_id, role__in=BILLING_ROLES).values_list("user_id", flat=True)
+    )

@@ -34,6 +34,7 @@ from api.schemas import Error, PageQuery
 from config import ratelimit
 from config.errors import DomainError
 from config.middleware import busy_response, is_database_busy
+from offers.models import MAX_MACHINES, MIN_MACHINES
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +334,7 @@ api = RuncrateApi(
     title="Runcrate Clusters API",
     version="1.0.0",
     description=(
-        "GPU clusters of 2–64 machines. Authenticate with `Authorization: Bearer rc_live_…` (make keys on the "
+        f"GPU clusters of {MIN_MACHINES}–{MAX_MACHINES} machines. Authenticate with `Authorization: Bearer rc_live_…` (make keys on the "
         "API keys page). Success bodies are `{data, meta}`; errors are `{error: {code, message, details}}`; "
         "money is a decimal string in USD."
     ),

@@ -32,12 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import paramiko  # noqa: E402
-from fabric import Connection  # noqa: E402
+import paramiko
+from fabric import Connection
 
-from clusters.nodeops import operations as ops  # noqa: E402
-from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
-from clusters.nodeops.sandbox import start_endpoints  # noqa: E402
+from clusters.nodeops import operations as ops
+from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.sandbox import start_endpoints
 
 
 class Counted:

@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _support  # noqa: E402
+import _support
 
 _support.setup_django()
 

@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clusters.nodeops import operations as ops  # noqa: E402
-from clusters.nodeops.metrics import NodeReading, collect_metrics  # noqa: E402
-from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
-from clusters.nodeops.sandbox import start_endpoints  # noqa: E402
+from clusters.nodeops import operations as ops
+from clusters.nodeops.metrics import NodeReading, collect_metrics
+from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.sandbox import start_endpoints
 
 
 def collection(nodes: int, rounds: int) -> dict[str, float]:

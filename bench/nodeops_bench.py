@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clusters.nodeops import operations as ops  # noqa: E402
-from clusters.nodeops.runner import NodeRunner, RetryPolicy, build_payload, load_script  # noqa: E402
-from clusters.nodeops.sandbox import start_endpoints  # noqa: E402
+from clusters.nodeops import operations as ops
+from clusters.nodeops.runner import NodeRunner, RetryPolicy, build_payload, load_script
+from clusters.nodeops.sandbox import start_endpoints
 
 CHECK = """\
 set -euo pipefail

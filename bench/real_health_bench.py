@@ -33,11 +33,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusters.nodeops import operations, realnodes  # noqa: E402
-from clusters.nodeops import runner as runner_module  # noqa: E402
-from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
-from clusters.nodeops.sandbox import write_ed25519_keypair  # noqa: E402
-from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip  # noqa: E402
+from clusters.nodeops import operations, realnodes
+from clusters.nodeops import runner as runner_module
+from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.sandbox import write_ed25519_keypair
+from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
 
 BOOT_THREADS = 16  # clusters.providers.local.BOOT_THREADS (importing it needs Django)
 TICK = os.sysconf("SC_CLK_TCK")

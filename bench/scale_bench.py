@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("API_RATE_LIMIT", "0")
-import _support  # noqa: E402
+import _support
 
 _support.setup_django()
 

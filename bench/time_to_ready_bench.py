@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 os.environ.setdefault("LOG_LEVEL", "CRITICAL")
-import _support  # noqa: E402
+import _support
 
 _support.setup_django()
 

@@ -22,7 +22,8 @@ def queue_notice(notice_id: int) -> None:
     members who turned the kind off (see docs/notifications.md). A cluster stopped for its
     balance or budget gets the lifecycle's critical "stopped" email; billing keeps no notice
     of its own for that."""
-    from notifications.services import billing_contact_ids, notify
+    from accounts.models import billing_contact_ids
+    from notifications.services import notify
 
     notice = BillingNotice.objects.get(pk=notice_id)
     notify(

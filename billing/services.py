@@ -64,6 +64,20 @@ def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> 
     return to_cents(accrued(rate, started_at, until))
 
 
+def budget_remaining(monthly_budget: Decimal, spent: Decimal) -> Decimal:
+    """What is left of an environment's monthly budget (never below zero): the plan, the
+    create page, the API's balance and environments all read it from here."""
+    return max(monthly_budget - spent, Decimal("0.00"))
+
+
+def machines_cost(usages: Iterable[MachineUsage], now: dt.datetime) -> Decimal:
+    """What machines cost from their start to their end (or `now`), as the ledger posts it and
+    the Billing line, its CSV and the API sum it: each machine's running total rounded to cents,
+    then added up. Never the exact sum rounded once: two machines at $2.315 each are $4.64 on
+    the ledger and would read $4.63. Every page that shows a cluster's cost uses this."""
+    return sum((posted_total(u.rate, u.started_at, u.ended_at or now) for u in usages), Decimal("0.00"))
+
+
 def required_balance(price_per_hour: Decimal) -> Decimal:
     """To start (or grow) a cluster the balance must cover one hour of it, never less than $10."""
     return max(to_cents(price_per_hour), settings.MINIMUM_CREATE_BALANCE)

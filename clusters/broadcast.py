@@ -53,7 +53,7 @@ def send_to_group(group: str, message: dict) -> None:
         return
     try:
         async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - a missed push must never undo a committed change
+    except Exception:  # a missed push must never undo a committed change
         log.exception("push to %s failed", group)
 
 

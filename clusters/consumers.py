@@ -74,7 +74,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             # tell it to leave (access.changed) instead of it pushing on until the page closes.
             self.user_group = user_group(user.pk)
             await self.channel_layer.group_add(self.user_group, self.channel_name)
-        except Exception:  # noqa: BLE001 - the channel layer (Redis) is down
+        except Exception:  # the channel layer (Redis) is down
             # Refuse cleanly ("try again later"); htmx's socket extension reconnects with backoff.
             log.warning("live socket for %s refused: the channel layer is unavailable", self.group, exc_info=True)
             self.group = None

@@ -86,14 +86,9 @@ def total_cost(cluster: Cluster) -> Decimal:
     """What the cluster's machines cost, as the ledger has (or, once metering catches up,
     will have) it: each machine's accrual rounded to cents, as billing posts it."""
     from billing.models import MachineUsage
-    from billing.services import accrued, to_cents
+    from billing.services import machines_cost
 
-    now = timezone.now()
-    total = Decimal("0.00")
-    for usage in MachineUsage.objects.filter(cluster=cluster):
-        computed = to_cents(accrued(usage.rate, usage.started_at, usage.ended_at or now))
-        total += max(computed, usage.posted_amount)
-    return total
+    return machines_cost(MachineUsage.objects.filter(cluster=cluster), timezone.now())
 
 
 def _duration(seconds: float) -> str:

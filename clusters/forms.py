@@ -7,9 +7,9 @@ from django.db.models import Q
 
 from accounts.models import Environment, SSHKey
 from clusters.models import Software, Volume
-from clusters.rules import MAX_MACHINES, MIN_MACHINES
-from offers.models import MachineKind, MachineType
-from offers.services import SORTS, machine_types_with_availability
+from clusters.rules import NAME_MAX_LENGTH
+from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
+from offers.services import machine_types_with_availability
 
 
 def is_id(value: str) -> bool:
@@ -24,7 +24,8 @@ SOFTWARE_HELP = {
     Software.SLURM: "munge and slurmd on every machine, slurmctld on node-0; one partition \"gpu\" with every GPU. "
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
-                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only.",
+                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
+                         "Unverified: this install has not yet been run end to end on production machines.",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
@@ -60,14 +61,11 @@ def offer_label(machine_type: MachineType) -> str:
 
 
 class CreateClusterForm(forms.Form):
-    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and hyphens, e.g. llm-train-1.")
+    name = forms.CharField(max_length=NAME_MAX_LENGTH, help_text="Lowercase letters, digits and hyphens, e.g. llm-train-1.")
     offer = forms.ModelChoiceField(queryset=MachineType.objects.none(), empty_label=None, widget=OfferSelect)
     machines = forms.IntegerField(
         min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4,
-        error_messages={
-            "min_value": f"A cluster has at least {MIN_MACHINES} machines.",
-            "max_value": f"A cluster has at most {MAX_MACHINES} machines; request a quote for more.",
-        },
+        error_messages={key: MACHINE_COUNT_MESSAGES[key] for key in ("min_value", "max_value", "invalid", "required")},
     )
     software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=forms.RadioSelect)
     volume = forms.ModelChoiceField(queryset=Volume.objects.none(), required=False, empty_label="No volume")
@@ -99,29 +97,6 @@ class CreateClusterForm(forms.Form):
             only = list(keys.values_list("pk", flat=True)[:2])
             if len(only) == 1:
                 self.initial["ssh_keys"] = only
-
-
-class OffersFilterForm(forms.Form):
-    gpu = forms.CharField(required=False)
-    machines = forms.IntegerField(
-        min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4, required=False,
-        error_messages={
-            "min_value": "A cluster has at least 2 machines.",
-            "max_value": "A cluster has at most 64 machines; request a quote for more.",
-            "invalid": "Enter a whole number of machines, 2 to 64.",
-        },
-    )
-    include_community = forms.BooleanField(required=False)
-    location = forms.CharField(required=False)
-    kind = forms.ChoiceField(choices=[("", "Any kind"), *MachineKind.choices], required=False)
-    sort = forms.ChoiceField(choices=list(SORTS.items()), required=False)
-
-    def clean_machines(self) -> int | None:
-        machines = self.cleaned_data["machines"]
-        # Absent means the default size; present but cleared is a mistake to point out.
-        if machines is None and "machines" in self.data:
-            raise forms.ValidationError("Enter how many machines, 2 to 64.")
-        return machines
 
 
 class VolumeForm(forms.Form):

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters import services
-from clusters.models import Cluster, Node, Reason, Status
+from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
 
@@ -171,7 +171,7 @@ def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
         output = NodeOutput(cluster.pk, nodes)
         try:
             outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
-        except Exception as exc:  # noqa: BLE001 - one bad pass must not wedge the cluster
+        except Exception as exc:  # one bad pass must not wedge the cluster
             # Say so on the cluster and look again; the deadlines (provisioning, install)
             # still fail or degrade it if the error never goes away.
             log.exception("advancing cluster %s failed", cluster_id)
@@ -203,7 +203,7 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
         provider.stop(cluster, nodes)
     except StopNotice as notice:
         services.record_event(cluster, "stop_notice", str(notice))
-    except Exception as exc:  # noqa: BLE001 - a stop error must not keep machines reserved
+    except Exception as exc:  # a stop error must not keep machines reserved
         log.exception("stopping cluster %s failed", cluster.pk)
         services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
     provider.release_all(nodes)
@@ -226,7 +226,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     pending = [node for node in nodes if node.state == Node.State.PENDING]
     provider.boot_all(pending)
     services.update_nodes(
-        cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": "booting"}) for node in pending]
+        cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": NodeStep.BOOTING}) for node in pending]
     )
     came_up = []
     failed = None
@@ -239,7 +239,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
             break
         if report.state is BootState.UP:
             came_up.append(
-                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": "joining network"})
+                (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": NodeStep.JOINING})
             )
     services.update_nodes(cluster.pk, came_up)
     return failed
@@ -278,7 +278,11 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         changes = []
         for node in nodes:
             stuck = outcome.failed.get(node.name) or ("not reached by every peer" if node.name in outcome.pending else "")
-            fields = {"detail": stuck[:255], "step": "waiting for peers" if stuck else "reaches every peer"}
+            fields: dict[str, object] = {"detail": stuck[:255]}
+            if stuck:
+                fields.update(peers_reached_at=None, step=NodeStep.WAITING_FOR_PEERS)
+            else:
+                fields.update(peers_reached_at=node.peers_reached_at or now, step=NodeStep.REACHES_EVERY_PEER)
             if any(getattr(node, key) != value for key, value in fields.items()):
                 changes.append((node, fields))
         services.update_nodes(cluster.pk, changes)
@@ -286,17 +290,18 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
 
 
-# A node whose install finished waits on its readiness check only: installing again on
-# every pass would restart the daemons it just started (and hide one that died).
-INSTALLED_STEP = services.INSTALLED_STEP
-
-
 def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> StepOutcome:
-    if all(n.step == INSTALLED_STEP for n in nodes):
+    """Install on the nodes once: a node whose install finished (installed_at) waits on its
+    readiness check only, as installing again on every pass would restart the daemons it just
+    started (and hide one that died). A retry clears installed_at (services.retry_install)."""
+    if all(n.installed_at is not None for n in nodes):
         return StepOutcome()
     outcome = provider.install_software(cluster, nodes)
     if outcome.ok:
-        services.update_nodes(cluster.pk, [(n, {"step": INSTALLED_STEP}) for n in nodes])
+        now = timezone.now()
+        services.update_nodes(
+            cluster.pk, [(n, {"installed_at": now, "step": NodeStep.CHECKING_READINESS}) for n in nodes]
+        )
     return outcome
 
 
@@ -320,7 +325,7 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
 def _mark_installing(cluster: Cluster, nodes: list[Node]) -> None:
     services.update_nodes(
         cluster.pk,
-        [(n, {"state": Node.State.INSTALLING, "step": f"installing {cluster.software}"})
+        [(n, {"state": Node.State.INSTALLING, "step": NodeStep.installing(cluster.software)})
          for n in nodes if n.state == Node.State.JOINED],
     )
 
@@ -416,11 +421,11 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         if not outcome.ok:
             waiting = outcome.failed.get(new.name) or "waiting for peers"
             if new.detail != waiting[:255]:
-                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": "waiting for peers"})])
+                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": NodeStep.WAITING_FOR_PEERS})])
             return Next.WAIT
         services.mark_replacement_joined(cluster, new)
         return Next.AGAIN
-    if cluster.software == "none":
+    if cluster.software == Software.NONE:
         services.mark_replacement_ready(cluster, new)
         return Next.AGAIN
     _mark_installing(cluster, [new])
@@ -446,14 +451,14 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
         # the old machine's back (best effort: the old one may be why it was being replaced).
         try:
             provider.join_network(cluster, in_service)
-        except Exception:  # noqa: BLE001 - the cluster is as it was before the swap either way
+        except Exception:  # the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
     old = next((n for n in in_service if n.pk == new.replacing_id), None)
     if old is not None:
         try:
             # It was drained when the swap started: the old machine is the node again.
             provider.drain(cluster, in_service, old, resume=True)
-        except Exception:  # noqa: BLE001 - best effort, like the rejoin
+        except Exception:  # best effort, like the rejoin
             log.exception("resuming %s of cluster %s after a failed replacement failed", old.name, cluster.pk)
     return Next.DONE
 

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from accounts.models import Environment, SSHKey, Workspace
-from offers.models import Host, MachineType
+from offers.models import MAX_MACHINES, MIN_MACHINES, Host, MachineType
 
 
 class Status(models.TextChoices):
@@ -124,7 +124,7 @@ class Cluster(models.Model):
             models.Index(fields=["environment", "created_at", "id"]),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(machine_count__gte=2, machine_count__lte=64), name="cluster_2_to_64"),
+            models.CheckConstraint(condition=Q(machine_count__gte=MIN_MACHINES, machine_count__lte=MAX_MACHINES), name="cluster_2_to_64"),
             # Billing may only have started once every machine joined; a failed cluster
             # never joined, so it can never carry a billing start.
             models.CheckConstraint(
@@ -168,8 +168,6 @@ class Cluster(models.Model):
 
     @property
     def max_new_workers(self) -> int:
-        from clusters.rules import MAX_MACHINES
-
         return max(MAX_MACHINES - self.machine_count, 0)
 
     @property
@@ -213,11 +211,12 @@ class Cluster(models.Model):
     def machine_progress(self) -> dict:
         """How many of the cluster's machines are up, and how many reach every other one."""
         live = [n for n in self.nodes.all() if n.released_at is None]
-        up_states = {"up", "joined", "installing", "ready", "install_failed"}
+        up_states = {Node.State.UP, Node.State.JOINED, Node.State.INSTALLING, Node.State.INSTALLED, Node.State.READY,
+                     Node.State.INSTALL_FAILED}
         return {
             "total": len(live),
             "up": sum(n.state in up_states for n in live),
-            "joined": sum(n.joined_at is not None or n.step == "reaches every peer" for n in live),
+            "joined": sum(n.joined_at is not None or n.peers_reached_at is not None for n in live),
         }
 
     @property
@@ -259,6 +258,35 @@ class NodeHealth(models.TextChoices):
 BAD_HEALTH = (NodeHealth.UNREACHABLE, NodeHealth.NETWORK_DOWN, NodeHealth.SOFTWARE_DOWN)
 
 
+class NodeStep:
+    """The words a node's row shows for what it is doing (`Node.step`), for people only: the
+    page, the API, the CLI. Code never reads a step back: behaviour hangs on `Node.state` and
+    the progress timestamps (`up_at`, `peers_reached_at`, `joined_at`, `installed_at`,
+    `ready_at`, `replaced_at`), so renaming a label changes what is shown and nothing else
+    (tests/core/test_typed_progress.py renames every one and drives the lifecycle).
+    Output a node prints sets the step too, to its script's own marker (`install_software:…`)."""
+
+    BOOTING = "booting"
+    JOINING = "joining network"
+    WAITING_FOR_PEERS = "waiting for peers"
+    REACHES_EVERY_PEER = "reaches every peer"
+    JOINED = "joined"
+    INSTALLING = "installing"  # followed by the software's name
+    CHECKING_READINESS = "checking readiness"
+    INSTALLED = "installed"
+    INSTALL_QUEUED = "install queued"
+    READY = "ready"
+    STOPPING_OLD_MACHINE = "stopping the old machine"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    RELEASED = "released"
+    REPLACED = "replaced"
+
+    @classmethod
+    def installing(cls, software: str) -> str:
+        return f"{cls.INSTALLING} {software}"
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -286,7 +314,18 @@ class Node(models.Model):
     billing_started_at = models.DateTimeField(null=True, blank=True)
     billing_ended_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
-    step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now.")
+    # Typed progress: what the lifecycle decides on (`step` below is only its label).
+    peers_reached_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Before the cluster joined: when a join attempt last found every peer reaching it (cleared when one did not).",
+    )
+    installed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When its software install finished: from then on a pass only checks its readiness, never installs again.",
+    )
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="When it became ready (software running).")
+    replaced_at = models.DateTimeField(null=True, blank=True, help_text="When a new machine took over its name.")
+    step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now, in words (a label only).")
     log_tail = models.TextField(blank=True)
     detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
     host_key = models.CharField(
@@ -340,7 +379,7 @@ class Node(models.Model):
 
     @property
     def was_replaced(self) -> bool:
-        return self.released_at is not None and self.step == "replaced"
+        return self.released_at is not None and self.replaced_at is not None
 
     @property
     def row_id(self) -> str:

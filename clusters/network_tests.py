@@ -90,7 +90,7 @@ def run(test_id: int) -> str | None:
     try:
         with Heartbeat(test.pk):
             result = get_provider(cluster.provider).network_test(cluster, nodes, _Recorder(test))
-    except Exception as exc:  # noqa: BLE001 - the test fails with the reason, the cluster is untouched
+    except Exception as exc:  # the test fails with the reason, the cluster is untouched
         log.exception("network test %s of cluster %s failed", test.pk, cluster.pk)
         services.finish_network_test(test, error=f"The control plane hit an error: {type(exc).__name__}: {exc}"[:500])
         return NetworkTest.Status.FAILED

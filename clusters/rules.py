@@ -22,12 +22,11 @@ from django.conf import settings
 from accounts.models import Environment
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
-from offers.models import MachineType
+from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
 
-MIN_MACHINES = 2
-MAX_MACHINES = 64
+__all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them
 NAME_MAX_LENGTH = 63
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(rf"^[a-z0-9]([a-z0-9-]{{0,{NAME_MAX_LENGTH - 2}}}[a-z0-9])?$")
 
 
 def minimum_balance() -> Decimal:
@@ -41,7 +40,7 @@ def request_problems(
     """Every refusal of a cluster request that needs no lock, in the order a person fixes them."""
     if not NAME_RE.match(name or ""):
         yield ClusterError(
-            "invalid_name", "Use 1–63 lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
+            "invalid_name", f"Use 1–{NAME_MAX_LENGTH} lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
             field="name",
         )
     elif Cluster.objects.live().filter(environment=environment, name=name).exists():
@@ -75,7 +74,7 @@ def request_problems(
 def machine_count_problem() -> ClusterError:
     return ClusterError(
         "invalid_machine_count",
-        f"A cluster has {MIN_MACHINES} to {MAX_MACHINES} machines. For more, request a quote.",
+        MACHINE_COUNT_MESSAGES["range"],
         field="machines",
     )
 

@@ -34,6 +34,7 @@ from clusters.models import (
     NetworkTestPair,
     Node,
     NodeHealth,
+    NodeStep,
     Reason,
     Software,
     Status,
@@ -122,7 +123,7 @@ class ClusterPlan:
 
     @property
     def budget_remaining(self) -> Decimal:
-        return max(self.monthly_budget - self.budget_spent, Decimal(0))
+        return billing.budget_remaining(self.monthly_budget, self.budget_spent)
 
     @property
     def per_hour_after(self) -> Decimal:
@@ -138,6 +139,18 @@ class ClusterPlan:
 
     @property
     def warnings(self) -> list[str]:
+        """Everything to know before creating: the money warnings, then the offer's."""
+        return self.money_warnings + self.offer_warnings
+
+    @property
+    def offer_warnings(self) -> list[str]:
+        if self.machine_type is not None and self.machine_type.community:
+            return ["Community host (independent operator): keep secrets off it."]
+        return []
+
+    @property
+    def money_warnings(self) -> list[str]:
+        """The balance's runway and the budget against one hour of this cluster."""
         found = []
         if self.runway_hours is not None and self.runway_hours < 1:
             found.append(
@@ -150,8 +163,6 @@ class ClusterPlan:
                 f"The environment has ${self.budget_remaining:,.2f} left of its monthly budget, less than one hour "
                 "of this cluster: it is stopped when the budget is reached."
             )
-        if self.machine_type is not None and self.machine_type.community:
-            found.append("Community host (independent operator): keep secrets off it.")
         return found
 
 
@@ -387,10 +398,6 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         _after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
-# The step of a node whose install finished and that waits on its readiness check only
-# (clusters.lifecycle): output arriving late must not relabel it, or the next pass would
-# install again, restarting the daemons it just started and hiding one that died.
-INSTALLED_STEP = "checking readiness"
 SETTLED_NODE_STATES = (
     Node.State.READY, Node.State.INSTALL_FAILED, Node.State.FAILED, Node.State.STOPPED, Node.State.RELEASED,
 )
@@ -407,14 +414,16 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
         # (cluster before nodes) that terminate and mark_degraded take.
         nodes = list(
             Node.objects.select_for_update(of=("self",)).filter(pk__in=list(lines_by_node))
-            .only("log_tail", "state", "step").order_by("pk")
+            .only("log_tail", "state", "step", "installed_at").order_by("pk")
         )
         for node in nodes:
             entries = lines_by_node[node.pk]
             text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
             node.log_tail = (node.log_tail + text)[-keep:]
-            # Output arrives after the fact; it must not relabel a node that has settled.
-            if node.state not in SETTLED_NODE_STATES and node.step != INSTALLED_STEP:
+            # Output arrives after the fact; it must not relabel a node that has settled, nor
+            # one whose install finished (it is only checked from then on). Only the label: the
+            # lifecycle decides on installed_at, so a late line cannot make it install again.
+            if node.state not in SETTLED_NODE_STATES and node.installed_at is None:
                 node.step = entries[-1][0][:40]
         Node.objects.bulk_update(nodes, ["log_tail", "step"])
         _after_commit_changed(cluster_id, nodes=[node.pk for node in nodes])
@@ -449,7 +458,8 @@ def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
             return False
         node_state = Node.State.READY if next_status == Status.READY else Node.State.JOINED
         Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
-            state=node_state, joined_at=now, billing_started_at=now, step="joined", detail=""
+            state=node_state, joined_at=now, billing_started_at=now, detail="",
+            **({"ready_at": now, "step": NodeStep.READY} if node_state == Node.State.READY else {"step": NodeStep.JOINED}),
         )
         billing.start_usage(cluster, nodes, now)
         record_event(cluster, "joined", f"All {len(nodes)} machines joined the private network 10.77.0.0/24; billing started.")
@@ -469,7 +479,9 @@ def mark_ready(cluster: Cluster) -> bool:
     with transaction.atomic():
         if not transition(cluster, [Status.INSTALLING], Status.READY, ready_at=timezone.now()):
             return False
-        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(state=Node.State.READY, step="ready")
+        Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
+            state=Node.State.READY, ready_at=timezone.now(), step=NodeStep.READY
+        )
         _announce_ready(cluster)
         _after_commit_changed(cluster.pk)
         return True
@@ -491,7 +503,7 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
         # The others finished their part: they say so, not "Installing" for as long as it lasts.
         Node.objects.filter(
             cluster=cluster, released_at__isnull=True, state__in=[Node.State.INSTALLING, Node.State.JOINED]
-        ).exclude(pk__in=[n.pk for n in broken]).update(state=Node.State.INSTALLED, step="installed", detail="")
+        ).exclude(pk__in=[n.pk for n in broken]).update(state=Node.State.INSTALLED, step=NodeStep.INSTALLED, detail="")
         summary = "; ".join(f"{name}: {msg}" for name, msg in sorted(failed.items()))
         record_event(
             cluster, "degraded",
@@ -515,7 +527,7 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
         for node in nodes:
             node.state = Node.State.FAILED if node.name in node_details else Node.State.RELEASED
             node.detail = node_details.get(node.name, node.detail)[:255]
-            node.released_at, node.step = now, "released"
+            node.released_at, node.step = now, NodeStep.RELEASED
             node.health, node.health_detail = NodeHealth.UNKNOWN, ""  # a stopped machine has no health
         Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step", "health", "health_detail"])
         inventory.release_hosts([node.host_id for node in nodes])
@@ -545,7 +557,7 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
         if Cluster.objects.filter(pk=cluster.pk, billing_started_at__isnull=False).update(billing_ended_at=now):
             cluster.billing_ended_at = now
         live_nodes = Node.objects.filter(cluster=cluster, released_at__isnull=True)
-        live_nodes.update(state=Node.State.STOPPING, step="stopping")
+        live_nodes.update(state=Node.State.STOPPING, step=NodeStep.STOPPING)
         live_nodes.filter(billing_started_at__isnull=False).update(billing_ended_at=now)
         billing.end_usage(cluster, now)
         label = Reason(reason).label
@@ -563,7 +575,7 @@ def finish_termination(cluster: Cluster) -> bool:
         # Only the hosts this cluster still holds: a worker released earlier gave its host
         # back then, and another cluster may hold that host now.
         host_ids = list(live_nodes.values_list("host_id", flat=True))
-        live_nodes.update(state=Node.State.STOPPED, released_at=now, step="stopped", **NO_HEALTH)
+        live_nodes.update(state=Node.State.STOPPED, released_at=now, step=NodeStep.STOPPED, **NO_HEALTH)
         inventory.release_hosts(host_ids)
         record_event(cluster, "terminated", "Every machine stopped and was released.", reason=cluster.termination_reason)
         transaction.on_commit(lambda: billing.meter_cluster(cluster.pk))
@@ -580,7 +592,7 @@ def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
             raise Conflict("not_degraded", f"Only a degraded cluster can retry its install; this one is {cluster.status}.")
         cluster.refresh_from_db(fields=["install_attempts"])
         Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
-            state=Node.State.JOINED, detail="", step="install queued"
+            state=Node.State.JOINED, detail="", installed_at=None, step=NodeStep.INSTALL_QUEUED
         )
         record_event(cluster, "install_retried", f"Retrying the {cluster.get_software_display()} install.", actor=actor)
         _after_commit_changed(cluster.pk, advance=True)
@@ -636,7 +648,8 @@ def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> bool:
         now = timezone.now()
         state = Node.State.READY if cluster.software == Software.NONE else Node.State.JOINED
         Node.objects.filter(pk__in=[w.pk for w in workers], billing_started_at__isnull=True).update(
-            state=state, joined_at=now, billing_started_at=now, step="joined" if state == Node.State.JOINED else "ready"
+            state=state, joined_at=now, billing_started_at=now,
+            **({"step": NodeStep.JOINED} if state == Node.State.JOINED else {"ready_at": now, "step": NodeStep.READY}),
         )
         billing.start_usage(cluster, workers, now)
         names = ", ".join(w.name for w in workers)
@@ -647,7 +660,9 @@ def mark_workers_joined(cluster: Cluster, workers: list[Node]) -> bool:
 
 def mark_workers_ready(cluster: Cluster, workers: list[Node]) -> None:
     with transaction.atomic():
-        Node.objects.filter(pk__in=[w.pk for w in workers]).update(state=Node.State.READY, step="ready")
+        Node.objects.filter(pk__in=[w.pk for w in workers]).update(
+            state=Node.State.READY, ready_at=timezone.now(), step=NodeStep.READY
+        )
         record_event(cluster, "workers_ready", f"{', '.join(w.name for w in workers)} ready.")
         _after_commit_changed(cluster.pk)
 
@@ -657,7 +672,7 @@ def release_worker(cluster: Cluster, worker: Node, detail: str) -> None:
     the worker was never billed."""
     with transaction.atomic():
         updated = Node.objects.filter(pk=worker.pk, released_at__isnull=True, billing_started_at__isnull=True).update(
-            state=Node.State.FAILED, detail=detail[:255], released_at=timezone.now(), step="released", **NO_HEALTH
+            state=Node.State.FAILED, detail=detail[:255], released_at=timezone.now(), step=NodeStep.RELEASED, **NO_HEALTH
         )
         if not updated:
             return
@@ -774,10 +789,10 @@ def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
             return False
         now = timezone.now()
         if not Node.objects.filter(pk=new.pk, released_at__isnull=True, billing_started_at__isnull=True).update(
-            state=Node.State.JOINED, joined_at=now, billing_started_at=now, step="joined", detail=""
+            state=Node.State.JOINED, joined_at=now, billing_started_at=now, step=NodeStep.JOINED, detail=""
         ):
             return False
-        new.state, new.joined_at, new.billing_started_at, new.step = Node.State.JOINED, now, now, "joined"
+        new.state, new.joined_at, new.billing_started_at, new.step = Node.State.JOINED, now, now, NodeStep.JOINED
         billing.start_usage(cluster, [new], now)
         record_event(
             cluster, "replacement_joined",
@@ -790,7 +805,7 @@ def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
 def mark_replacement_ready(cluster: Cluster, new: Node) -> None:
     with transaction.atomic():
         Node.objects.filter(pk=new.pk, released_at__isnull=True).update(
-            state=Node.State.READY, step="stopping the old machine", detail=""
+            state=Node.State.READY, ready_at=timezone.now(), step=NodeStep.STOPPING_OLD_MACHINE, detail=""
         )
         record_event(
             cluster, "replacement_ready",
@@ -837,12 +852,12 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         # The old row leaves the live names first: the unique index on (cluster, index) is
         # checked per statement, and the new row joins it below.
         if Node.objects.filter(pk=old.pk, released_at__isnull=True).update(
-            state=Node.State.STOPPED, released_at=now, billing_ended_at=now, step="replaced",
+            state=Node.State.STOPPED, released_at=now, billing_ended_at=now, replaced_at=now, step=NodeStep.REPLACED,
             detail="replaced by a new machine", **NO_HEALTH,
         ):
             billing.end_node_usage([old.pk], now)
             inventory.release_hosts([old.host_id])
-        Node.objects.filter(pk=new.pk).update(replacing=None, state=Node.State.READY, step="ready", detail="")
+        Node.objects.filter(pk=new.pk).update(replacing=None, state=Node.State.READY, step=NodeStep.READY, detail="")
         _move_wireguard_key(cluster, new)
         record_event(
             cluster, "node_replaced",
@@ -864,7 +879,7 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         billed = new.billing_started_at is not None and new.billing_ended_at is None
         # `replacing` is one-to-one: cleared, so the node can be replaced again.
         Node.objects.filter(pk=new.pk).update(
-            state=Node.State.FAILED, detail=detail[:255], released_at=now, step="released", replacing=None, **NO_HEALTH,
+            state=Node.State.FAILED, detail=detail[:255], released_at=now, step=NodeStep.RELEASED, replacing=None, **NO_HEALTH,
             **({"billing_ended_at": now} if billed else {}),
         )
         if billed:

@@ -31,7 +31,7 @@ def queue_advance(cluster_id: int, *, countdown: float = 0) -> bool:
 def _publish(cluster_id: int, countdown: float = 0) -> bool:
     try:
         advance_cluster.apply_async((cluster_id,), countdown=countdown or None)
-    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the retry
+    except Exception:  # any broker failure; the sweep is the retry
         log.exception("could not queue a pass over cluster %s; the sweep will re-drive it", cluster_id)
         services.mark_queued([cluster_id], None)
         return False
@@ -68,7 +68,7 @@ def check_node_health() -> int:
             continue
         try:
             check_cluster_health.apply_async((cluster_id,), expires=settings.NODE_HEALTH_INTERVAL_SECONDS)
-        except Exception:  # noqa: BLE001 - the next beat queues it again
+        except Exception:  # the next beat queues it again
             log.exception("could not queue a health round for cluster %s", cluster_id)
             break
         queued += 1
@@ -99,7 +99,7 @@ def queue_network_test(test_id: int) -> bool:
     """After a commit: a broker that is down is logged; the sweep queues the test again."""
     try:
         run_network_test.delay(test_id)
-    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the retry
+    except Exception:  # any broker failure; the sweep is the retry
         log.exception("could not queue network test %s; the sweep will", test_id)
         services.mark_network_test_unqueued(test_id)
         return False

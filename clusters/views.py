@@ -20,7 +20,7 @@ from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
 from config.errors import DomainError, add_to_form, flash
 from offers.models import NETWORK_CAVEAT, MachineType
-from offers.services import free_host_count
+from offers.services import find_offer, free_host_count
 
 
 def actor_label(request: AuthenticatedHttpRequest) -> str:
@@ -56,7 +56,7 @@ def spend_limits(environment: Environment, machine_type: MachineType | None, mac
     plan = services.plan_cluster(
         environment=environment, name="", machine_type=machine_type, machine_count=machines,
     )
-    money_warnings = [w for w in plan.warnings if "Community" not in w] if machine_type is not None else []
+    money_warnings = plan.money_warnings if machine_type is not None else []
     return {
         "balance": plan.balance, "burn": plan.committed_per_hour, "budget_left": plan.budget_remaining,
         "budget": plan.monthly_budget, "warnings": money_warnings,
@@ -149,8 +149,7 @@ def cluster_terminate(request: AuthenticatedHttpRequest, cluster_id: int) -> Htt
 def cluster_recreate(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     """One click on a failed cluster's page: the same cluster on the offer picked there."""
     failed = get_cluster_for_user(request, cluster_id)
-    offer = request.POST.get("offer", "")
-    machine_type = MachineType.objects.filter(pk=int(offer), active=True).first() if is_id(offer) else None
+    machine_type = find_offer(request.POST.get("offer", ""))
     try:
         cluster = services.recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
     except DomainError as error:

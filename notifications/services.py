@@ -22,7 +22,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from accounts.models import Role
 from notifications.kinds import CRITICAL_KINDS, OPTIONAL_KINDS, SPECS
 from notifications.models import Delivery, Notification, NotificationPreference
 
@@ -92,12 +91,10 @@ def _muted_user_ids(kind: str, user_ids: Iterable[int]) -> set[int]:
 
 
 def billing_contact_ids(workspace_id: int) -> list[int]:
-    """Owners and Managers: the members who see billing."""
-    from accounts.models import Membership
+    """Owners and Managers: the members who see billing (accounts.models.BILLING_ROLES)."""
+    from accounts.models import billing_contact_ids
 
-    return list(
-        Membership.objects.filter(workspace_id=workspace_id, role__in=[Role.OWNER, Role.MANAGER]).values_list("user_id", flat=True)
-    )
+    return billing_contact_ids(workspace_id)
 
 
 # --- preferences ------------------------------------------------------------------------

@@ -11,6 +11,20 @@ from decimal import Decimal
 
 from django.db import models
 
+# An offer is sold as clusters of MIN_MACHINES to MAX_MACHINES machines; more is a quote. Written
+# once here, at the bottom of the apps (clusters depends on offers, never the other way), and
+# read by the models' constraint, the forms, the rules' messages, the templates (the
+# cluster_rules context processor), the create page's script (data attributes) and the API.
+MIN_MACHINES = 2
+MAX_MACHINES = 64
+# What a person reads about the bounds, wherever a count is refused (forms, the API, the CLI).
+MACHINE_COUNT_MESSAGES = {
+    "min_value": f"A cluster has at least {MIN_MACHINES} machines.",
+    "max_value": f"A cluster has at most {MAX_MACHINES} machines; request a quote for more.",
+    "invalid": f"Enter a whole number of machines, {MIN_MACHINES} to {MAX_MACHINES}.",
+    "required": f"Enter how many machines, {MIN_MACHINES} to {MAX_MACHINES}.",
+    "range": f"A cluster has {MIN_MACHINES} to {MAX_MACHINES} machines. For more, request a quote.",
+}
 
 class GPUModel(models.Model):
     slug = models.SlugField(max_length=30, unique=True, help_text="Short name customers type, e.g. H100.")

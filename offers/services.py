@@ -46,6 +46,18 @@ class Offer:
         return choices
 
 
+def find_offer(offer_id: int | str | None) -> MachineType | None:
+    """The active offer a customer named by id (a form field, a query string, the API), or
+    None: anything that is not a plain id (text, "²", a number too big for a bigint) included."""
+    if isinstance(offer_id, str):
+        if not (offer_id.isascii() and offer_id.isdigit() and len(offer_id) <= 18):
+            return None
+        offer_id = int(offer_id)
+    if not isinstance(offer_id, int) or isinstance(offer_id, bool):
+        return None
+    return MachineType.objects.select_related("gpu", "location").filter(pk=offer_id, active=True).first()
+
+
 def machine_types_with_availability() -> QuerySet[WithAnnotations[MachineType, FreeHosts]]:
     return (
         MachineType.objects.filter(active=True)

@@ -6,7 +6,7 @@ from django.shortcuts import render
 
 from accounts.http import AuthenticatedHttpRequest
 from accounts.tenancy import require_tenancy
-from clusters.forms import OffersFilterForm
+from offers.forms import OffersFilterForm
 from offers.models import NETWORK_CAVEAT, GPUModel, Location, MachineKind
 from offers.services import SORTS, list_offers
 

@@ -35,14 +35,14 @@ def list_workspaces(request: HttpRequest, pages: Query[schemas.PageQuery]) -> di
             description="Send `X-Environment: <name or id>` to act in one; the default otherwise.",
             response=responses({200: schemas.list_envelope(schemas.Environment)}, 400))
 def list_environments(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    from billing.services import month_to_date_spend
+    from billing.services import budget_remaining, month_to_date_spend
 
     ctx = context(request)
     result = page(Environment.objects.filter(workspace=ctx.workspace), pages)
     spent = month_to_date_spend([e.pk for e in result["data"]])
     result["data"] = [
         {"id": e.pk, "name": e.name, "is_default": e.is_default, "monthly_budget": e.monthly_budget,
-         "month_to_date_spend": spent[e.pk], "budget_remaining": max(e.monthly_budget - spent[e.pk], 0),
+         "month_to_date_spend": spent[e.pk], "budget_remaining": budget_remaining(e.monthly_budget, spent[e.pk]),
          "current": e.pk == ctx.environment.pk}
         for e in result["data"]
     ]

@@ -10,6 +10,7 @@ from ninja import Query, Router
 
 from api import schemas
 from api.app import context, invalid, not_found, ok, page, responses
+from billing import services as billing_services
 from billing.months import BadMonth, parse_month
 
 router = Router(tags=["Billing"])
@@ -37,7 +38,7 @@ def billing_balance(request: HttpRequest) -> dict[str, Any]:
         "environment": ctx.environment.name,
         "monthly_budget": ctx.environment.monthly_budget,
         "budget_spent": spend["spent"] if spend else None,
-        "budget_remaining": max(spend["budget"] - spend["spent"], 0) if spend else None,
+        "budget_remaining": billing_services.budget_remaining(spend["budget"], spend["spent"]) if spend else None,
     })
 
 

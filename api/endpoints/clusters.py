@@ -20,7 +20,7 @@ from clusters.errors import ClusterError
 from clusters.models import FINAL_STATUSES, Cluster, Volume
 from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status
-from offers.models import MachineType
+from offers.services import find_offer
 
 router = Router(tags=["Clusters"])
 
@@ -88,7 +88,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
     if idempotency_key and (record := stored.filter(key=idempotency_key).first()):
         return _replay(record, fingerprint)
 
-    machine_type = MachineType.objects.select_related("gpu", "location").filter(pk=payload.offer_id, active=True).first()
+    machine_type = find_offer(payload.offer_id)
     if machine_type is None:
         raise invalid({"offer_id": ["No such offer; list them with GET /api/v1/cluster-offers."]}, "Unknown offer.")
     volume = None
@@ -163,7 +163,7 @@ def _plan_data(plan: services.ClusterPlan, problems: list[ClusterError]) -> dict
 def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[str, Any]:
     ctx = context(request)
     problems: list[ClusterError] = []
-    machine_type = MachineType.objects.select_related("gpu", "location").filter(pk=payload.offer_id, active=True).first()
+    machine_type = find_offer(payload.offer_id)
     volume = None
     if payload.volume_id is not None:
         volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()

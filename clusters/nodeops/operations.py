@@ -357,6 +357,12 @@ def cluster_env(spec: ClusterSpec) -> dict[str, str]:
     return env
 
 
+def needs_standins(env: Mapping[str, str]) -> bool:
+    """Whether the machines cannot run the real software: sandbox nodes, and real nodes on one
+    computer that cannot run a kubelet (the local provider says so in the cluster's env)."""
+    return env.get("RUNCRATE_SANDBOX") == "1" or env.get("RUNCRATE_KUBELET_STANDIN") == "1"
+
+
 class _Session:
     """A runner for the duration of one operation: the caller's, or a fresh one."""
 
@@ -387,7 +393,7 @@ def _run(
     env.update(extra_env or {})
     return runner.run(
         nodes,
-        load_script(script_name),
+        load_script(script_name, standins=needs_standins(env)),
         step=step,
         env=env,
         node_env=node_env,

@@ -299,17 +299,34 @@ def judge_health(
     Unreachable over SSH, then the private network (its own wg0 and wireguard-go, then the
     pings: a lost link counts against the end that loses most of its links, so one broken
     node does not take its healthy peers down with it), then the software (its own
-    daemons, then the head's view of it: sinfo, kubectl, ray status)."""
+    daemons, then the head's view of it: sinfo, kubectl, ray status). Each phase judges only
+    the nodes no earlier phase found bad."""
     verdicts: dict[str, NodeHealthVerdict] = {}
     notes: dict[str, list[str]] = {name: [] for name in reports}
     answered = {name: report for name, report in reports.items() if isinstance(report, HealthReport)}
+    _judge_reachable(reports, verdicts)
+    _judge_own_interface(answered, verdicts)
+    _judge_links(answered, verdicts, notes)
+    _judge_daemons(answered, verdicts)
+    head_report = answered.get(head) if head else None
+    if head is not None and head_report is not None and software != "none":
+        _judge_status(head, head_report, software, answered, verdicts, notes)
+    for name in reports:
+        if name not in verdicts:
+            verdicts[name] = _healthy(name, answered[name], notes[name])
+    return {name: verdicts[name] for name in reports}
+
+
+def _judge_reachable(reports: dict[str, HealthReport | str], verdicts: dict[str, NodeHealthVerdict]) -> None:
     for name, report in reports.items():
         if not isinstance(report, HealthReport):
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, f"Does not answer over SSH: {report}"[:255])
         elif not report.printed_anything:
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, "The health check did not run on it")
 
-    # The private network: first what each node says of its own interface.
+
+def _judge_own_interface(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
+    """The private network, first: what each node says of its own interface."""
     for name, report in answered.items():
         if name in verdicts:
             continue
@@ -318,12 +335,17 @@ def judge_health(
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
         elif report.wg_daemon == "stopped":
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
-    # Then the pings, both directions, between nodes whose own checks pass. A lost link has
-    # two ends; it is put on the end that loses most of its links (a node cut off fails with
-    # every peer, each peer only with it), one worst node at a time, so a broken node never
-    # takes its healthy peers down with it. Links to a node whose own checks already failed
-    # are its own, above. Only when every node left is equally cut off (two nodes whose
-    # link is down, and nothing says which end) are all of them down.
+
+
+def _judge_links(
+    answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict], notes: dict[str, list[str]]
+) -> None:
+    """The pings, both directions, between nodes whose own checks pass. A lost link has two
+    ends; it is put on the end that loses most of its links (a node cut off fails with every
+    peer, each peer only with it), one worst node at a time, so a broken node never takes its
+    healthy peers down with it. Links to a node whose own checks already failed are its own,
+    above. Only when every node left is equally cut off (two nodes whose link is down, and
+    nothing says which end) are all of them down."""
     meshed = [name for name in answered if name not in verdicts]
     lost = {
         name: [
@@ -332,6 +354,16 @@ def judge_health(
         ]
         for name in meshed
     }
+    pool = _blame_worst_links(meshed, lost, verdicts)
+    own_fault = [name for name in answered if name not in meshed]
+    for name in pool:
+        notes[name].extend(_link_notes(answered[name], lost[name], meshed, own_fault))
+
+
+def _blame_worst_links(
+    meshed: list[str], lost: dict[str, list[str]], verdicts: dict[str, NodeHealthVerdict]
+) -> list[str]:
+    """Mark the nodes that lose most of their links down, worst first; returns those left."""
     pool = list(meshed)
     while len(pool) > 1:
         counts = {name: sum(1 for peer in lost[name] if peer in pool) for name in pool}
@@ -348,45 +380,45 @@ def judge_health(
         if len(blamed) == len(pool):
             break
         pool = [name for name in pool if name not in blamed]
-    own_fault = [name for name in answered if name not in meshed]
-    for name in pool:
-        report = answered[name]
-        failed = lost[name]
-        if failed:
-            notes[name].append(f"cannot reach {_names(failed)}")
-        if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
-            notes[name].append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
-        stale = [
-            peer for peer, age in report.handshakes.items()
-            if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
-        ]
-        if stale:
-            notes[name].append(f"no recent WireGuard handshake with {_names(stale)}")
+    return pool
 
-    # The software: each node's own daemons, then the head's view.
+
+def _link_notes(report: HealthReport, failed: list[str], meshed: list[str], own_fault: list[str]) -> list[str]:
+    """What a node still counted healthy is told about its links."""
+    notes = []
+    if failed:
+        notes.append(f"cannot reach {_names(failed)}")
+    if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
+        notes.append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
+    stale = [
+        peer for peer, age in report.handshakes.items()
+        if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
+    ]
+    if stale:
+        notes.append(f"no recent WireGuard handshake with {_names(stale)}")
+    return notes
+
+
+def _judge_daemons(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
+    """The software, first: each node's own daemons."""
     for name, report in answered.items():
         if name in verdicts:
             continue
         stopped = sorted(daemon for daemon, running in report.daemons.items() if not running)
         if stopped:
             verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{_names(stopped)} not running")
-    head_report = answered.get(head) if head else None
-    if head is not None and head_report is not None and software != "none":
-        _judge_status(head, head_report, software, answered, verdicts, notes)
 
-    for name in reports:
-        if name not in verdicts:
-            report = answered[name]
-            peers = sum(report.peers.values())
-            if report.peers:
-                parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
-            else:
-                parts = ["wg0 up, no peer checked this round"]
-            running = sorted(daemon for daemon, up in report.daemons.items() if up)
-            if running:
-                parts.append(f"{_names(running)} running")
-            verdicts[name] = NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes[name])[:255])
-    return {name: verdicts[name] for name in reports}
+
+def _healthy(name: str, report: HealthReport, notes: list[str]) -> NodeHealthVerdict:
+    peers = sum(report.peers.values())
+    if report.peers:
+        parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+    else:
+        parts = ["wg0 up, no peer checked this round"]
+    running = sorted(daemon for daemon, up in report.daemons.items() if up)
+    if running:
+        parts.append(f"{_names(running)} running")
+    return NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes)[:255])
 
 
 def _judge_status(

@@ -673,7 +673,7 @@ def boot(
         ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"), str(state_dir),
          str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=lambda: _join_cgroup(dirs),  # noqa: PLW1509 - only writes a pid to a file
+        preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
     )
     log.close()
     pid = 0
@@ -838,7 +838,7 @@ def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs
     dirs = _cgroup_dirs(handle.cgroup) if handle.cgroup else []
     return subprocess.run(
         ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout,
-        preexec_fn=lambda: _join_cgroup(dirs),  # noqa: PLW1509 - only writes a pid to a file
+        preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
         **kwargs,
     )
 

@@ -88,11 +88,19 @@ CONNECT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def load_script(name: str) -> str:
-    """The text bash receives: the shared helpers, then the named script."""
+# The stand-in overlay (sandbox nodes; real nodes that cannot run a kubelet): streamed between
+# the helpers and the script only where the machine cannot run the real software, so the
+# scripts production machines receive carry no stand-in.
+STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "standins" / "overlay.sh"
+
+
+def load_script(name: str, *, standins: bool = False) -> str:
+    """The text bash receives: the shared helpers, the stand-in overlay when asked, then the
+    named script."""
     lib = (SCRIPTS_DIR / "lib.sh").read_text()
     body = (SCRIPTS_DIR / name).read_text()
-    return lib + "\n" + body
+    overlay = STANDINS_OVERLAY.read_text() + "\n" if standins else ""
+    return lib + "\n" + overlay + body
 
 
 def build_payload(script: str, env: Mapping[str, str]) -> str:

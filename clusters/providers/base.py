@@ -119,7 +119,7 @@ class Provider(abc.ABC):
         for node in nodes:
             try:
                 self.release(node)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("releasing node %s failed", node.pk)
 
     def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:

@@ -328,7 +328,7 @@ class LocalProvider(FabricProvider):
         def release(host: Host) -> None:
             try:
                 realnodes.release(machines_dir(), self._dir(host))
-            except Exception:  # noqa: BLE001 - one node's error must not keep the others
+            except Exception:  # one node's error must not keep the others
                 log.exception("releasing machine %s failed", host.name)
 
         _at_once(release, hosts, "release")

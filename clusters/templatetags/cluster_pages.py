@@ -75,17 +75,16 @@ def customer_text(text: str) -> str:
 
 @register.simple_tag
 def cluster_cost(cluster: Cluster) -> dict:
-    """{amount, rate, at}: what the machines cost so far as of `at`, and the dollars per hour
-    still accruing (0 once billing ended), so the page can tick it on between pushes."""
-    from billing.services import accrued, to_cents
+    """{amount, rate, at}: what the machines cost so far as of `at` (billing.services.machines_cost,
+    so it is the Billing line's amount to the cent), and the dollars per hour still accruing (0
+    once billing ended), so the page can tick it on between pushes."""
+    from billing.services import machines_cost
 
     now = timezone.now()
-    amount, rate = Decimal("0"), Decimal("0")
-    for usage in cluster.usages.all():
-        amount += accrued(usage.rate, usage.started_at, usage.ended_at or now)
-        if usage.ended_at is None:
-            rate += usage.rate
-    return {"amount": to_cents(amount), "exact": amount, "rate": rate, "at": now}
+    usages = list(cluster.usages.all())
+    rate = sum((usage.rate for usage in usages if usage.ended_at is None), Decimal("0"))
+    amount = machines_cost(usages, now)
+    return {"amount": amount, "exact": amount, "rate": rate, "at": now}
 
 
 @register.simple_tag

@@ -16,6 +16,8 @@
   var keyWarning = document.getElementById("no-key-warning");
   var keys = form.querySelectorAll("input[name=ssh_keys]");
   var volume = document.getElementById("id_volume");
+  // The bounds come from the server (offers.models.MIN_MACHINES/MAX_MACHINES), never restated here.
+  var minMachines = parseInt(form.dataset.minMachines, 10), maxMachines = parseInt(form.dataset.maxMachines, 10);
   var money = function (n) {
     return "$" + n.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
   };
@@ -26,7 +28,7 @@
 
   function count() {
     var n = parseInt(machines && machines.value, 10);
-    return n >= 2 && n <= 64 ? n : null;
+    return n >= minMachines && n <= maxMachines ? n : null;
   }
 
   function update() {
@@ -40,7 +42,8 @@
     if (!option || !option.dataset.price) return;
     var price = parseFloat(option.dataset.price), free = parseInt(option.dataset.free, 10);
     if (n === null) {
-      estimate.textContent = money(price) + "/h per machine · enter 2 to 64 machines for the cluster's price";
+      estimate.textContent = money(price) + "/h per machine · enter " + minMachines + " to " + maxMachines +
+        " machines for the cluster's price";
     } else {
       estimate.textContent = money(price * n) + "/h for the whole cluster (" + money(price) + "/h per machine × " + n + ")";
     }

@@ -142,3 +142,31 @@ def test_emails_link_to_the_port_make_run_serves_on():
 
     assert site_environment({}, "127.0.0.1", 8106)["SITE_URL"] == "http://127.0.0.1:8106"
     assert site_environment({"SITE_URL": "https://clusters.example"}, "127.0.0.1", 8106)["SITE_URL"] == "https://clusters.example"
+
+
+def test_a_clusters_total_cost_is_its_billing_line_csv_and_api_amount_to_the_cent(owner, workspace, environment,
+                                                                                    machine_type):
+    # Two machines at $2.50/h for 3,333.6 s accrue $2.315 each: the ledger posts $2.32 per
+    # machine ($4.64); the exact total rounded once would read $4.63.
+    from api.keys import create_api_key
+    from clusters.models import Cluster, Status
+    from tests.api.conftest import ApiClient
+
+    cluster = running_cluster(environment, machine_type, machines=2, name="pennies")
+    billing.end_usage(cluster, at(3333.6))
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.TERMINATED, billing_ended_at=at(3333.6))
+    billing.meter_usage(at(4000))
+    client = client_for(owner)
+
+    page = client.get(cluster.get_absolute_url()).content.decode()
+    line = client.get(reverse("billing:overview") + MONTH).content.decode()
+    rows = list(csv.DictReader(io.StringIO(client.get(reverse("billing:export_csv") + MONTH).content.decode())))
+    api = ApiClient(create_api_key(workspace=workspace, created_by=owner, name="k")[1])
+    status, usage = api.get("/billing/usage", month="2026-03")
+
+    assert ">$4.64</strong>" in page and "Total cost" in page
+    assert "−$4.64" in line
+    assert rows[0]["amount"] == "-4.64"
+    assert status == 200 and [item["amount"] for item in usage["data"]] == ["4.64"]
+    assert usage["meta"]["total_amount"] == "4.64"
+    assert -sum(e.amount for e in LedgerEntry.objects.filter(cluster=cluster)) == Decimal("4.64")

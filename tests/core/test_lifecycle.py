@@ -337,8 +337,10 @@ def test_output_arriving_after_the_install_does_not_make_the_next_pass_install_a
     cluster = create(environment, machine_type, software="slurm")
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.INSTALLING)
     node = cluster.nodes.earliest("index")
-    services.update_nodes(cluster.pk, [(node, {"state": Node.State.INSTALLING, "step": services.INSTALLED_STEP})])
+    services.update_nodes(
+        cluster.pk, [(node, {"state": Node.State.INSTALLING, "installed_at": timezone.now(), "step": "checking readiness"})]
+    )
     services.append_node_logs(cluster.pk, {node.pk: [("install_software:daemons", "slurmd started")]})
     node.refresh_from_db()
-    assert node.step == services.INSTALLED_STEP
+    assert node.installed_at is not None and node.step == "checking readiness"
     assert "slurmd started" in node.log_tail

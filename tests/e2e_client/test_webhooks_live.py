@@ -16,7 +16,7 @@ from webhooks.models import Endpoint
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_cli_adds_an_endpoint_test_sends_reads_the_log_and_resends(cli, receiver):  # noqa: F811
+def test_the_cli_adds_an_endpoint_test_sends_reads_the_log_and_resends(cli, receiver):
     added = cli("webhooks", "add", receiver.url, "--event", "cluster.ready", "--event", "cluster.terminated")
     assert added.returncode == 0, added.stderr
     endpoint = Endpoint.objects.get()
@@ -34,7 +34,7 @@ def test_the_cli_adds_an_endpoint_test_sends_reads_the_log_and_resends(cli, rece
     assert refused.returncode != 0 and "private or reserved range" in refused.stderr
 
 
-async def test_an_agent_adds_and_tests_an_endpoint(live_server, dashboard_key, receiver):  # noqa: F811
+async def test_an_agent_adds_and_tests_an_endpoint(live_server, dashboard_key, receiver):
     server = StdioServerParameters(command=sys.executable, args=["-m", "runcrate_client.mcp_server"],
                                    env=runcrate_env(live_server.url, dashboard_key), cwd=REPO_ROOT)
     async with Client(server) as client:

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.operations import generate_secrets, wireguard_config, write_fault
-from clusters.nodeops.runner import NodeRunner, RetryPolicy, load_script
+from clusters.nodeops.runner import STANDINS_OVERLAY, NodeRunner, RetryPolicy, load_script
 from clusters.nodeops.sandbox import Blackhole
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 
@@ -372,15 +372,31 @@ def test_pool_stop_ends_every_server_process(tmp_path):
 
 
 def test_every_script_is_clean_under_shellcheck(shellcheck):
-    result = subprocess.run([shellcheck, "-x", *map(str, SCRIPTS)], capture_output=True, text=True)
+    result = subprocess.run([shellcheck, "-x", *map(str, SCRIPTS), str(STANDINS_OVERLAY)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
-    # What bash actually receives (helpers + script) is clean too.
+    # What bash actually receives (helpers [+ stand-ins] + script) is clean too.
     for script in SCRIPTS:
         if script.name == "lib.sh":
             continue
-        payload = "#!/usr/bin/env bash\n" + load_script(script.name)
-        result = subprocess.run([shellcheck, "-s", "bash", "-"], input=payload, capture_output=True, text=True)
-        assert result.returncode == 0, f"{script.name}:\n{result.stdout}"
+        for standins in (False, True):
+            payload = "#!/usr/bin/env bash\n" + load_script(script.name, standins=standins)
+            result = subprocess.run([shellcheck, "-s", "bash", "-"], input=payload, capture_output=True, text=True)
+            assert result.returncode == 0, f"{script.name} (stand-ins: {standins}):\n{result.stdout}"
+
+
+def test_the_scripts_production_machines_receive_carry_no_stand_in():
+    # The fakes (status tools, the registry, the /shared link, the file-based reach) live in
+    # the overlay, streamed only to machines that cannot run the real software.
+    stand_in_words = ("sim_tool", "sim_register", "SIM_REGISTRY", "<<'FAKE'", "ln -sfn", "sandbox_probe",
+                      "runcrate sandbox")
+    for script in SCRIPTS:
+        text = script.read_text()
+        assert [w for w in stand_in_words if w in text] == [], script.name
+    production = load_script("install_slurm.sh") + load_script("join_network.sh") + load_script("setup_shared.sh")
+    assert "standin_body" not in production and "sim_tool" not in production
+    assert "standin_body" in load_script("install_slurm.sh", standins=True)
+    assert not ops.needs_standins({"RUNCRATE_SANDBOX": "0"})
+    assert ops.needs_standins({"RUNCRATE_SANDBOX": "1"}) and ops.needs_standins({"RUNCRATE_KUBELET_STANDIN": "1"})
 
 
 def test_the_generated_stand_in_tools_are_clean_under_shellcheck(endpoints, runner, shellcheck):

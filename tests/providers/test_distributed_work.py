@@ -56,7 +56,7 @@ def known_hosts_ssh(tmp_path: Path, cluster, key: str, node: str, command: str) 
                           capture_output=True, text=True, timeout=180)
 
 
-def install_standins(real_machines, nodes: list[Node]) -> None:  # noqa: F811
+def install_standins(real_machines, nodes: list[Node]) -> None:
     for node in nodes:
         for name, source in STANDINS.items():
             text = (DATA / source).read_text()
@@ -64,7 +64,7 @@ def install_standins(real_machines, nodes: list[Node]) -> None:  # noqa: F811
 
 
 def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_every_launch_line_runs(
-    environment, owner, real_machines, tmp_path  # noqa: F811
+    environment, owner, real_machines, tmp_path
 ):
     from accounts.services import add_ssh_key
 

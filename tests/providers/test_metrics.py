@@ -57,7 +57,7 @@ CAN, WHY = realnodes.capability()
 
 
 @pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")
-def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environment, owner, real_machines):  # noqa: F811
+def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environment, owner, real_machines):
     machine_type = real_machine_type(2)
     cluster = services.create_cluster(environment=environment, name="busy", machine_type=machine_type,
                                       machine_count=2, software="none", created_by=owner)

@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 
-def throttle(real_machines, node, rate: str = "200mbit") -> None:  # noqa: F811
+def throttle(real_machines, node, rate: str = "200mbit") -> None:
     """Both directions of one node's link: its eth0 (what it sends) and the switch port that
     feeds it (what it receives)."""
     node_handle = handle(real_machines, node)
@@ -39,7 +39,7 @@ def throttle(real_machines, node, rate: str = "200mbit") -> None:  # noqa: F811
 
 
 def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes_out_slow(
-    environment, real_machines, settings  # noqa: F811
+    environment, real_machines, settings
 ):
     settings.NETWORK_TEST_AFTER_READY = True
     machine_type = real_machine_type(3)
@@ -91,7 +91,7 @@ def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes
 
 
 def test_terminating_the_cluster_mid_test_stops_it_cleanly_after_the_round_in_flight(
-    environment, real_machines, monkeypatch  # noqa: F811
+    environment, real_machines, monkeypatch
 ):
     machine_type = real_machine_type(2)
     cluster = services.create_cluster(environment=environment, name="gone", machine_type=machine_type, machine_count=2)

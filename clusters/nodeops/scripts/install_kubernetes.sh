@@ -6,6 +6,13 @@
 set -euo pipefail
 
 K8S_MINOR="${RUNCRATE_K8S_MINOR:-v1.30}"
+# Unverified: this path (kubeadm, flannel, the device plugin) has never run in this project's
+# tests or CI (no machine here can run a kubelet; docs/nodeops.md). What it fetches is pinned:
+# a version, and the sha256 the manifest must have, or nothing is applied.
+FLANNEL_VERSION="${RUNCRATE_FLANNEL_VERSION:-v0.26.1}"
+FLANNEL_SHA256="${RUNCRATE_FLANNEL_SHA256:-}"
+DEVICE_PLUGIN_VERSION="${RUNCRATE_DEVICE_PLUGIN_VERSION:-v0.16.2}"
+DEVICE_PLUGIN_SHA256="${RUNCRATE_DEVICE_PLUGIN_SHA256:-}"
 GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
 step "check"
@@ -23,6 +30,20 @@ ENV
 TOKEN="${RUNCRATE_KUBE_TOKEN:?RUNCRATE_KUBE_TOKEN is not set}"
 CA_HASH="${RUNCRATE_KUBE_CA_HASH:?RUNCRATE_KUBE_CA_HASH is not set}"
 
+# fetch_pinned URL SHA256 NAME: print the file at URL only when its sha256 is SHA256.
+fetch_pinned() {
+    local url="$1" sum="$2" name="$3" file
+    [ -n "$sum" ] || die "no sha256 pinned for the $name manifest: set it after checking the file (docs/nodeops.md)"
+    file="$(mktemp)"
+    curl -fsSL "$url" -o "$file" || { rm -f "$file"; die "could not fetch the $name manifest from $url"; }
+    if ! printf '%s  %s\n' "$sum" "$file" | sha256sum -c --status; then
+        rm -f "$file"
+        die "the $name manifest at $url does not have the pinned sha256 $sum"
+    fi
+    cat "$file"
+    rm -f "$file"
+}
+
 # ca_hash FILE: what kubeadm pins, sha256 of the certificate's public key (DER SPKI).
 ca_hash() {
     printf 'sha256:%s' "$(openssl x509 -pubkey -noout -in "$1" | openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1)"
@@ -36,100 +57,10 @@ install_ca() {
     [ "$(ca_hash /etc/kubernetes/pki/ca.crt)" = "$CA_HASH" ] || die "the cluster CA on $NODE_NAME is not the one the control plane made"
 }
 
-STANDIN=0
-if [ "${RUNCRATE_KUBELET_STANDIN:-0}" = 1 ] && ! is_sandbox; then
-    # Real nodes that no kubelet package can reach (real nodes on one computer): the CA,
-    # the token and the pin are real; the kubelet's registration with the API server is
-    # the stand-in, kept in /shared on the head (docs/nodeops.md).
-    STANDIN=1
-    export SIM_REGISTRY=/shared/.runcrate-kubernetes/nodes SIM_TOOL_DIR="$STATE_DIR/bin"
-    published=/shared/.runcrate-kubernetes
-    step "control-plane-standin"
-    if is_head; then
-        install_ca
-        mkdir -p "$published"
-        cp /etc/kubernetes/pki/ca.crt "$published/ca.crt"
-        # The bootstrap token, renewed for two hours whenever workers are about to join.
-        printf '%s %s\n' "$TOKEN" "$(($(date +%s) + 7200))" | write_file "$published/token" 0600
-    else
-        is_reconfigure && exit 0
-        # As `kubeadm join` does: fetch the cluster's CA and refuse one whose key is not pinned.
-        [ "$(ca_hash "$published/ca.crt")" = "$CA_HASH" ] || die "the API server's CA does not match the pinned hash $CA_HASH"
-        read -r published_token expires <"$published/token" || die "no bootstrap token published"
-        [ "$published_token" = "$TOKEN" ] || die "the bootstrap token was not accepted"
-        [ "$(date +%s)" -lt "$expires" ] || die "the bootstrap token has expired"
-        mkdir -p /etc/kubernetes/pki
-        cp "$published/ca.crt" /etc/kubernetes/pki/ca.crt
-    fi
-fi
-
-if is_sandbox || [ "$STANDIN" = 1 ]; then
-    step "sandbox-daemons"
-    sim_tool kubectl kubernetes <<'FAKE'
-nodes_json() {
-    local first=1 name index address gpus role now
-    now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    printf '{\n    "apiVersion": "v1",\n    "items": ['
-    for entry in $(find "$REGISTRY" -type f -printf '%f\n' 2>/dev/null | sort -t- -k2 -n); do
-        read -r index address gpus <"$REGISTRY/$entry"
-        name="$entry"
-        role=""
-        [ "$index" = 0 ] && role=', "node-role.kubernetes.io/control-plane": ""'
-        [ "$first" = 1 ] || printf ','
-        first=0
-        cat <<JSON
-
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": "$name",
-                "labels": {"kubernetes.io/hostname": "$name", "kubernetes.io/os": "linux"$role}
-            },
-            "spec": {"podCIDR": "10.244.$index.0/24"},
-            "status": {
-                "addresses": [
-                    {"address": "$address", "type": "InternalIP"},
-                    {"address": "$name", "type": "Hostname"}
-                ],
-                "allocatable": {"cpu": "32", "ephemeral-storage": "950000000000", "memory": "263000000Ki", "nvidia.com/gpu": "$gpus", "pods": "110"},
-                "capacity": {"cpu": "32", "ephemeral-storage": "1000000000000", "memory": "264000000Ki", "nvidia.com/gpu": "$gpus", "pods": "110"},
-                "conditions": [
-                    {"lastHeartbeatTime": "$now", "lastTransitionTime": "$now", "message": "kubelet has sufficient memory available", "reason": "KubeletHasSufficientMemory", "status": "False", "type": "MemoryPressure"},
-                    {"lastHeartbeatTime": "$now", "lastTransitionTime": "$now", "message": "kubelet has no disk pressure", "reason": "KubeletHasNoDiskPressure", "status": "False", "type": "DiskPressure"},
-                    {"lastHeartbeatTime": "$now", "lastTransitionTime": "$now", "message": "kubelet is posting ready status", "reason": "KubeletReady", "status": "True", "type": "Ready"}
-                ],
-                "nodeInfo": {"architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.20", "kubeletVersion": "v1.30.4", "operatingSystem": "linux"}
-            }
-        }
-JSON
-    done
-    printf '\n    ],\n    "kind": "List",\n    "metadata": {"resourceVersion": ""}\n}\n'
-}
-nodes_table() {
-    printf '%-10s %-7s %-14s %-5s %s\n' NAME STATUS ROLES AGE VERSION
-    for entry in $(find "$REGISTRY" -type f -printf '%f\n' 2>/dev/null | sort -t- -k2 -n); do
-        read -r index _address _gpus <"$REGISTRY/$entry"
-        role='<none>'
-        [ "$index" = 0 ] && role=control-plane
-        printf '%-10s %-7s %-14s %-5s %s\n' "$entry" Ready "$role" 1m v1.30.4
-    done
-}
-case "${1:-} ${2:-}" in
-    "get nodes" | "get node")
-        if [ "${3:-}" = "-o" ] && [ "${4:-}" = json ] || [ "${3:-}" = "-ojson" ] || [ "${3:-}" = "--output=json" ]; then
-            nodes_json
-        else
-            nodes_table
-        fi
-        ;;
-    *)
-        echo "runcrate sandbox kubectl supports: get nodes [-o json]" >&2
-        exit 1
-        ;;
-esac
-FAKE
-    sim_register kubernetes
+if is_sandbox || [ "${RUNCRATE_KUBELET_STANDIN:-0}" = 1 ]; then
+    # Where no kubelet can run (a sandbox, real nodes on one computer) the stand-in overlay
+    # (clusters/providers/standins/overlay.sh), streamed only there, registers the node.
+    standin_install kubernetes
     log "kubelet stand-in registered with the node-0 API server"
     exit 0
 fi
@@ -186,11 +117,12 @@ if is_head; then
     export KUBECONFIG=/etc/kubernetes/admin.conf
     kubectl taint nodes "$NODE_NAME" node-role.kubernetes.io/control-plane:NoSchedule- 2>/dev/null || true
     step "network"
-    curl -fsSL https://github.com/flannel-io/flannel/releases/latest/download/kube-flannel.yml \
-        | sed 's/- --kube-subnet-mgr/- --kube-subnet-mgr\n        - --iface=wg0/' \
-        | kubectl apply -f -
+    flannel="$(fetch_pinned "https://github.com/flannel-io/flannel/releases/download/$FLANNEL_VERSION/kube-flannel.yml" \
+        "$FLANNEL_SHA256" "flannel $FLANNEL_VERSION")"
+    kubectl apply -f - <<<"${flannel//- --kube-subnet-mgr/- --kube-subnet-mgr$'\n'        - --iface=wg0}"
     step "gpu-plugin"
-    kubectl apply -f https://raw.githubusercontent.com/NVIDIA/k8s-device-plugin/v0.16.2/deployments/static/nvidia-device-plugin.yml
+    fetch_pinned "https://raw.githubusercontent.com/NVIDIA/k8s-device-plugin/$DEVICE_PLUGIN_VERSION/deployments/static/nvidia-device-plugin.yml" \
+        "$DEVICE_PLUGIN_SHA256" "NVIDIA device plugin $DEVICE_PLUGIN_VERSION" | kubectl apply -f -
     mkdir -p /root/.kube
     cp /etc/kubernetes/admin.conf /root/.kube/config
 else

@@ -18,39 +18,7 @@ ENV
 
 if is_sandbox; then
     step "sandbox-daemons"
-    sim_tool ray ray <<'FAKE'
-if [ "${1:-}" != status ]; then
-    echo "runcrate sandbox ray supports: ray status" >&2
-    exit 1
-fi
-active=0 gpus=0
-ids=""
-for entry in $(find "$REGISTRY" -type f -printf '%f\n' 2>/dev/null | sort -t- -k2 -n); do
-    read -r _index _address node_gpus <"$REGISTRY/$entry"
-    ids="$ids $(printf '%s/%s' "$CLUSTER_ID" "$entry" | sha224sum | cut -c1-56)"
-    active=$((active + 1))
-    gpus=$((gpus + node_gpus))
-done
-printf '======== Autoscaler status: %s ========\n' "$(date '+%Y-%m-%d %H:%M:%S.%6N')"
-printf 'Node status\n'
-printf -- '---------------------------------------------------------------\n'
-printf 'Active:\n'
-for id in $ids; do
-    printf ' 1 node_%s\n' "$id"
-done
-printf 'Idle:\n (no idle nodes)\n'
-printf 'Pending:\n (no pending nodes)\n'
-printf 'Recent failures:\n (no failures)\n\n'
-printf 'Resources\n'
-printf -- '---------------------------------------------------------------\n'
-printf 'Usage:\n'
-printf ' 0.0/%d.0 CPU\n' $((active * 32))
-printf ' 0.0/%d.0 GPU\n' "$gpus"
-printf ' 0B/%d.00GiB memory\n' $((active * 200))
-printf ' 0B/%d.00GiB object_store_memory\n\n' $((active * 60))
-printf 'Demands:\n (no resource demands)\n'
-FAKE
-    sim_register ray
+    standin_install ray
     log "sandbox: raylet registered with the node-0 GCS"
     exit 0
 fi

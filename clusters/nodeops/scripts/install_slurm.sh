@@ -108,58 +108,7 @@ fi
 
 if is_sandbox; then
     step "sandbox-daemons"
-    sim_tool sinfo slurm <<'FAKE'
-CONF="$ROOT/etc/slurm/slurm.conf"
-per_node=0 header=1 format=""
-while [ $# -gt 0 ]; do
-    case "$1" in
-        -N | --Node) per_node=1 ;;
-        -h | --noheader) header=0 ;;
-        -o | --format) format="$2"; shift ;;
-        --format=*) format="${1#--format=}" ;;
-        -o*) format="${1#-o}" ;;
-        *) ;;
-    esac
-    shift
-done
-gres="$(sed -n 's/^NodeName=.* Gres=\([^ ]*\).*/\1/p' "$CONF" | head -n 1)"
-state_of() {
-    if [ -f "$REGISTRY/$1" ]; then echo idle; else echo 'down*'; fi
-}
-nodes="$(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF")"
-if [ -n "$format" ]; then
-    # Field widths (%20N) are accepted and ignored.
-    format="$(printf '%s' "$format" | sed 's/%[.0-9-]*\([A-Za-z]\)/%\1/g')"
-    if [ "$header" = 1 ]; then
-        line="${format//%N/NODELIST}"; line="${line//%T/STATE}"; line="${line//%t/STATE}"
-        line="${line//%P/PARTITION}"; line="${line//%G/GRES}"; line="${line//%D/NODES}"
-        printf '%s\n' "$line"
-    fi
-    for node in $nodes; do
-        state="$(state_of "$node")"
-        line="${format//%N/$node}"; line="${line//%T/$state}"; line="${line//%t/$state}"
-        line="${line//%P/gpu*}"; line="${line//%G/$gres}"; line="${line//%D/1}"
-        printf '%s\n' "$line"
-    done
-elif [ "$per_node" = 1 ]; then
-    [ "$header" = 1 ] && printf 'NODELIST   NODES PARTITION STATE \n'
-    for node in $nodes; do
-        printf '%-10s %5s %9s %s \n' "$node" 1 'gpu*' "$(state_of "$node")"
-    done
-else
-    [ "$header" = 1 ] && printf 'PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n'
-    for state in idle 'down*'; do
-        list=""; count=0
-        for node in $nodes; do
-            [ "$(state_of "$node")" = "$state" ] || continue
-            list="${list:+$list,}$node"; count=$((count + 1))
-        done
-        [ "$count" -gt 0 ] && printf '%-9s %5s %10s %6s %6s %s\n' 'gpu*' up infinite "$count" "$state" "$list"
-    done
-    true
-fi
-FAKE
-    sim_register slurm
+    standin_install slurm
     log "sandbox: slurm.conf written, slurmd registered with node-0"
 else
     if is_reconfigure; then

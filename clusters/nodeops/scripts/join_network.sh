@@ -65,45 +65,12 @@ fi
 [ "$PHASE" != up ] || exit 0
 
 
-# sandbox_probe NAME: succeed when the sandbox peer answers by name.
-sandbox_probe() {
-    local name="$1" peer host="" port="" peer_root="" tunnel=""
-    while read -r peer host port peer_root; do
-        [ "$peer" = "$name" ] && break
-        host=""
-    done <"$STATE_DIR/sandbox-peers"
-    case "$host" in
-        127.*) ;;
-        *) return 1 ;; # sandbox mode dials loopback only
-    esac
-    # The peer's machine answers (a loopback connect succeeds or is refused at once,
-    # so no timeout process is needed) ...
-    true 2>/dev/null 3<>"/dev/tcp/$host/$port" || return 1
-    # ... and its tunnel came up: the sandbox stand-in for a packet crossing wg0.
-    read -r tunnel 2>/dev/null <"$peer_root/etc/runcrate/network" || return 1
-    [ "$tunnel" = up ]
-}
-
 step "reach-peers"
 declare -A reached=()
 if has_fault never_joins; then
     :
 elif is_sandbox; then
-    # Every missing peer in each round (sandbox probes never block), not one peer until it
-    # answers: the check lasts as long as the slowest peer, and WAIT once however many never
-    # come up.
-    deadline=$((SECONDS + WAIT))
-    while :; do
-        pending=0
-        for entry in "${CLUSTER_NODES[@]}"; do
-            name="${entry%% *}"
-            [ "$name" = "$NODE_NAME" ] && continue
-            [ -n "${reached[$name]:-}" ] && continue
-            if sandbox_probe "$name"; then reached[$name]=ok; else pending=1; fi
-        done
-        if [ "$pending" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
-        sleep "${RUNCRATE_PROBE_INTERVAL:-1}"
-    done
+    standin_reach_peers  # the stand-in overlay: a sandbox has no wg0 to ping across
 else
     # Of two peers only the one listed first greets (starts the handshake): when both start
     # one at the same instant, both are dropped (each side's handshake state is overwritten

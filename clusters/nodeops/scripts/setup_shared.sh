@@ -208,13 +208,7 @@ case "$KIND" in
         else
             step "nfs-mount"
             if is_sandbox; then
-                head_shared="${RUNCRATE_SANDBOX_HEAD_ROOT:?}/shared"
-                if [ -d "$ROOT/shared" ] && [ ! -L "$ROOT/shared" ]; then
-                    rmdir "$ROOT/shared" 2>/dev/null \
-                        || die "$ROOT/shared is a non-empty directory; refusing to replace it"
-                fi
-                ln -sfn "$head_shared" "$ROOT/shared"
-                log "sandbox: $ROOT/shared -> $head_shared (simulated NFS mount)"
+                standin_mount_shared  # the stand-in overlay: sandboxes share one computer's disk
             else
                 mkdir -p /shared
                 if kernel_has nfs; then

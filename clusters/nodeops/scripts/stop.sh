@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stop: stop the cluster software and leave the private network, before the provider
-# releases the machine. Best effort: a step that fails is logged and the rest still run.
-set -euo pipefail
+# releases the machine. Best effort throughout: every command that can fail runs under
+# `attempt`, which logs it and carries on, so one failure never leaves the rest undone.
+set -uo pipefail
 
 attempt() {
     "$@" || log "warning: '$*' failed (exit $?), continuing"
@@ -19,7 +20,7 @@ step "network-test"
 # An iperf3 server left by a network test that never finished (its worker died).
 if [ -s "$STATE_DIR/iperf3.pid" ]; then
     kill "$(<"$STATE_DIR/iperf3.pid")" 2>/dev/null || true
-    rm -f "$STATE_DIR/iperf3.pid"
+    attempt rm -f "$STATE_DIR/iperf3.pid"
 fi
 
 step "metrics"
@@ -32,7 +33,7 @@ fi
 step "software"
 if is_sandbox; then
     for software in slurm kubernetes ray; do
-        sim_unregister "$software"
+        attempt sim_unregister "$software"  # the stand-in overlay's registry
     done
 else
     case "${RUNCRATE_SOFTWARE:-none}" in
@@ -58,7 +59,7 @@ if ! is_sandbox; then
     # canonicalising the path, for the same reason.
     if ! is_head && grep -qs ' /shared ' /proc/mounts; then
         attempt umount -l -c /shared
-        managed_block /etc/fstab shared </dev/null
+        attempt managed_block /etc/fstab shared </dev/null
     fi
     if is_head && command -v exportfs >/dev/null 2>&1; then
         attempt exportfs -ua
@@ -69,5 +70,5 @@ step "network"
 if ! is_sandbox && ip link show wg0 >/dev/null 2>&1; then
     attempt wg-quick down wg0
 fi
-write_file "$STATE_DIR/state" 0644 <<<stopped
+attempt write_file "$STATE_DIR/state" 0644 <<<stopped
 log "stopped"

@@ -1,0 +1,157 @@
+"""A node's step is a label for people: the lifecycle decides on its state and progress
+timestamps. Every scenario runs twice, with the labels as shipped and with every label renamed,
+and must behave the same; and no code compares or filters on a step."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from clusters import lifecycle, services
+from clusters.models import Cluster, Node, NodeStep, Status
+from clusters.providers.base import StepOutcome
+from clusters.providers.simulated import SimulatedProvider
+from offers.models import Host, HostFault
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LABELS = sorted(name for name, value in vars(NodeStep).items() if name.isupper() and isinstance(value, str))
+
+
+@pytest.fixture(params=["labels as shipped", "every label renamed"])
+def labels(request, monkeypatch) -> str:
+    if request.param == "every label renamed":
+        for number, name in enumerate(LABELS):
+            monkeypatch.setattr(NodeStep, name, f"renamed label {number}")
+    return request.param
+
+
+def create(environment, machine_type, count=4, software="slurm") -> Cluster:
+    cluster = services.create_cluster(
+        environment=environment, name="train", machine_type=machine_type, machine_count=count, software=software
+    )
+    cluster.refresh_from_db()
+    return cluster
+
+
+def drive(cluster: Cluster) -> Cluster:
+    lifecycle.advance(cluster.pk)
+    cluster.refresh_from_db()
+    return cluster
+
+
+def test_there_are_labels_to_rename():
+    assert {"CHECKING_READINESS", "REACHES_EVERY_PEER", "REPLACED", "JOINED", "READY"} <= set(LABELS)
+
+
+def test_an_installed_node_is_only_checked_on_later_passes_even_after_late_output(
+    labels, environment, machine_type, monkeypatch
+):
+    installs: list[list[str]] = []
+    checks: list[int] = []
+    held = [True]
+    install_software = SimulatedProvider.install_software
+
+    def counting_install(self, cluster, nodes):
+        installs.append(sorted(n.name for n in nodes))
+        return install_software(self, cluster, nodes)
+
+    def slow_readiness(self, cluster, nodes):
+        checks.append(len(nodes))
+        return StepOutcome(pending={n.name for n in nodes}) if held[0] else StepOutcome.done()
+
+    monkeypatch.setattr(SimulatedProvider, "install_software", counting_install)
+    monkeypatch.setattr(SimulatedProvider, "check_ready", slow_readiness)
+    cluster = create(environment, machine_type)
+    assert cluster.status == Status.INSTALLING
+    head = cluster.nodes.get(index=0)
+    # The install's last lines land after the node was marked installed.
+    services.append_node_logs(cluster.pk, {head.pk: [("install_software:daemons", "slurmd started")]})
+
+    assert drive(cluster).status == Status.INSTALLING
+    held[0] = False
+    assert drive(cluster).status == Status.READY
+    assert installs == [["node-0", "node-1", "node-2", "node-3"]]
+    assert len(checks) >= 3 and set(checks) == {4}
+    assert all(n.installed_at is not None and n.ready_at is not None for n in cluster.nodes.all())
+
+
+def test_a_retried_install_runs_again_on_every_node(labels, environment, machine_type, monkeypatch):
+    installs: list[list[str]] = []
+    install_software = SimulatedProvider.install_software
+
+    def counting_install(self, cluster, nodes):
+        installs.append(sorted(n.name for n in nodes))
+        return install_software(self, cluster, nodes)
+
+    monkeypatch.setattr(SimulatedProvider, "install_software", counting_install)
+    broken = machine_type.hosts.order_by("id")[3]
+    Host.objects.filter(pk=broken.pk).update(fault=HostFault.INSTALL_FAILS)
+    cluster = create(environment, machine_type)
+    assert cluster.status == Status.DEGRADED
+    Host.objects.filter(pk=broken.pk).update(fault="")
+
+    services.retry_install(cluster, actor="alice")
+
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    assert installs == [["node-0", "node-1", "node-2", "node-3"]] * 2
+
+
+def test_machines_every_peer_reaches_count_as_joined_while_one_is_missing(labels, environment, machine_type):
+    late = machine_type.hosts.order_by("id").first()
+    Host.objects.filter(pk=late.pk).update(fault=HostFault.NEVER_JOINS)
+    cluster = create(environment, machine_type, software="none")
+    assert cluster.status == Status.PROVISIONING
+    cluster = Cluster.objects.prefetch_related("nodes").get(pk=cluster.pk)
+    assert cluster.machine_progress == {"total": 4, "up": 4, "joined": 3}
+
+
+def test_a_replaced_machine_reads_as_replaced(labels, environment, machine_type):
+    cluster = create(environment, machine_type, count=3)
+    old = cluster.nodes.get(index=1)
+
+    services.replace_node(cluster, "node-1", actor="alice")
+
+    old.refresh_from_db()
+    assert old.was_replaced
+    live = cluster.nodes.filter(released_at__isnull=True)
+    assert sorted(live.values_list("index", flat=True)) == [0, 1, 2]
+    assert {n.state for n in live} == {Node.State.READY}
+    assert not any(n.was_replaced for n in cluster.nodes.exclude(pk=old.pk))
+
+
+def _step_reads(tree: ast.AST) -> list[int]:
+    """Lines comparing a step or a NodeStep label, or filtering rows on a step."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                if isinstance(operand, ast.Attribute) and (
+                    operand.attr == "step"
+                    or isinstance(operand.value, ast.Name) and operand.value.id in ("NodeStep", "INSTALLED_STEP")
+                ) or isinstance(operand, ast.Name) and operand.id == "INSTALLED_STEP":
+                    lines.append(node.lineno)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr in ("filter", "exclude", "get") and any(
+            (kw.arg or "").split("__")[0] == "step" for kw in node.keywords
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_code_compares_or_filters_on_a_step_label():
+    base = Path(settings.BASE_DIR)
+    offending = {}
+    for app in ("clusters", "api", "billing", "accounts", "offers", "notifications", "quotes"):
+        for path in (base / app).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            lines = _step_reads(ast.parse(path.read_text(), str(path)))
+            if lines:
+                offending[str(path.relative_to(base))] = lines
+    assert offending == {}
