@@ -562,7 +562,8 @@ exec unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(rang
 NODE_STAGE = r"""set -euo pipefail
 ROOT="$1" NODE_HOSTNAME="$2" SSHD="$3"
 cp -rn --preserve=timestamps,links /etc/. "$ROOT/etc/" 2>/dev/null || true
-rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid"
+rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid" \
+    "$ROOT"/etc/ssh/ssh_host_rsa_key.pub "$ROOT"/etc/ssh/ssh_host_ecdsa_key.pub "$ROOT"/etc/ssh/ssh_host_dsa_key.pub
 # The node's own shadow files (the host's are not readable here): no passwords, none locked
 # (sshd refuses key logins to an account without a shadow entry).
 awk -F: '{ print $1 ":*:20000:0:99999:7:::" }' "$ROOT/etc/passwd" >"$ROOT/etc/shadow"

@@ -104,12 +104,35 @@ elif ! port="$(exporter_port)"; then
 elif body="$(fetch "$port")" && [ -n "$body" ]; then
     report "exporter 127.0.0.1:$port up"
     printf '::begin-exposition::\n'
+    # A container machine (a node whose memory cgroup is smaller than the computer it runs on)
+    # reads the computer's /proc: its own CPU time and memory are its cgroup's.
+    cg_cpu="" cg_limit="" cg_used=""
+    if limit="$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null)" \
+        && usage="$(cat /sys/fs/cgroup/memory/memory.usage_in_bytes 2>/dev/null)" \
+        && cpu_ns="$(cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null)"; then
+        inactive="$(awk '$1 == "total_inactive_file" { print $2 }' /sys/fs/cgroup/memory/memory.stat 2>/dev/null)"
+        cg_cpu="$cpu_ns" cg_limit="$limit" cg_used=$((usage - ${inactive:-0}))
+    fi
     # CPU seconds summed over the CPUs per mode: a 64-core node sends 8 lines, not 512.
-    printf '%s\n' "$body" | awk '
+    printf '%s\n' "$body" | awk -v cg_cpu="$cg_cpu" -v cg_limit="$cg_limit" -v cg_used="$cg_used" '
         /^node_cpu_seconds_total\{/ { match($0, /mode="[a-z]+"/); mode = substr($0, RSTART + 6, RLENGTH - 7); cpu[mode] += $NF; next }
-        /^node_(memory_MemTotal_bytes|memory_MemAvailable_bytes|load1) / { print }
+        /^node_memory_MemTotal_bytes / { total = $NF; next }
+        /^node_memory_MemAvailable_bytes / { available = $NF; next }
+        /^node_load1 / { print }
         /^node_network_(receive|transmit)_bytes_total\{device="wg0"\} / { print }
-        END { for (mode in cpu) printf "node_cpu_seconds_total{mode=\"%s\"} %.2f\n", mode, cpu[mode] }'
+        END {
+            if (cg_limit != "" && cg_limit + 0 < total + 0) {
+                # The node used cg_cpu of every CPU-second this computer had: the rest is idle to it.
+                all = 0; for (mode in cpu) all += cpu[mode]
+                printf "node_cpu_seconds_total{mode=\"user\"} %.2f\n", cg_cpu / 1e9
+                printf "node_cpu_seconds_total{mode=\"idle\"} %.2f\n", all - cg_cpu / 1e9
+                printf "node_memory_MemTotal_bytes %s\nnode_memory_MemAvailable_bytes %s\n", cg_limit, cg_limit - cg_used
+            } else {
+                for (mode in cpu) printf "node_cpu_seconds_total{mode=\"%s\"} %.2f\n", mode, cpu[mode]
+                if (total != "") printf "node_memory_MemTotal_bytes %s\n", total
+                if (available != "") printf "node_memory_MemAvailable_bytes %s\n", available
+            }
+        }'
     printf '::end-exposition::\n'
 else
     report "exporter 127.0.0.1:$port down"
