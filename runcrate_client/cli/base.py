@@ -91,7 +91,7 @@ class RuncrateGroup(click.Group):
 
 
 class ClustersGroup(RuncrateGroup):
-    aliases: ClassVar[dict[str, str]] = {"ls": "list", "rm": "delete"}
+    aliases: ClassVar[dict[str, str]] = {"ls": "list", "rm": "delete", "terminate": "delete"}
 
 
 # -- shared plumbing ---------------------------------------------------------------------------

@@ -458,7 +458,7 @@ def _now() -> str:
 @json_option
 @pass_state
 def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> None:
-    """Terminate a cluster: every machine stops and billing ends. CLUSTER is the cluster's id or name. Alias: rm."""
+    """Terminate a cluster: every machine stops and billing ends. CLUSTER is the cluster's id or name. Aliases: rm, terminate."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
     if not yes:

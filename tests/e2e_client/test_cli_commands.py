@@ -68,6 +68,8 @@ def test_create_list_info_events_add_worker_and_delete(cli, environment):
     assert taken.returncode == 6 and "offer_unavailable" in taken.stderr
     refused = cli("clusters", "delete", cluster_id, input="n\n")
     assert refused.returncode != 0 and Cluster.objects.get(pk=cluster_id).status == "ready"
+    refused = cli("clusters", "terminate", cluster_id, input="n\n")
+    assert refused.returncode != 0 and Cluster.objects.get(pk=cluster_id).status == "ready"
     assert cli("clusters", "rm", cluster_id, "--yes").returncode == 0
     assert Cluster.objects.get(pk=cluster_id).status in ("terminating", "terminated")
 
