@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters import services
+from clusters.beats import Beat
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
@@ -99,39 +100,26 @@ class NodeOutput:
         self._write()
 
 
-class Heartbeat:
-    """Renews a pass's lease every third of its length from a thread of its own, so the lease
-    can be short: a worker that dies stops renewing, and its cluster is free within seconds."""
+class Heartbeat(Beat):
+    """Renews a pass's lease every third of its length, so the lease can be short: a worker
+    that dies stops renewing, and its cluster is free within seconds."""
 
     def __init__(self, lease: services.Lease) -> None:
+        super().__init__(services.lease_length().total_seconds() / 3, name=f"lease-{lease.cluster_id}")
         self.lease = lease
         self.lost = False
         # Renewing and releasing both compare-and-set on the lease's expiry: never both at once.
         self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{lease.cluster_id}", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stopped.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        interval = services.lease_length().total_seconds() / 3
-        try:
-            while not self._stopped.wait(interval):
-                with self._lock:
-                    if self._stopped.is_set():
-                        return
-                    if not services.renew_lease(self.lease):
-                        log.warning("cluster %s: the lease was lost mid-pass", self.lease.cluster_id)
-                        self.lost = True
-                        return
-        finally:
-            db_connections.close_all()
+    def beat(self) -> bool:
+        with self._lock:
+            if self._stopped.is_set():
+                return False
+            if not services.renew_lease(self.lease):
+                log.warning("cluster %s: the lease was lost mid-pass", self.lease.cluster_id)
+                self.lost = True
+                return False
+            return True
 
     def release(self) -> bool:
         """Let go of the lease; False when a wake-up was asked for and the pass must go on."""

@@ -14,15 +14,14 @@ beat, so a new test may start within about half a minute.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connections as db_connections
 from django.db.models import Prefetch, QuerySet
 
 from clusters import rules, services
+from clusters.beats import Beat
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
 from clusters.nodeops.operations import NetworkTestReport, PairMeasurement
 from clusters.providers import get_provider
@@ -49,31 +48,18 @@ class _Recorder(NetworkTestReport):
         ).exists()
 
 
-class Heartbeat:
-    """Renews a running test's `alive_at` from a thread of its own while the measuring runs, so
-    the sweep can tell a long test from one whose worker died."""
+class Heartbeat(Beat):
+    """Renews a running test's `alive_at` while the measuring runs, so the sweep can tell a long
+    test from one whose worker died."""
 
     def __init__(self, test_id: int, interval: float | None = None) -> None:
+        super().__init__(settings.NETWORK_TEST_HEARTBEAT_SECONDS if interval is None else interval,
+                         name=f"network-test-{test_id}")
         self.test_id = test_id
-        self.interval = settings.NETWORK_TEST_HEARTBEAT_SECONDS if interval is None else interval
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"network-test-{test_id}", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stopped.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        try:
-            while not self._stopped.wait(self.interval):
-                if not services.renew_network_test(self.test_id):
-                    return  # finished, or failed by the sweep: nothing left to keep alive
-        finally:
-            db_connections.close_all()
+    def beat(self) -> bool:
+        # False once finished, or failed by the sweep: nothing left to keep alive.
+        return services.renew_network_test(self.test_id)
 
 
 def run(test_id: int) -> str | None:
