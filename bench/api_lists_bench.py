@@ -65,7 +65,7 @@ def build(name: str, clusters: int, machines: int, machine_type, started: dt.dat
     )
     Node.objects.bulk_create(
         (Node(cluster=cluster, index=i, host=hosts[c * machines + i], state=Node.State.READY, step="ready",
-              billing_started_at=started, joined_at=started, log_tail=LOG_TAIL, health=NodeHealth.HEALTHY,
+              billing_started_at=started, joined_at=started, log_tail=LOG_TAIL, log_written=len(LOG_TAIL), health=NodeHealth.HEALTHY,
               health_detail=f"reaches {machines - 1} peers over wg0; slurmd running; idle in sinfo",
               health_checked_at=started, health_changed_at=started)
          for c, cluster in enumerate(made) for i in range(machines)), batch_size=BATCH,

@@ -81,7 +81,7 @@ def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime
     )
     nodes = Node.objects.bulk_create(
         Node(cluster=cluster, index=i, host=hosts[c * MACHINES + i], state=Node.State.READY, address=f"127.0.0.1:{2200 + i}",
-             billing_started_at=started, joined_at=started, step="ready", log_tail=LOG_TAIL)
+             billing_started_at=started, joined_at=started, step="ready", log_tail=LOG_TAIL, log_written=len(LOG_TAIL))
         for c, cluster in enumerate(made)
         for i in range(MACHINES)
     )

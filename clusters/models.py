@@ -275,6 +275,8 @@ class Node(models.Model):
         STOPPED = "stopped", "Stopped"
         RELEASED = "released", "Released"
 
+    LOG_KEEP = 4000  # characters of output a node keeps (its log tail)
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     index = models.PositiveSmallIntegerField()
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
@@ -288,6 +290,9 @@ class Node(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now.")
     log_tail = models.TextField(blank=True)
+    # Characters ever appended to the log, of which log_tail keeps the last LOG_KEEP: a live
+    # push sends a page the lines it lacks, not the whole tail again.
+    log_written = models.PositiveBigIntegerField(default=0)
     detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
     host_key = models.CharField(
         max_length=1000, blank=True, help_text="The machine's SSH host key (type base64), as its sshd presents it."
