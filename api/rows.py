@@ -82,7 +82,7 @@ def _window(queryset: QuerySet[Any], pages: PageQuery) -> tuple[list[Any], int]:
 _NODE_COLUMNS = (
     "id", "cluster_id", "index", "state", "joined_at", "step", "detail", "released_at", "replacing_id", "health",
     "health_detail", "health_checked_at", "health_changed_at", "host__address", "host__name", "host__port",
-    "host__ssh_user", "address",
+    "host__ssh_user", "address", "host_key",
 )
 
 
@@ -121,12 +121,13 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
         machine_type = cluster.machine_type
         connectable = cluster.status in connect.CONNECTABLE
         gateway = connect.gateway_of(cluster.provider, machine_type.location.gateway_host)
-        node_rows, live = [], []
+        node_rows, live, keyed = [], [], []
         for node in nodes[cluster.pk]:
             row, endpoint = _node_row(node, connectable, gateway, cluster.provider == "local")
             node_rows.append(row)
             if endpoint is not None:
                 live.append(endpoint)
+                keyed.append((endpoint, node["host_key"]))
         unhealthy = 0
         if cluster.status == Status.READY:
             unhealthy = sum(1 for n in nodes[cluster.pk] if n["released_at"] is None and n["health"] in BAD_HEALTH)
@@ -148,6 +149,8 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "ready_at": cluster.ready_at, "terminated_at": cluster.terminated_at, "deadline_at": cluster.deadline_at,
             "nodes": node_rows, "unhealthy_nodes": unhealthy,
             "ssh_config": connect.ssh_config_of(cluster.name, cluster.machine_count, live) if connectable else None,
+            "known_hosts": connect.known_hosts_of(cluster.name, keyed) if connectable else None,
+            "launch": connect.launch_lines(cluster, len(live)) if connectable else None,
         })
     return rows
 

@@ -104,13 +104,18 @@ def known_hosts(cluster: Cluster) -> str:
     """known_hosts lines for every live node whose host key the control plane has read: under
     its ssh-config alias, and under the address and port of its `ssh` line."""
     live = {n.name: n for n in cluster.nodes.all() if n.released_at is None and n.replacing_id is None}
+    return known_hosts_of(cluster.name, [(ep, live[ep.name].host_key) for ep in endpoints(cluster)])
+
+
+def known_hosts_of(cluster_name: str, keyed: list[tuple[NodeEndpoint, str]]) -> str:
+    """known_hosts lines of live nodes' (endpoint, host key), those without a key skipped (the
+    API's lists build them from values)."""
     lines = []
-    for ep in endpoints(cluster):
-        key = live[ep.name].host_key
+    for ep, key in keyed:
         if not key:
             continue
         address = ep.host if ep.port == 22 else f"[{ep.host}]:{ep.port}"
-        lines.append(f"{host_alias(cluster, ep.name)},{address} {key}\n")
+        lines.append(f"{cluster_name}-{ep.name},{address} {key}\n")
     return "".join(lines)
 
 
@@ -151,16 +156,17 @@ class LaunchLine:
     command: str
 
 
-def launch_lines(cluster: Cluster) -> dict[str, str]:
+def launch_lines(cluster: Cluster, nodes: int | None = None) -> dict[str, str]:
     """Every launch line the Connect card shows, by key (the API's `launch`)."""
-    return {line.key: line.command for line in launch_commands(cluster)}
+    return {line.key: line.command for line in launch_commands(cluster, nodes)}
 
 
-def launch_commands(cluster: Cluster) -> list[LaunchLine]:
+def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLine]:
     """The one place the launch lines are made: the Connect card, the API and the CLI show
     these, and tests/providers/test_distributed_work.py runs each of them on real nodes as
-    shown. `$NODE_RANK`, `$NNODES`, `$GPUS_PER_NODE` are in every shell on every node."""
-    nodes = len(endpoints(cluster))
+    shown. `$NODE_RANK`, `$NNODES`, `$GPUS_PER_NODE` are in every shell on every node.
+    `nodes`: how many live nodes (endpoints) the cluster has, when the caller counted them."""
+    nodes = len(endpoints(cluster)) if nodes is None else nodes
     gpus = cluster.machine_type.gpus_per_machine
     world = nodes * gpus
     head = "node-0"

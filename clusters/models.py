@@ -122,6 +122,9 @@ class Cluster(models.Model):
             models.Index(fields=["environment", "status"]), models.Index(fields=["workspace", "status"]),
             # The clusters list walks this newest first and stops at a page.
             models.Index(fields=["environment", "created_at", "id"]),
+            # The workspace's instances, in the order they are listed (newest cluster first, its
+            # nodes by index): a page walks this and each cluster's nodes, never sorting them all.
+            models.Index(fields=["workspace", "-created_at", "id"], name="cluster_workspace_newest"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(machine_count__gte=2, machine_count__lte=64), name="cluster_2_to_64"),
@@ -310,6 +313,10 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["cluster", "index"]
+        indexes = [
+            # Machines running now, by cluster: the instances count reads this index alone.
+            models.Index(fields=["cluster"], condition=Q(released_at__isnull=True), name="node_live_by_cluster"),
+        ]
         constraints = [
             # A worker that never came up gives its name back to the next one added. A
             # machine being swapped in shares the name of the one it replaces until then.
