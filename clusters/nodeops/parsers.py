@@ -231,7 +231,10 @@ class HealthReport:
 
     wg_up: bool | None = None  # None: the script printed nothing about wg0
     wg_daemon: str = ""  # running | stopped | kernel
-    peers: dict[str, bool] = field(default_factory=dict)  # peer name -> its 10.77.0.x answered a ping
+    peers: dict[str, bool] = field(default_factory=dict)  # peer name -> it answered (a ping, or a fresh handshake)
+    # The peers judged by their handshake's age, not pinged this round (all but the ring
+    # neighbours): a link they say is up is no evidence either way when another end is blamed.
+    by_handshake: frozenset[str] = frozenset()
     handshakes: dict[str, int | None] = field(default_factory=dict)  # seconds since the last one; None: never
     daemons: dict[str, bool] = field(default_factory=dict)  # slurmd/raylet/... -> running
     status: str = ""  # the head's status command output (sinfo, kubectl, ray status)
@@ -254,6 +257,7 @@ def parse_health_report(text: str) -> HealthReport:
     wg_up: bool | None = None
     wg_daemon = ""
     peers: dict[str, bool] = {}
+    by_handshake: set[str] = set()
     handshakes: dict[str, int | None] = {}
     daemons: dict[str, bool] = {}
     status_exit: int | None = None
@@ -265,8 +269,10 @@ def parse_health_report(text: str) -> HealthReport:
             wg_up = words[1] == "up"
         elif len(words) == 2 and words[0] == "wg-daemon":
             wg_daemon = words[1]
-        elif len(words) == 3 and words[0] == "peer":
+        elif len(words) in (3, 4) and words[0] == "peer":
             peers[words[1]] = words[2] == "ok"
+            if words[3:] == ["handshake"]:
+                by_handshake.add(words[1])
         elif len(words) == 3 and words[0] == "handshake":
             handshakes[words[1]] = int(words[2]) if words[2].isdigit() else None
         elif len(words) == 3 and words[0] == "daemon":
@@ -278,7 +284,7 @@ def parse_health_report(text: str) -> HealthReport:
     stop = text.find("::end-status::", start) if start >= 0 else -1
     if start >= 0 and stop >= 0:
         status = text[start + len("::begin-status::\n"):stop].strip("\n")
-    return HealthReport(wg_up, wg_daemon, peers, handshakes, daemons, status, status_exit)
+    return HealthReport(wg_up, wg_daemon, peers, frozenset(by_handshake), handshakes, daemons, status, status_exit)
 
 
 def slurm_state_works(state: str) -> bool:
@@ -318,12 +324,15 @@ def judge_health(
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
         elif report.wg_daemon == "stopped":
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
-    # Then the pings, both directions, between nodes whose own checks pass. A lost link has
-    # two ends; it is put on the end that loses most of its links (a node cut off fails with
-    # every peer, each peer only with it), one worst node at a time, so a broken node never
-    # takes its healthy peers down with it. Links to a node whose own checks already failed
-    # are its own, above. Only when every node left is equally cut off (two nodes whose
-    # link is down, and nothing says which end) are all of them down.
+    # Then the links, both directions, between nodes whose own checks pass. A lost link has
+    # two ends; it is put on the end that loses more than half of the links it has evidence
+    # of, the worst such end first (a node cut off fails with every peer that checks it,
+    # each peer only with it), one at a time, so a broken node never takes its healthy
+    # peers down with it. Evidence of a link is a ping from either end (each node pings its
+    # two ring neighbours) or a stale handshake; a fresh handshake says the link worked
+    # lately, which does not outweigh a ping that failed now. Links to a node whose own
+    # checks already failed are its own, above. Only when every node left is equally cut off
+    # (two nodes whose link is down, and nothing says which end) are all of them down.
     meshed = [name for name in answered if name not in verdicts]
     lost = {
         name: [
@@ -332,13 +341,23 @@ def judge_health(
         ]
         for name in meshed
     }
+
+    def pinged(name: str, peer: str) -> bool:
+        return peer in answered[name].peers and peer not in answered[name].by_handshake
+
+    checked = {
+        name: {peer for peer in meshed if peer != name and (peer in lost[name] or pinged(name, peer) or pinged(peer, name))}
+        for name in meshed
+    }
     pool = list(meshed)
     while len(pool) > 1:
         counts = {name: sum(1 for peer in lost[name] if peer in pool) for name in pool}
-        worst = max(counts.values())
-        if worst * 2 <= len(pool) - 1:
+        bases = {name: sum(1 for peer in checked[name] if peer in pool) for name in pool}
+        failing = [name for name in pool if counts[name] * 2 > bases[name]]
+        if not failing:
             break
-        blamed = [name for name in pool if counts[name] == worst]
+        worst = max(counts[name] for name in failing)
+        blamed = [name for name in failing if counts[name] == worst]
         for name in blamed:
             failed = [peer for peer in lost[name] if peer in pool]
             alone = " (neither end's own checks fail)" if len(blamed) == len(pool) else ""
