@@ -173,7 +173,7 @@ def test_a_node_checked_alone_says_no_peer_was_checked_instead_of_reaching_zero_
     assert (verdict.health, verdict.detail) == ("healthy", "wg0 up, no peer checked this round")
 
 
-def ring_reports(count: int, cut_off: set[str] = frozenset(), broken: set[frozenset[str]] = frozenset()
+def ring_reports(count: int, cut_off: frozenset[str] = frozenset(), broken: frozenset[frozenset[str]] = frozenset()
                  ) -> dict[str, HealthReport | str]:
     """What health.sh reports on `count` nodes: each pings its two ring neighbours, and judges
     every other peer by a handshake still fresh (a cut lasting seconds has not aged it yet)."""
@@ -191,7 +191,7 @@ def ring_reports(count: int, cut_off: set[str] = frozenset(), broken: set[frozen
 
 
 def test_a_node_cut_off_is_blamed_at_once_by_its_ring_neighbours_pings_before_any_handshake_ages():
-    verdicts = judge_health(ring_reports(64, cut_off={"node-9"}), "none")
+    verdicts = judge_health(ring_reports(64, cut_off=frozenset({"node-9"})), "none")
     assert verdicts["node-9"].health == "network_down"
     assert verdicts["node-9"].detail == "Cannot reach node-8, node-10 over the private network"
     assert {v.health for name, v in verdicts.items() if name != "node-9"} == {"healthy"}
@@ -199,7 +199,7 @@ def test_a_node_cut_off_is_blamed_at_once_by_its_ring_neighbours_pings_before_an
 
 
 def test_one_broken_ring_link_between_two_sound_nodes_blames_neither():
-    verdicts = judge_health(ring_reports(8, broken={frozenset(("node-3", "node-4"))}), "none")
+    verdicts = judge_health(ring_reports(8, broken=frozenset({frozenset(("node-3", "node-4"))})), "none")
     assert {v.health for v in verdicts.values()} == {"healthy"}
     assert "cannot reach node-4" in verdicts["node-3"].detail
 
