@@ -333,11 +333,14 @@ def judge_health(
     # lately, which does not outweigh a ping that failed now. Links to a node whose own
     # checks already failed are its own, above. Only when every node left is equally cut off
     # (two nodes whose link is down, and nothing says which end) are all of them down.
+    # A link is lost when neither end reached the other: an echo crosses the link both ways,
+    # so one end's answer proves it, and a failure at the other end was that end's own (its
+    # probe timed out under the round's load, say) — no verdict from that.
     meshed = [name for name in answered if name not in verdicts]
     lost = {
         name: [
             peer for peer in meshed
-            if peer != name and not (answered[name].peers.get(peer, False) and answered[peer].peers.get(name, True))
+            if peer != name and not (answered[name].peers.get(peer, False) or answered[peer].peers.get(name, False))
         ]
         for name in meshed
     }

@@ -204,14 +204,26 @@ def test_one_broken_ring_link_between_two_sound_nodes_blames_neither():
     assert "cannot reach node-4" in verdicts["node-3"].detail
 
 
-def test_a_peer_whose_handshake_went_stale_counts_as_a_lost_link():
-    reports = ring_reports(8)
-    for name in [f"node-{i}" for i in range(8) if i not in (1, 2, 3)]:  # node-2's ring neighbours still ping it
-        report = reports[name]
+def test_a_node_cut_off_for_minutes_loses_its_stale_handshakes_too():
+    reports = ring_reports(8, cut_off=frozenset({"node-2"}))
+    for name, report in reports.items():  # a handshake's age is the same at both ends
         assert isinstance(report, HealthReport)
-        reports[name] = replace(report, peers={**report.peers, "node-2": False})
+        stale = {peer: False for peer in report.by_handshake if "node-2" in (name, peer)}
+        reports[name] = replace(report, peers={**report.peers, **stale})
     verdicts = judge_health(reports, "none")
     assert verdicts["node-2"].health == "network_down"
+    assert {v.health for name, v in verdicts.items() if name != "node-2"} == {"healthy"}
+
+
+def test_a_node_whose_own_pings_timed_out_while_its_neighbours_reached_it_is_not_blamed():
+    reports = ring_reports(64)
+    slow = reports["node-5"]
+    assert isinstance(slow, HealthReport)
+    # Its fping got no CPU in time: both neighbours "fail" from its end, but each of them
+    # pinged it and got the echo back, which crosses the link both ways.
+    reports["node-5"] = replace(slow, peers={**slow.peers, "node-4": False, "node-6": False})
+    verdicts = judge_health(reports, "none")
+    assert {v.health for v in verdicts.values()} == {"healthy"}
 
 
 def test_peers_judged_by_handshake_are_read_apart_from_those_pinged():
