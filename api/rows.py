@@ -72,8 +72,9 @@ def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]],
     return api.create_response(request, body, status=200)
 
 
-def _window(queryset: QuerySet[Any], pages: PageQuery) -> tuple[list[Any], int]:
-    total = queryset.count()
+def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None) -> tuple[list[Any], int]:
+    """A page of `queryset` and how many it holds (counted here unless the caller knows)."""
+    total = queryset.count() if total is None else total
     return (list(queryset[pages.offset:pages.offset + pages.limit]) if pages.offset < total else []), total
 
 
@@ -170,8 +171,8 @@ _INSTANCE_COLUMNS = (
 )
 
 
-def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery) -> HttpResponse:
-    window, total = _window(instances.values(*_INSTANCE_COLUMNS), pages)
+def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery, total: int) -> HttpResponse:
+    window, total = _window(instances.values(*_INSTANCE_COLUMNS), pages, total)
     rows = [
         {
             "id": n["id"], "name": f"node-{n['index']}", "role": "head" if n["index"] == 0 else "worker",

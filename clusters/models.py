@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -262,6 +264,14 @@ class NodeHealth(models.TextChoices):
 BAD_HEALTH = (NodeHealth.UNREACHABLE, NodeHealth.NETWORK_DOWN, NodeHealth.SOFTWARE_DOWN)
 
 
+class NodeQuerySet(models.QuerySet["Node"]):
+    def bulk_create(self, objs: Iterable[Node], *args: Any, **kwargs: Any) -> list[Node]:
+        objs = list(objs)
+        for node in objs:
+            node.fill_workspace()
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -281,6 +291,10 @@ class Node(models.Model):
     LOG_KEEP = 4000  # characters of output a node keeps (its log tail)
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    # The cluster's workspace, which never changes: the workspace's instances are counted
+    # from one index of nodes, not by joining every live machine to its cluster. Set from
+    # the cluster when a node is saved or bulk-created.
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="+", db_index=False, editable=False)
     index = models.PositiveSmallIntegerField()
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
@@ -311,11 +325,13 @@ class Node(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacement"
     )
 
+    objects = NodeQuerySet.as_manager()
+
     class Meta:
         ordering = ["cluster", "index"]
         indexes = [
-            # Machines running now, by cluster: the instances count reads this index alone.
-            models.Index(fields=["cluster"], condition=Q(released_at__isnull=True), name="node_live_by_cluster"),
+            # Machines running now, by workspace: the instances count reads this index alone.
+            models.Index(fields=["workspace"], condition=Q(released_at__isnull=True), name="node_live_by_workspace"),
         ]
         constraints = [
             # A worker that never came up gives its name back to the next one added. A
@@ -332,6 +348,14 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.fill_workspace()
+        super().save(*args, **kwargs)
+
+    def fill_workspace(self) -> None:
+        if self.workspace_id is None:
+            self.workspace_id = self.cluster.workspace_id
 
     @property
     def name(self) -> str:

@@ -9,7 +9,7 @@ from ninja import Query, Router
 from api import rows, schemas
 from api.app import context, not_found, responses
 from clusters import services
-from clusters.queries import workspace_instance, workspace_instances
+from clusters.queries import count_instances, workspace_instance, workspace_instances
 
 router = Router(tags=["Instances"])
 
@@ -18,7 +18,8 @@ router = Router(tags=["Instances"])
             description="In every environment of the workspace; each is marked with the cluster it belongs to.",
             response=responses({200: schemas.list_envelope(schemas.Instance)}, 400))
 def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> HttpResponse:
-    return rows.instance_page(request, workspace_instances(context(request).workspace.pk), pages)
+    workspace_id = context(request).workspace.pk
+    return rows.instance_page(request, workspace_instances(workspace_id), pages, count_instances(workspace_id))
 
 
 @router.delete("instances/{instance_id}", operation_id="terminateInstance",
