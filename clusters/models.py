@@ -265,11 +265,11 @@ BAD_HEALTH = (NodeHealth.UNREACHABLE, NodeHealth.NETWORK_DOWN, NodeHealth.SOFTWA
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
-    def bulk_create(self, objs: Iterable[Node], *args: Any, **kwargs: Any) -> list[Node]:
-        objs = list(objs)
-        for node in objs:
+    def bulk_create(self, objs: Iterable[Node], *args: Any, **kwargs: Any) -> list[Node]:  # type: ignore[override]
+        nodes = list(objs)
+        for node in nodes:
             node.fill_workspace()
-        return super().bulk_create(objs, *args, **kwargs)
+        return super().bulk_create(nodes, *args, **kwargs)  # type: ignore[arg-type,return-value]
 
 
 class Node(models.Model):
