@@ -153,10 +153,14 @@ def _log_state(node: Node) -> tuple[int, int]:
     return node.log_written, node.log_length  # type: ignore[attr-defined]
 
 
-def _remember_rows(page: PageState, cluster: Cluster, nodes: list[Node]) -> None:
+def _row_keys(cluster: Cluster, nodes: list[Node]) -> dict[int, tuple]:
     cluster_key = _cluster_row_key(cluster)
+    return {node.pk: (_row_fields(node), cluster_key) for node in nodes}
+
+
+def _remember_rows(page: PageState, nodes: list[Node], keys: dict[int, tuple]) -> None:
     page.rows = tuple(node.row_id for node in nodes)
-    page.row_keys = {node.pk: (_row_fields(node), cluster_key) for node in nodes}
+    page.row_keys = keys
     page.logs = {node.pk: _log_state(node) for node in nodes}
 
 
@@ -176,7 +180,7 @@ def _nodes_table(cluster: Cluster, nodes: list[Node], context: dict, page: PageS
     are others than these. The rows' logs are preserved, so one the reader has open stays
     open; their text follows the table and replaces the page's."""
     _load_logs(nodes)
-    _remember_rows(page, cluster, nodes)
+    _remember_rows(page, nodes, _row_keys(cluster, nodes))
     table = _render("nodes-table", {**context, "logs_apart": True})
     logs = "".join(_render("node-log", {**context, "node": node, "log_oob": "true"}) for node in nodes if node.log_tail)
     return table + logs
@@ -188,7 +192,7 @@ def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: Page
     log when the page holds a log for it (hx-preserve keeps the page's, open or closed); a
     log's new lines travel alone, appended to the page's (the whole tail when the page
     missed more than the tail keeps)."""
-    cluster_key = _cluster_row_key(cluster)
+    keys = _row_keys(cluster, nodes)
     rows: list[tuple[Node, bool]] = []  # (node, the page keeps its log)
     grown: list[tuple[Node, int]] = []  # (node, characters the page lacks)
     for node in nodes:
@@ -198,10 +202,10 @@ def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: Page
             continue
         if written != shown_written:
             grown.append((node, written - shown_written))
-        if page.row_keys.get(node.pk) != (_row_fields(node), cluster_key):
+        if page.row_keys.get(node.pk) != keys[node.pk]:
             rows.append((node, bool(length)))
     _load_logs([node for node, _ in grown] + [node for node, kept in rows if not kept])
-    _remember_rows(page, cluster, nodes)
+    _remember_rows(page, nodes, keys)
     swaps = []
     for node, missing in grown:
         if 0 < missing < len(node.log_tail):
@@ -230,7 +234,7 @@ def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageS
     differs. Table rows travel in a message of their own: htmx parses a message by its
     first tag, and a <tr> after a <section> would be dropped by the HTML parser.
     """
-    cluster = cluster_for_push(Cluster.objects.filter(pk=cluster_id)).first()
+    cluster = cluster_for_push(Cluster.objects.filter(pk=cluster_id), hosts=nodes is None).first()
     if cluster is None:
         return []
     context = _push_context(cluster)

@@ -65,16 +65,16 @@ def cluster_for_detail(queryset: ClusterQuerySet) -> ClusterQuerySet:
     )
 
 
-def cluster_for_push(queryset: ClusterQuerySet) -> ClusterQuerySet:
+def cluster_for_push(queryset: ClusterQuerySet, *, hosts: bool) -> ClusterQuerySet:
     """A live push's cluster: the detail page's, its nodes without their log tails but with
     each tail's length (`log_length`): with `log_written` that tells a socket which lines its
-    page lacks without reading 4,000 characters a node."""
-    return queryset.select_related(*_CATALOGUE, "volume", "created_by").defer("node_secrets").prefetch_related(
-        Prefetch(
-            "nodes",
-            queryset=Node.objects.select_related("host").defer("log_tail").annotate(log_length=Length("log_tail"))
-            .order_by("index", "pk"),
-        ),
+    page lacks without reading 4,000 characters a node. `hosts`: with each node's host (the
+    Connect card's ssh lines need them; rows do not)."""
+    nodes = Node.objects.defer("log_tail").annotate(log_length=Length("log_tail")).order_by("index", "pk")
+    if hosts:
+        nodes = nodes.select_related("host")
+    return queryset.select_related(*_CATALOGUE, "volume").defer("node_secrets").prefetch_related(
+        Prefetch("nodes", queryset=nodes),
     )
 
 
