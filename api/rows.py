@@ -72,8 +72,9 @@ def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]],
     return api.create_response(request, body, status=200)
 
 
-def _window(queryset: QuerySet[Any], pages: PageQuery) -> tuple[list[Any], int]:
-    total = queryset.count()
+def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None) -> tuple[list[Any], int]:
+    """A page of `queryset` and how many it holds (counted here unless the caller knows)."""
+    total = queryset.count() if total is None else total
     return (list(queryset[pages.offset:pages.offset + pages.limit]) if pages.offset < total else []), total
 
 
@@ -121,13 +122,13 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
         machine_type = cluster.machine_type
         connectable = cluster.status in connect.CONNECTABLE
         gateway = connect.gateway_of(cluster.provider, machine_type.location.gateway_host)
-        node_rows, live, keys = [], [], {}
+        node_rows, live, keyed = [], [], []
         for node in nodes[cluster.pk]:
             row, endpoint = _node_row(node, connectable, gateway, cluster.provider == "local")
             node_rows.append(row)
             if endpoint is not None:
                 live.append(endpoint)
-                keys[endpoint.name] = node["host_key"]
+                keyed.append((endpoint, node["host_key"]))
         unhealthy = 0
         if cluster.status == Status.READY:
             unhealthy = sum(1 for n in nodes[cluster.pk] if n["released_at"] is None and n["health"] in BAD_HEALTH)
@@ -150,8 +151,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "ready_at": cluster.ready_at, "terminated_at": cluster.terminated_at, "deadline_at": cluster.deadline_at,
             "nodes": node_rows, "unhealthy_nodes": unhealthy,
             "ssh_config": connect.ssh_config_of(cluster.name, cluster.machine_count, live) if connectable else None,
-            "known_hosts": connect.known_hosts_of(cluster.name, [(ep, keys[ep.name]) for ep in live])
-            if connectable else None,
+            "known_hosts": connect.known_hosts_of(cluster.name, keyed) if connectable else None,
             "launch": connect.launch_lines(cluster, len(live)) if connectable else None,
         })
     return rows
@@ -172,8 +172,8 @@ _INSTANCE_COLUMNS = (
 )
 
 
-def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery) -> HttpResponse:
-    window, total = _window(instances.values(*_INSTANCE_COLUMNS), pages)
+def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery, total: int) -> HttpResponse:
+    window, total = _window(instances.values(*_INSTANCE_COLUMNS), pages, total)
     rows = [
         {
             "id": n["id"], "name": f"node-{n['index']}", "role": "head" if n["index"] == 0 else "worker",

@@ -116,8 +116,10 @@ def one_size(count: int, rounds: int, workdir: Path) -> list[tuple[Any, ...]]:
             spent = namespace_cpu(pid_namespaces)
             spent.subtract(nodes_before)
             by_command[label].update(spent)
-            bad = sum(1 for verdict in result.health.values() if verdict.health != "healthy")
-            rows.append((label, wall, own, sum(spent.values()), bad))
+            bad = [f"{v.name} {v.health}: {v.detail}" for v in result.health.values() if v.health != "healthy"]
+            for line in bad:
+                print(f"      {count} nodes, {label} round, false verdict: {line}")
+            rows.append((label, wall, own, sum(spent.values()), len(bad)))
 
         with NodeRunner(operations.HEALTH_POLICY) as cold:
             measured("cold", cold)

@@ -1,7 +1,7 @@
-"""The control plane at scale (issue 13): pages at 10 vs 1,000 clusters and live pushes at
-6 vs 5,000 events, each row a ratio measured in this one run.
+"""The control plane at scale (issues 13 and 22): pages at 10 vs 1,000 clusters, live pushes at
+6 vs 5,000 events, and node pushes at 8 and 64 machines, each row measured in this one run.
 
-    DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/scale_bench.py [--repeat 25] [--pushes 40]
+    DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/scale_bench.py [--repeat 25] [--pushes 40] [--only-pushes]
 
 Pages: two workspaces in one database, one with 10 clusters × 8 machines and one with 1,000,
 every machine running and metered; each page is fetched --repeat times (after a warm-up)
@@ -12,7 +12,11 @@ real WebSocket client (the `websockets` library) on the cluster page's socket. T
 starts before the service call that changes the status (retry install ↔ degraded, each one
 transaction with its live push queued on commit) and stops when the client holds the
 fragment showing the new status. Two clusters of 8 machines: one with 6 events, one with
-5,000. Figures printed here are what docs/scale.md quotes; nothing here asserts a time.
+5,000. Node pushes: clusters of 8 and 64 installing machines, each with a 4,000-character
+log; 1 node or every node changes in one service call (their rows' words, update_nodes, or
+a new log line each, append_node_logs), and a status change that every row follows (retry
+install ↔ degraded); bytes are every message of the push. Figures printed here are what
+docs/scale.md quotes; nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -59,8 +63,8 @@ WEB_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / f"scale-bench-web-{os.getpid(
 SERVICE_MS: list[float] = []  # of each timed push, the part spent in the service call itself
 
 
-def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime):
-    """A workspace with `clusters` running clusters of 8 machines, each with events and usage."""
+def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime, machines: int = MACHINES):
+    """A workspace with `clusters` running clusters of `machines` machines, each with events and usage."""
     owner = UserFactory(username=name)
     membership = MembershipFactory(user=owner, role=Role.OWNER, workspace=WorkspaceFactory(name=name, credit_balance=Decimal("10000000")))
     workspace = membership.workspace
@@ -68,22 +72,22 @@ def build_workspace(name: str, clusters: int, machine_type, started: dt.datetime
     environment.monthly_budget = Decimal("10000000")
     environment.save(update_fields=["monthly_budget"])
     hosts = Host.objects.bulk_create(
-        HostFactory.build(machine_type=machine_type, state=Host.State.RESERVED, name=f"{name}-{i}") for i in range(clusters * MACHINES)
+        HostFactory.build(machine_type=machine_type, state=Host.State.RESERVED, name=f"{name}-{i}") for i in range(clusters * machines)
     )
     made = Cluster.objects.bulk_create(
         Cluster(
             workspace=workspace, environment=environment, name=f"{name}-{i}", machine_type=machine_type,
-            machine_count=MACHINES, price_per_machine_hour=Decimal("2.4900"), provider="simulated", status=Status.READY,
+            machine_count=machines, price_per_machine_hour=Decimal("2.4900"), provider="simulated", status=Status.READY,
             software=Software.SLURM, status_changed_at=started, deadline_at=started, billing_started_at=started,
             ready_at=started, node_secrets={"wireguard": "x" * 400},
         )
         for i in range(clusters)
     )
     nodes = Node.objects.bulk_create(
-        Node(cluster=cluster, index=i, host=hosts[c * MACHINES + i], state=Node.State.READY, address=f"127.0.0.1:{2200 + i}",
-             billing_started_at=started, joined_at=started, step="ready", log_tail=LOG_TAIL)
+        Node(cluster=cluster, index=i, host=hosts[c * machines + i], state=Node.State.READY, address=f"127.0.0.1:{2200 + i}",
+             billing_started_at=started, joined_at=started, step="ready", log_tail=LOG_TAIL, log_written=len(LOG_TAIL))
         for c, cluster in enumerate(made)
-        for i in range(MACHINES)
+        for i in range(machines)
     )
     MachineUsage.objects.bulk_create(
         (MachineUsage(node=node, cluster_id=node.cluster_id, workspace=workspace, environment=environment,
@@ -194,12 +198,21 @@ class Listener:
             pass
 
     def wait_for(self, needle: str, timeout: float = 10.0) -> tuple[float, int]:
-        """Arrival time of the message containing `needle`, and its size in bytes."""
+        """Arrival time of the message containing `needle`, and the bytes of every message of
+        the push: those before it and those that follow it at once (a push's node rows
+        travel in a message of their own)."""
         deadline = time.monotonic() + timeout
+        size = 0
         while True:
             arrived, message = self.messages.get(timeout=max(deadline - time.monotonic(), 0.01))
+            size += len(message.encode())
             if needle in message:
-                return arrived, len(message.encode())
+                break
+        while True:
+            try:
+                size += len(self.messages.get(timeout=0.15)[1].encode())
+            except queue.Empty:
+                return arrived, size
 
     def drain(self) -> None:
         time.sleep(0.2)
@@ -278,10 +291,85 @@ def bench_pushes(database_url: str, owner, clusters: list[Cluster], pushes: int)
     )]
 
 
+NODE_PUSH_GOAL_KB = 50
+NODE_PUSH_GOAL_MS = 50.0
+
+
+def change_nodes(cluster: Cluster, listener: Listener, kind: str, changing: int, pushes: int) -> tuple[list[float], list[int]]:
+    """`changing` nodes change in one service call, timed to the fragment on the socket:
+    `detail` (update_nodes: each row's words, as a progress pass writes them) or `log` (a new
+    output line on each, append_node_logs, as an install streams it)."""
+    nodes = list(Node.objects.filter(cluster=cluster).order_by("index")[:changing])
+    latencies, sizes = [], []
+    for i in range(pushes):
+        last = nodes[-1]
+        started = time.perf_counter()
+        if kind == "detail":
+            services.update_nodes(cluster.pk, [(node, {"detail": f"Bench pass {i} on {node.name}."}) for node in nodes])
+            needle = f"Bench pass {i} on {last.name}."
+        else:
+            services.append_node_logs(cluster.pk, {node.pk: [("install", f"bench line {i} on {node.name}")] for node in nodes})
+            needle = f"bench line {i} on {last.name}"
+        arrived, size = listener.wait_for(needle)
+        latencies.append((arrived - started) * 1000)
+        sizes.append(size)
+    return latencies, sizes
+
+
+def bench_node_pushes(database_url: str, machine_type, started: dt.datetime, pushes: int) -> list[tuple[str, str, str, bool]]:
+    """Clusters of 8 and 64 installing machines (4,000-character logs): 1 or every node changes."""
+    rows = []
+    built = {machines: build_workspace(f"push{machines}", 1, machine_type, started, machines=machines) for machines in (8, 64)}
+    for data in built.values():
+        Cluster.objects.filter(pk=data["clusters"][0].pk).update(status=Status.INSTALLING)
+        Node.objects.filter(cluster=data["clusters"][0]).update(state=Node.State.INSTALLING, step="install")
+    port = free_port()
+    web = start_web(database_url, port)
+    try:
+        for machines, data in built.items():
+            cluster = data["clusters"][0]
+            client = Client(HTTP_HOST="127.0.0.1")
+            client.force_login(data["owner"])
+            listener = Listener(port, cluster.pk, client.cookies[settings.SESSION_COOKIE_NAME].value)
+            _, joined = listener.wait_for('id="status-card"')
+            listener.drain()
+            for kind in ("detail", "log"):
+                for changing in sorted({1, machines}):
+                    change_nodes(cluster, listener, kind, changing, 3)  # warm-up
+                    latencies, sizes = change_nodes(cluster, listener, kind, changing, pushes)
+                    p50, p95 = _support.percentile(latencies, 0.5), _support.percentile(latencies, 0.95)
+                    kb = max(sizes) / 1024
+                    what = "their rows' words" if kind == "detail" else "a new log line each"
+                    rows.append((
+                        f"node push, {machines} machines, {changing} changing ({what})",
+                        f"p50 {p50:.0f} ms, p95 {p95:.0f} ms, {kb:.1f} KB a push (joining: {joined / 1024:.0f} KB)",
+                        f"≤ {NODE_PUSH_GOAL_KB} KB, p95 ≤ {NODE_PUSH_GOAL_MS:.0f} ms",
+                        kb <= NODE_PUSH_GOAL_KB and p95 <= NODE_PUSH_GOAL_MS,
+                    ))
+            # A status change that every node follows (retry install ↔ degraded: 64 rows each time).
+            Cluster.objects.filter(pk=cluster.pk).update(status=Status.DEGRADED)
+            degrade_and_retry(cluster, listener, 3)
+            latencies, sizes = degrade_and_retry(cluster, listener, pushes)
+            p95 = _support.percentile(latencies, 0.95)
+            rows.append((
+                f"status change, {machines} machines (every node's row changes with it)",
+                f"p50 {_support.percentile(latencies, 0.5):.0f} ms, p95 {p95:.0f} ms, {max(sizes) / 1024:.1f} KB a push",
+                f"≤ {NODE_PUSH_GOAL_KB} KB, p95 ≤ {NODE_PUSH_GOAL_MS:.0f} ms",
+                max(sizes) / 1024 <= NODE_PUSH_GOAL_KB and p95 <= NODE_PUSH_GOAL_MS,
+            ))
+            listener.close()
+    finally:
+        os.killpg(web.pid, 15)
+        web.wait(timeout=10)
+    connection.close()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30, help="requests per page and size (median)")
     parser.add_argument("--pushes", type=int, default=40, help="status changes per event count (0: pages only)")
+    parser.add_argument("--only-pushes", action="store_true", help="the pushes alone, not the pages")
     args = parser.parse_args()
     with _support.own_database("scale") as database_url:
         started = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -290,24 +378,28 @@ def main() -> None:
         machine_type = MachineTypeFactory(price_per_machine_hour=Decimal("2.4900"))
         build = time.perf_counter()
         small = build_workspace("ten", 10, machine_type, started)
-        large = build_workspace("thousand", 1000, machine_type, started)
-        full = build_workspace("sixty", 60, machine_type, started)
+        if not args.only_pushes:
+            large = build_workspace("thousand", 1000, machine_type, started)
+            full = build_workspace("sixty", 60, machine_type, started)
         run = billing.meter_usage(timezone.now())
         # A database in use has its planner statistics (autovacuum keeps them); one built in
         # bulk seconds ago has none until autovacuum wakes, possibly in the middle of a page.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-        print(f"built 1,070 clusters, {run.machines} machines metered ({run.entries} ledger entries) "
+        print(f"built {Cluster.objects.count():,} clusters, {run.machines} machines metered ({run.entries} ledger entries) "
               f"in {time.perf_counter() - build:.1f} s on {connection.vendor}; pages {args.repeat}× each, "
               f"{args.pushes} pushes per history")
-        rows = bench_pages(small, large, args.repeat)
-        # At 10 clusters a page is not full (10 lines against 50 and 25): the same pages
-        # with a full first page on both sides show what the workspace's size itself costs.
-        rows += bench_pages(full, large, args.repeat, counts="1,000 vs 60")
+        rows = []
+        if not args.only_pushes:
+            rows += bench_pages(small, large, args.repeat)
+            # At 10 clusters a page is not full (10 lines against 50 and 25): the same pages
+            # with a full first page on both sides show what the workspace's size itself costs.
+            rows += bench_pages(full, large, args.repeat, counts="1,000 vs 60")
         if args.pushes <= 0:
             print("pushes not measured: --pushes 0")
         elif settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("RedisChannelLayer"):
             rows += bench_pushes(database_url, small["owner"], small["clusters"], args.pushes)
+            rows += bench_node_pushes(database_url, machine_type, started, args.pushes)
         else:
             print("pushes not measured: set REDIS_URL (the web server and this process share the channel layer)")
     print(_support.table(rows))

@@ -10,8 +10,10 @@ by its history: a cluster with 5,000 events pushes as much as one with 6.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -19,8 +21,8 @@ from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
 from clusters import connect
-from clusters.models import Cluster
-from clusters.queries import EVENTS_WINDOW, cluster_for_detail, cluster_for_list, nodes_by_id, recent_events, with_nodes
+from clusters.models import Cluster, Node, Status
+from clusters.queries import EVENTS_WINDOW, cluster_for_list, cluster_for_push, log_tails, recent_events
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,45 @@ def broadcast_cluster(cluster_id: int, nodes: Iterable[int] | None = None) -> No
 
 # --- rendering, in the consumer --------------------------------------------------------
 
+# What a node row is rendered from, besides its cluster: every column of the node but the
+# log (its length and how much was ever written to it are compared instead: a push never
+# reads 64 logs to find the one that grew), and the time of the last health check, of which
+# only whether there was one counts: a round re-sends the rows whose health it changed, not
+# every row for a newer time.
+_ROW_FIELDS = tuple(
+    f.attname for f in Node._meta.concrete_fields if f.attname not in ("log_tail", "log_written", "health_checked_at")
+)
+NO_LOG = (0, 0)
+
+
+@dataclass
+class PageState:
+    """What one socket's page shows, so that a push sends only what differs from it.
+
+    Kept by the consumer per socket (pages of one cluster differ in what they were last
+    sent): the newest event, the node rows in page order and what each was rendered from,
+    how much of each node's log it holds ((characters written, tail length), see Node.log_written)
+    and the digest of the Connect card.
+    """
+
+    last_event_id: int | None = None
+    rows: tuple[str, ...] = ()
+    row_keys: dict[int, tuple] = field(default_factory=dict)
+    logs: dict[int, tuple[int, int]] = field(default_factory=dict)
+    connect: str = ""
+
+
+def _cluster_row_key(cluster: Cluster) -> tuple:
+    """What a node row reads from its cluster (the node-row partial and _replace_node.html):
+    health shows on a ready cluster only, Replace is offered while every machine is ready and
+    none is being swapped, and its form names the type, software and price. A change here
+    re-renders every row; any other cluster change (progress, cost, events) none."""
+    swapping = cluster.node_being_replaced
+    return (
+        cluster.status == Status.READY, cluster.can_replace_nodes, swapping.replacing_id if swapping else None,
+        cluster.name, cluster.software, cluster.price_per_machine_hour, cluster.machine_type_id,
+    )
+
 
 def _push_context(cluster: Cluster, **extra: Any) -> dict[str, Any]:
     # Pushed HTML is shared by every viewer, so it carries no CSRF token of its own: its
@@ -83,6 +124,10 @@ def _push_context(cluster: Cluster, **extra: Any) -> dict[str, Any]:
 
 def _render(name: str, context: dict) -> str:
     return render_to_string(f"clusters/detail.html#{name}", context)
+
+
+def _digest(html: str) -> str:
+    return hashlib.md5(html.encode(), usedforsecurity=False).hexdigest()
 
 
 def _events_window(cluster: Cluster, context: dict) -> tuple[str, int | None]:
@@ -104,36 +149,114 @@ def _new_events(cluster: Cluster, context: dict, after: int | None) -> tuple[str
     return f'<ol id="event-items" hx-swap-oob="afterbegin">{items}</ol>', events[0].pk
 
 
-def render_cluster_now(cluster_id: int) -> tuple[list[str], int | None]:
+def _log_state(node: Node) -> tuple[int, int]:
+    return node.log_written, node.log_length  # type: ignore[attr-defined]
+
+
+def _row_keys(cluster: Cluster, nodes: list[Node]) -> dict[int, tuple]:
+    cluster_key = _cluster_row_key(cluster)
+    return {node.pk: (_row_fields(node), cluster_key) for node in nodes}
+
+
+def _remember_rows(page: PageState, nodes: list[Node], keys: dict[int, tuple]) -> None:
+    page.rows = tuple(node.row_id for node in nodes)
+    page.row_keys = keys
+    page.logs = {node.pk: _log_state(node) for node in nodes}
+
+
+def _row_fields(node: Node) -> tuple:
+    return (*(getattr(node, name) for name in _ROW_FIELDS), node.health_checked_at is not None)
+
+
+def _load_logs(nodes: list[Node]) -> None:
+    """Read the log tails of `nodes` (deferred by cluster_for_push), one query for all."""
+    logs = log_tails([node.pk for node in nodes if node.log_length])  # type: ignore[attr-defined]
+    for node in nodes:
+        node.log_tail = logs.get(node.pk, "")
+
+
+def _nodes_table(cluster: Cluster, nodes: list[Node], context: dict, page: PageState) -> str:
+    """Every row, then every log's text: for a socket that just joined, or a page whose rows
+    are others than these. The rows' logs are preserved, so one the reader has open stays
+    open; their text follows the table and replaces the page's."""
+    _load_logs(nodes)
+    _remember_rows(page, nodes, _row_keys(cluster, nodes))
+    table = _render("nodes-table", {**context, "logs_apart": True})
+    logs = "".join(_render("node-log", {**context, "node": node, "log_oob": "true"}) for node in nodes if node.log_tail)
+    return table + logs
+
+
+def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: PageState) -> tuple[str, str]:
+    """The rows whose node (or what rows read from the cluster) changed since the page's
+    last push, and the lines its logs lack: (log swaps, rows). A row is re-sent without its
+    log when the page holds a log for it (hx-preserve keeps the page's, open or closed); a
+    log's new lines travel alone, appended to the page's (the whole tail when the page
+    missed more than the tail keeps)."""
+    keys = _row_keys(cluster, nodes)
+    rows: list[tuple[Node, bool]] = []  # (node, the page keeps its log)
+    grown: list[tuple[Node, int]] = []  # (node, characters the page lacks)
+    for node in nodes:
+        (written, length), (shown_written, shown_length) = _log_state(node), page.logs.get(node.pk, NO_LOG)
+        if bool(length) != bool(shown_length):
+            rows.append((node, False))  # a log appears (or goes): the row brings its <details>
+            continue
+        if written != shown_written:
+            grown.append((node, written - shown_written))
+        if page.row_keys.get(node.pk) != keys[node.pk]:
+            rows.append((node, bool(length)))
+    _load_logs([node for node, _ in grown] + [node for node, kept in rows if not kept])
+    _remember_rows(page, nodes, keys)
+    swaps = []
+    for node, missing in grown:
+        if 0 < missing < len(node.log_tail):
+            swaps.append(_render("node-log", {**context, "node": node, "log_oob": "beforeend", "log_append": node.log_tail[-missing:]}))
+        else:
+            swaps.append(_render("node-log", {**context, "node": node, "log_oob": "true"}))
+    rows_html = "".join(
+        _render("node-row", {**context, "node": node, "row_oob": True, "log_kept": kept}).strip() for node, kept in rows
+    )
+    return "".join(swaps), rows_html
+
+
+def render_cluster_now(cluster_id: int, page: PageState) -> list[str]:
     """Every live part of the detail page as it is now, for a socket that just joined."""
-    return render_cluster_changes(cluster_id, None, None)
+    page.rows, page.row_keys, page.logs, page.connect, page.last_event_id = (), {}, {}, "", None
+    return render_cluster_changes(cluster_id, None, page)
 
 
-def render_cluster_changes(cluster_id: int, nodes: list[int] | None, after: int | None) -> tuple[list[str], int | None]:
-    """What a page that has seen events up to `after` lacks once `nodes` (None: all) changed.
+def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageState) -> list[str]:
+    """What `page` lacks once `nodes` (None: the cluster) changed; `page` is updated to match.
 
-    Returns the WebSocket messages and the newest event id they carry. Table rows travel in
-    a message of their own: htmx parses a message by its first tag, and a <tr> after a
-    <section> would be dropped by the HTML parser.
+    The status card always; the events recorded since the page's newest; the node rows that
+    differ from what the page was sent (all of them in the whole table only when the page's
+    rows are others: a node added, replaced or released), each without its log when the page
+    holds it; a log's new lines alone; the Connect card on a cluster change, when it
+    differs. Table rows travel in a message of their own: htmx parses a message by its
+    first tag, and a <tr> after a <section> would be dropped by the HTML parser.
     """
-    queryset = Cluster.objects.filter(pk=cluster_id)
-    # Every node's row when all changed; else only the card's counts of them (no log tails).
-    cluster = (cluster_for_detail(queryset) if nodes is None else with_nodes(cluster_for_list(queryset).select_related("volume"))).first()
+    cluster = cluster_for_push(Cluster.objects.filter(pk=cluster_id), hosts=nodes is None).first()
     if cluster is None:
-        return [], after
+        return []
     context = _push_context(cluster)
+    live = list(cluster.nodes.all())
     parts = [_render("status-card", context)]
+    rows = ""
+    if page.rows != tuple(node.row_id for node in live):
+        parts.append(_nodes_table(cluster, live, context, page))
+    else:
+        swaps, rows = _changed_rows(cluster, live, context, page)
+        parts.append(swaps)
     if nodes is None:
-        parts.append(_render("nodes-table", context))
-        parts.append(_render("connect-card", {**context, "connect": connect.page_context(cluster)}))
-    events_html, newest = _new_events(cluster, context, after)
+        connect_card = _render("connect-card", {**context, "connect": connect.page_context(cluster)})
+        if _digest(connect_card) != page.connect:
+            page.connect = _digest(connect_card)
+            parts.append(connect_card)
+    events_html, page.last_event_id = _new_events(cluster, context, page.last_event_id)
     parts.append(events_html)
     messages = ["".join(parts)]
-    if nodes:
-        rows = nodes_by_id(cluster_id, nodes)
-        if rows:
-            messages.append("".join(_render("node-row", {**context, "node": node, "row_oob": True}).strip() for node in rows))
-    return messages, newest
+    if rows:
+        messages.append(rows)
+    return messages
 
 
 def render_cluster_row(cluster_id: int) -> str:
@@ -142,12 +265,6 @@ def render_cluster_row(cluster_id: int) -> str:
     if cluster is None:
         return ""
     return render_to_string("clusters/list.html#cluster-row", _push_context(cluster))
-
-
-def current_cluster_detail(cluster_id: int) -> str:
-    """The detail page's live parts as one string (what a socket receives on joining)."""
-    messages, _ = render_cluster_now(cluster_id)
-    return "".join(messages)
 
 
 def broadcast_network(cluster_id: int) -> None:

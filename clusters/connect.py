@@ -107,13 +107,15 @@ def known_hosts(cluster: Cluster) -> str:
     return known_hosts_of(cluster.name, [(ep, live[ep.name].host_key) for ep in endpoints(cluster)])
 
 
-def known_hosts_of(name: str, keyed: list[tuple[NodeEndpoint, str]]) -> str:
+def known_hosts_of(cluster_name: str, keyed: list[tuple[NodeEndpoint, str]]) -> str:
+    """known_hosts lines of live nodes' (endpoint, host key), those without a key skipped (the
+    API's lists build them from values)."""
     lines = []
     for ep, key in keyed:
         if not key:
             continue
         address = ep.host if ep.port == 22 else f"[{ep.host}]:{ep.port}"
-        lines.append(f"{name}-{ep.name},{address} {key}\n")
+        lines.append(f"{cluster_name}-{ep.name},{address} {key}\n")
     return "".join(lines)
 
 
@@ -163,7 +165,7 @@ def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLi
     """The one place the launch lines are made: the Connect card, the API and the CLI show
     these, and tests/providers/test_distributed_work.py runs each of them on real nodes as
     shown. `$NODE_RANK`, `$NNODES`, `$GPUS_PER_NODE` are in every shell on every node.
-    `nodes`: how many are in service, where the caller has counted them already."""
+    `nodes`: how many live nodes (endpoints) the cluster has, when the caller counted them."""
     nodes = len(endpoints(cluster)) if nodes is None else nodes
     gpus = cluster.machine_type.gpus_per_machine
     world = nodes * gpus

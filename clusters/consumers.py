@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from accounts.models import Membership
 from clusters.broadcast import (
+    PageState,
     cluster_group,
     environment_group,
     render_cluster_changes,
@@ -103,8 +104,9 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
 
 class ClusterConsumer(_LiveConsumer):
-    # The newest event this socket has sent: each push adds only the events after it.
-    last_event_id: int | None = None
+    # What this socket's page shows (its newest event, its node rows and logs): each push
+    # sends only what differs from it.
+    page: PageState
 
     async def allowed(self, user: User) -> bool:
         self.cluster_id = int(self.scope["url_route"]["kwargs"]["cluster_id"])
@@ -116,7 +118,8 @@ class ClusterConsumer(_LiveConsumer):
     async def joined(self) -> None:
         # A change committed between rendering the page and joining the group (or while
         # the socket was reconnecting) was pushed to nobody: send the state as it is now.
-        messages, self.last_event_id = await database_sync_to_async(render_cluster_now)(self.cluster_id)
+        self.page = PageState()
+        messages = await database_sync_to_async(render_cluster_now)(self.cluster_id, self.page)
         # The Network card travels in the same first message (its own pushes come apart).
         network = await database_sync_to_async(render_network_card)(self.cluster_id)
         if messages and network:
@@ -125,10 +128,8 @@ class ClusterConsumer(_LiveConsumer):
 
     async def cluster_changed(self, event: dict[str, Any]) -> None:
         # Rendered here, per socket, not on the thread that committed the change: it only
-        # said which nodes changed, and each page lacks different events.
-        messages, self.last_event_id = await database_sync_to_async(render_cluster_changes)(
-            self.cluster_id, event["nodes"], self.last_event_id
-        )
+        # said which nodes changed, and each page lacks different events and rows.
+        messages = await database_sync_to_async(render_cluster_changes)(self.cluster_id, event["nodes"], self.page)
         await self.send_all(messages)
 
     async def network_changed(self, event: dict[str, Any]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -122,6 +124,9 @@ class Cluster(models.Model):
             models.Index(fields=["environment", "status"]), models.Index(fields=["workspace", "status"]),
             # The clusters list walks this newest first and stops at a page.
             models.Index(fields=["environment", "created_at", "id"]),
+            # The workspace's instances, in the order they are listed (newest cluster first, its
+            # nodes by index): a page walks this and each cluster's nodes, never sorting them all.
+            models.Index(fields=["workspace", "-created_at", "id"], name="cluster_workspace_newest"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(machine_count__gte=MIN_MACHINES, machine_count__lte=MAX_MACHINES), name="cluster_2_to_64"),
@@ -287,6 +292,14 @@ class NodeStep:
         return f"{cls.INSTALLING} {software}"
 
 
+class NodeQuerySet(models.QuerySet["Node"]):
+    def bulk_create(self, objs: Iterable[Node], *args: Any, **kwargs: Any) -> list[Node]:  # type: ignore[override]
+        nodes = list(objs)
+        for node in nodes:
+            node.fill_workspace()
+        return super().bulk_create(nodes, *args, **kwargs)  # type: ignore[arg-type,return-value]
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -303,7 +316,13 @@ class Node(models.Model):
         STOPPED = "stopped", "Stopped"
         RELEASED = "released", "Released"
 
+    LOG_KEEP = 4000  # characters of output a node keeps (its log tail)
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    # The cluster's workspace, which never changes: the workspace's instances are counted
+    # from one index of nodes, not by joining every live machine to its cluster. Set from
+    # the cluster when a node is saved or bulk-created.
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="+", db_index=False, editable=False)
     index = models.PositiveSmallIntegerField()
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="nodes")
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
@@ -327,6 +346,9 @@ class Node(models.Model):
     replaced_at = models.DateTimeField(null=True, blank=True, help_text="When a new machine took over its name.")
     step = models.CharField(max_length=40, blank=True, help_text="What the node is doing now, in words (a label only).")
     log_tail = models.TextField(blank=True)
+    # Characters ever appended to the log, of which log_tail keeps the last LOG_KEEP: a live
+    # push sends a page the lines it lacks, not the whole tail again.
+    log_written = models.PositiveBigIntegerField(default=0)
     detail = models.CharField(max_length=255, blank=True, help_text="Outcome, e.g. why it failed.")
     host_key = models.CharField(
         max_length=1000, blank=True, help_text="The machine's SSH host key (type base64), as its sshd presents it."
@@ -342,8 +364,14 @@ class Node(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacement"
     )
 
+    objects = NodeQuerySet.as_manager()
+
     class Meta:
         ordering = ["cluster", "index"]
+        indexes = [
+            # Machines running now, by workspace: the instances count reads this index alone.
+            models.Index(fields=["workspace"], condition=Q(released_at__isnull=True), name="node_live_by_workspace"),
+        ]
         constraints = [
             # A worker that never came up gives its name back to the next one added. A
             # machine being swapped in shares the name of the one it replaces until then.
@@ -359,6 +387,14 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.fill_workspace()
+        super().save(*args, **kwargs)
+
+    def fill_workspace(self) -> None:
+        if self.workspace_id is None:
+            self.workspace_id = self.cluster.workspace_id
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from django.core.paginator import Page, Paginator
 from django.db.models import F, Prefetch, QuerySet, Sum
+from django.db.models.functions import Length
 
 from clusters.models import Cluster, ClusterEvent, ClusterQuerySet, Node, Status
 
@@ -64,6 +65,24 @@ def cluster_for_detail(queryset: ClusterQuerySet) -> ClusterQuerySet:
     )
 
 
+def cluster_for_push(queryset: ClusterQuerySet, *, hosts: bool) -> ClusterQuerySet:
+    """A live push's cluster: the detail page's, its nodes without their log tails but with
+    each tail's length (`log_length`): with `log_written` that tells a socket which lines its
+    page lacks without reading 4,000 characters a node. `hosts`: with each node's host (the
+    Connect card's ssh lines need them; rows do not)."""
+    nodes = Node.objects.defer("log_tail").annotate(log_length=Length("log_tail")).order_by("index", "pk")
+    if hosts:
+        nodes = nodes.select_related("host")
+    return queryset.select_related(*_CATALOGUE, "volume").defer("node_secrets").prefetch_related(
+        Prefetch("nodes", queryset=nodes),
+    )
+
+
+def log_tails(node_ids: list[int]) -> dict[int, str]:
+    """The log tails of the given nodes, by node id."""
+    return dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "log_tail"))
+
+
 def workspace_instances(workspace_id: int, environment_id: int | None = None) -> QuerySet[Node]:
     """Every machine the workspace runs now (the GPU cloud's "instances"), each one a node of
     a cluster, in one environment when `environment_id` is given: the Instances page,
@@ -78,6 +97,16 @@ def workspace_instances(workspace_id: int, environment_id: int | None = None) ->
     )
 
 
+def count_instances(workspace_id: int, environment_id: int | None = None) -> int:
+    """How many machines the workspace runs now (workspace_instances' length), from one index
+    of live nodes by workspace: no join of every machine to its cluster (but for one
+    environment's)."""
+    nodes = Node.objects.filter(workspace_id=workspace_id, released_at__isnull=True)
+    if environment_id is not None:
+        nodes = nodes.filter(cluster__environment_id=environment_id)
+    return nodes.count()
+
+
 def workspace_instance(workspace_id: int, instance_id: int) -> Node | None:
     """One instance of the workspace, or None (callers answer 404, never 403)."""
     return workspace_instances(workspace_id).filter(pk=instance_id).first()
@@ -90,11 +119,6 @@ def committed_rate(workspace_id: int) -> Decimal:
         rate=Sum(F("price_per_machine_hour") * F("machine_count"))
     )["rate"]
     return total or Decimal("0.00")
-
-
-def nodes_by_id(cluster_id: int, node_ids: list[int]) -> list[Node]:
-    """The given nodes of one cluster, for pushing the rows that changed."""
-    return list(Node.objects.filter(cluster_id=cluster_id, pk__in=node_ids).select_related("host").order_by("index", "pk"))
 
 
 def recent_events(cluster_id: int, *, before: int | None = None, after: int | None = None,

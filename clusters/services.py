@@ -403,7 +403,7 @@ SETTLED_NODE_STATES = (
 )
 
 
-def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = 4000) -> None:
+def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = Node.LOG_KEEP) -> None:
     """Add (step, line) output to each node's log tail and note the step it is on; one push."""
     if not lines_by_node:
         return
@@ -414,18 +414,19 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
         # (cluster before nodes) that terminate and mark_degraded take.
         nodes = list(
             Node.objects.select_for_update(of=("self",)).filter(pk__in=list(lines_by_node))
-            .only("log_tail", "state", "step", "installed_at").order_by("pk")
+            .only("log_tail", "log_written", "state", "step", "installed_at").order_by("pk")
         )
         for node in nodes:
             entries = lines_by_node[node.pk]
             text = "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
             node.log_tail = (node.log_tail + text)[-keep:]
+            node.log_written += len(text)
             # Output arrives after the fact; it must not relabel a node that has settled, nor
             # one whose install finished (it is only checked from then on). Only the label: the
             # lifecycle decides on installed_at, so a late line cannot make it install again.
             if node.state not in SETTLED_NODE_STATES and node.installed_at is None:
                 node.step = entries[-1][0][:40]
-        Node.objects.bulk_update(nodes, ["log_tail", "step"])
+        Node.objects.bulk_update(nodes, ["log_tail", "log_written", "step"])
         _after_commit_changed(cluster_id, nodes=[node.pk for node in nodes])
 
 

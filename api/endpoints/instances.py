@@ -9,7 +9,7 @@ from ninja import Query, Router
 from api import rows, schemas
 from api.app import context, not_found, responses
 from clusters import services
-from clusters.queries import workspace_instance, workspace_instances
+from clusters.queries import count_instances, workspace_instance, workspace_instances
 
 router = Router(tags=["Instances"])
 
@@ -23,7 +23,8 @@ def list_instances(request: HttpRequest, pages: Query[schemas.PageQuery]) -> Htt
     # Without the header the answer is the whole workspace (the Instances page's view); with it,
     # that environment only, as every other list does.
     environment_id = ctx.environment.pk if request.headers.get("X-Environment", "").strip() else None
-    return rows.instance_page(request, workspace_instances(ctx.workspace.pk, environment_id), pages)
+    return rows.instance_page(request, workspace_instances(ctx.workspace.pk, environment_id), pages,
+                              count_instances(ctx.workspace.pk, environment_id))
 
 
 @router.delete("instances/{instance_id}", operation_id="terminateInstance",

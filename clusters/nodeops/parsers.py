@@ -231,7 +231,10 @@ class HealthReport:
 
     wg_up: bool | None = None  # None: the script printed nothing about wg0
     wg_daemon: str = ""  # running | stopped | kernel
-    peers: dict[str, bool] = field(default_factory=dict)  # peer name -> its 10.77.0.x answered a ping
+    peers: dict[str, bool] = field(default_factory=dict)  # peer name -> it answered (a ping, or a fresh handshake)
+    # The peers judged by their handshake's age, not pinged this round (all but the ring
+    # neighbours): a link they say is up is no evidence either way when another end is blamed.
+    by_handshake: frozenset[str] = frozenset()
     handshakes: dict[str, int | None] = field(default_factory=dict)  # seconds since the last one; None: never
     daemons: dict[str, bool] = field(default_factory=dict)  # slurmd/raylet/... -> running
     status: str = ""  # the head's status command output (sinfo, kubectl, ray status)
@@ -254,6 +257,7 @@ def parse_health_report(text: str) -> HealthReport:
     wg_up: bool | None = None
     wg_daemon = ""
     peers: dict[str, bool] = {}
+    by_handshake: set[str] = set()
     handshakes: dict[str, int | None] = {}
     daemons: dict[str, bool] = {}
     status_exit: int | None = None
@@ -265,8 +269,10 @@ def parse_health_report(text: str) -> HealthReport:
             wg_up = words[1] == "up"
         elif len(words) == 2 and words[0] == "wg-daemon":
             wg_daemon = words[1]
-        elif len(words) == 3 and words[0] == "peer":
+        elif len(words) in (3, 4) and words[0] == "peer":
             peers[words[1]] = words[2] == "ok"
+            if words[3:] == ["handshake"]:
+                by_handshake.add(words[1])
         elif len(words) == 3 and words[0] == "handshake":
             handshakes[words[1]] = int(words[2]) if words[2].isdigit() else None
         elif len(words) == 3 and words[0] == "daemon":
@@ -278,7 +284,7 @@ def parse_health_report(text: str) -> HealthReport:
     stop = text.find("::end-status::", start) if start >= 0 else -1
     if start >= 0 and stop >= 0:
         status = text[start + len("::begin-status::\n"):stop].strip("\n")
-    return HealthReport(wg_up, wg_daemon, peers, handshakes, daemons, status, status_exit)
+    return HealthReport(wg_up, wg_daemon, peers, frozenset(by_handshake), handshakes, daemons, status, status_exit)
 
 
 def slurm_state_works(state: str) -> bool:
@@ -291,7 +297,7 @@ def _names(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def judge_health(
+def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be split by phase again
     reports: dict[str, HealthReport | str], software: str, head: str | None = None
 ) -> dict[str, NodeHealthVerdict]:
     """Each node's health from every node's report (a str: why the node could not be asked).
@@ -299,34 +305,17 @@ def judge_health(
     Unreachable over SSH, then the private network (its own wg0 and wireguard-go, then the
     pings: a lost link counts against the end that loses most of its links, so one broken
     node does not take its healthy peers down with it), then the software (its own
-    daemons, then the head's view of it: sinfo, kubectl, ray status). Each phase judges only
-    the nodes no earlier phase found bad."""
+    daemons, then the head's view of it: sinfo, kubectl, ray status)."""
     verdicts: dict[str, NodeHealthVerdict] = {}
     notes: dict[str, list[str]] = {name: [] for name in reports}
     answered = {name: report for name, report in reports.items() if isinstance(report, HealthReport)}
-    _judge_reachable(reports, verdicts)
-    _judge_own_interface(answered, verdicts)
-    _judge_links(answered, verdicts, notes)
-    _judge_daemons(answered, verdicts)
-    head_report = answered.get(head) if head else None
-    if head is not None and head_report is not None and software != "none":
-        _judge_status(head, head_report, software, answered, verdicts, notes)
-    for name in reports:
-        if name not in verdicts:
-            verdicts[name] = _healthy(name, answered[name], notes[name])
-    return {name: verdicts[name] for name in reports}
-
-
-def _judge_reachable(reports: dict[str, HealthReport | str], verdicts: dict[str, NodeHealthVerdict]) -> None:
     for name, report in reports.items():
         if not isinstance(report, HealthReport):
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, f"Does not answer over SSH: {report}"[:255])
         elif not report.printed_anything:
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, "The health check did not run on it")
 
-
-def _judge_own_interface(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
-    """The private network, first: what each node says of its own interface."""
+    # The private network: first what each node says of its own interface.
     for name, report in answered.items():
         if name in verdicts:
             continue
@@ -335,42 +324,43 @@ def _judge_own_interface(answered: dict[str, HealthReport], verdicts: dict[str, 
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
         elif report.wg_daemon == "stopped":
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
-
-
-def _judge_links(
-    answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict], notes: dict[str, list[str]]
-) -> None:
-    """The pings, both directions, between nodes whose own checks pass. A lost link has two
-    ends; it is put on the end that loses most of its links (a node cut off fails with every
-    peer, each peer only with it), one worst node at a time, so a broken node never takes its
-    healthy peers down with it. Links to a node whose own checks already failed are its own,
-    above. Only when every node left is equally cut off (two nodes whose link is down, and
-    nothing says which end) are all of them down."""
+    # Then the links, both directions, between nodes whose own checks pass. A lost link has
+    # two ends; it is put on the end that loses more than half of the links it has evidence
+    # of, the worst such end first (a node cut off fails with every peer that checks it,
+    # each peer only with it), one at a time, so a broken node never takes its healthy
+    # peers down with it. Evidence of a link is a ping from either end (each node pings its
+    # two ring neighbours) or a stale handshake; a fresh handshake says the link worked
+    # lately, which does not outweigh a ping that failed now. Links to a node whose own
+    # checks already failed are its own, above. Only when every node left is equally cut off
+    # (two nodes whose link is down, and nothing says which end) are all of them down.
+    # A link is lost when neither end reached the other: an echo crosses the link both ways,
+    # so one end's answer proves it, and a failure at the other end was that end's own (its
+    # probe timed out under the round's load, say) — no verdict from that.
     meshed = [name for name in answered if name not in verdicts]
     lost = {
         name: [
             peer for peer in meshed
-            if peer != name and not (answered[name].peers.get(peer, False) and answered[peer].peers.get(name, True))
+            if peer != name and not (answered[name].peers.get(peer, False) or answered[peer].peers.get(name, False))
         ]
         for name in meshed
     }
-    pool = _blame_worst_links(meshed, lost, verdicts)
-    own_fault = [name for name in answered if name not in meshed]
-    for name in pool:
-        notes[name].extend(_link_notes(answered[name], lost[name], meshed, own_fault))
 
+    def pinged(name: str, peer: str) -> bool:
+        return peer in answered[name].peers and peer not in answered[name].by_handshake
 
-def _blame_worst_links(
-    meshed: list[str], lost: dict[str, list[str]], verdicts: dict[str, NodeHealthVerdict]
-) -> list[str]:
-    """Mark the nodes that lose most of their links down, worst first; returns those left."""
+    checked = {
+        name: {peer for peer in meshed if peer != name and (peer in lost[name] or pinged(name, peer) or pinged(peer, name))}
+        for name in meshed
+    }
     pool = list(meshed)
     while len(pool) > 1:
         counts = {name: sum(1 for peer in lost[name] if peer in pool) for name in pool}
-        worst = max(counts.values())
-        if worst * 2 <= len(pool) - 1:
+        bases = {name: sum(1 for peer in checked[name] if peer in pool) for name in pool}
+        failing = [name for name in pool if counts[name] * 2 > bases[name]]
+        if not failing:
             break
-        blamed = [name for name in pool if counts[name] == worst]
+        worst = max(counts[name] for name in failing)
+        blamed = [name for name in failing if counts[name] == worst]
         for name in blamed:
             failed = [peer for peer in lost[name] if peer in pool]
             alone = " (neither end's own checks fail)" if len(blamed) == len(pool) else ""
@@ -380,45 +370,45 @@ def _blame_worst_links(
         if len(blamed) == len(pool):
             break
         pool = [name for name in pool if name not in blamed]
-    return pool
+    own_fault = [name for name in answered if name not in meshed]
+    for name in pool:
+        report = answered[name]
+        failed = lost[name]
+        if failed:
+            notes[name].append(f"cannot reach {_names(failed)}")
+        if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
+            notes[name].append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
+        stale = [
+            peer for peer, age in report.handshakes.items()
+            if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
+        ]
+        if stale:
+            notes[name].append(f"no recent WireGuard handshake with {_names(stale)}")
 
-
-def _link_notes(report: HealthReport, failed: list[str], meshed: list[str], own_fault: list[str]) -> list[str]:
-    """What a node still counted healthy is told about its links."""
-    notes = []
-    if failed:
-        notes.append(f"cannot reach {_names(failed)}")
-    if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
-        notes.append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
-    stale = [
-        peer for peer, age in report.handshakes.items()
-        if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
-    ]
-    if stale:
-        notes.append(f"no recent WireGuard handshake with {_names(stale)}")
-    return notes
-
-
-def _judge_daemons(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
-    """The software, first: each node's own daemons."""
+    # The software: each node's own daemons, then the head's view.
     for name, report in answered.items():
         if name in verdicts:
             continue
         stopped = sorted(daemon for daemon, running in report.daemons.items() if not running)
         if stopped:
             verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{_names(stopped)} not running")
+    head_report = answered.get(head) if head else None
+    if head is not None and head_report is not None and software != "none":
+        _judge_status(head, head_report, software, answered, verdicts, notes)
 
-
-def _healthy(name: str, report: HealthReport, notes: list[str]) -> NodeHealthVerdict:
-    peers = sum(report.peers.values())
-    if report.peers:
-        parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
-    else:
-        parts = ["wg0 up, no peer checked this round"]
-    running = sorted(daemon for daemon, up in report.daemons.items() if up)
-    if running:
-        parts.append(f"{_names(running)} running")
-    return NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes)[:255])
+    for name in reports:
+        if name not in verdicts:
+            report = answered[name]
+            peers = sum(report.peers.values())
+            if report.peers:
+                parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+            else:
+                parts = ["wg0 up, no peer checked this round"]
+            running = sorted(daemon for daemon, up in report.daemons.items() if up)
+            if running:
+                parts.append(f"{_names(running)} running")
+            verdicts[name] = NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes[name])[:255])
+    return {name: verdicts[name] for name in reports}
 
 
 def _judge_status(

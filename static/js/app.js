@@ -78,6 +78,12 @@
   // balance and runway follow at once instead of at the next poll.
   document.addEventListener("htmx:wsAfterMessage", function () {
     if (window.htmx && document.getElementById("header-money")) window.htmx.trigger(document.body, "refresh-money");
+    // Pushes append a node's new log lines; like the server's tail, a log keeps only its
+    // last data-keep characters.
+    document.querySelectorAll("pre.log[data-keep]").forEach(function (log) {
+      var keep = parseInt(log.getAttribute("data-keep"), 10), text = log.textContent;
+      if (keep > 0 && text.length > keep) log.textContent = text.slice(-keep);
+    });
   });
 })();
 

@@ -43,9 +43,13 @@ def test_every_row_of_the_clusters_list_is_what_the_cluster_endpoint_answers(env
     clusters = make_clusters(environment, machine_type, 3, machines=3)
     node = clusters[1].nodes.get(index=2)
     Node.objects.filter(pk=node.pk).update(health=NodeHealth.SOFTWARE_DOWN, health_detail="slurmd not running",
-                                           health_checked_at=timezone.now(), joined_at=timezone.now())
+                                           health_checked_at=timezone.now(), joined_at=timezone.now(),
+                                           host_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIbenchkey")
     status, listed = api.get("/clusters", status="all")
     assert status == 200
+    ready = next(row for row in listed["data"] if row["id"] == clusters[1].pk)
+    assert ready["known_hosts"].startswith(f"{clusters[1].name}-node-2,") and ready["known_hosts"].endswith("benchkey\n")
+    assert ready["launch"]["torchrun"].startswith("source ")
     for row in listed["data"]:
         status, one = api.get(f"/clusters/{row['id']}")
         assert status == 200 and row == one["data"]
@@ -88,3 +92,41 @@ def test_instances_events_and_network_tests_lists_make_the_same_queries_however_
     many = [queries(api, path) for path in ("/instances", f"/clusters/{many_events.pk}/events",
                                             f"/clusters/{cluster.pk}/network-tests")]
     assert many == few
+
+
+def plan_nodes(sql: str, params) -> list[str]:
+    import json
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    found, stack = [], [plan[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        found.append(node["Node Type"])
+        stack.extend(node.get("Plans", []))
+    return found
+
+
+def test_instances_are_paged_in_order_from_indexes_and_counted_from_one_never_by_visiting_every_machine(
+    environment, machine_type
+):
+    from api.rows import _INSTANCE_COLUMNS
+    from clusters.queries import count_instances, workspace_instances
+
+    make_clusters(environment, machine_type, 40, machines=4)
+    page = workspace_instances(environment.workspace_id).values(*_INSTANCE_COLUMNS)[:50]
+    with connection.cursor() as cursor:
+        # Whether a full sort is even possible to avoid: the planner may still choose one for
+        # a table this small, so plans that sort everything are priced out of reach.
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        nodes = plan_nodes(*page.query.sql_with_params())
+        with CaptureQueriesContext(connection) as counted:
+            assert count_instances(environment.workspace_id) == 160
+        count = plan_nodes(counted.captured_queries[0]["sql"], None)
+        cursor.execute("RESET enable_sort")
+        cursor.execute("RESET enable_seqscan")
+    assert "Sort" not in nodes  # an incremental sort within a cluster's nodes is fine
+    assert "Index Only Scan" in count and "Hash Join" not in count and "Nested Loop" not in count

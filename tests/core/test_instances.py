@@ -31,6 +31,8 @@ def test_instances_are_the_live_machines_of_the_workspaces_clusters(environment,
         ("staging", "node-0"), ("staging", "node-1"), ("train", "node-0"), ("train", "node-1"), ("train", "node-2"),
     ]
     assert {n.cluster_id for n in instances} == {train.pk, staging.pk}
+    assert queries.count_instances(environment.workspace_id) == 5
+    assert queries.count_instances(elsewhere.pk) == 2
 
 
 def test_an_instance_of_another_workspace_is_not_found(environment, machine_type):

@@ -157,12 +157,13 @@ def test_a_customer_creates_a_cluster_and_watches_it_become_ready_live(customer,
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            create_and_watch(browser, stack)
+            shown_log = create_and_watch(browser, stack)
         finally:
             browser.close()
 
     cluster = Cluster.objects.get(name="browser-run")
     assert cluster.status == Status.READY and cluster.machine_count == 4
+    assert shown_log == cluster.nodes.get(index=0).log_tail  # the page's lines are the log's, none twice
     assert set(cluster.nodes.values_list("billing_started_at", flat=True)) == {cluster.billing_started_at}
 
 
@@ -190,7 +191,8 @@ def public_key_line() -> str:
     ).decode() + " carol@laptop"
 
 
-def create_and_watch(browser, stack: Stack) -> None:
+def create_and_watch(browser, stack: Stack) -> str:
+    """Returns node-0's log as the page shows it once the cluster is ready."""
     violations: list[str] = []
     context = browser.new_context(base_url=stack.url)
     watch_policy(context, violations)
@@ -250,6 +252,9 @@ def create_and_watch(browser, stack: Stack) -> None:
         # Half-way through typing the confirmation when pushes arrive: they must not wipe it.
         page.click("summary:has-text('Terminate cluster')")
         page.fill("input[name=confirm_name]", "browser")
+        # node-0's log, opened while the machines boot: pushes append its new lines and the
+        # rows they re-send leave it open.
+        page.click("#node-0-log summary")
         for url, name in [(page.url, "detail-phone.png"), ("/clusters/", "list-phone.png"),
                           ("/clusters/new/?machines=4", "create-phone.png")]:
             phone_screenshot(browser, context, stack, url, name)
@@ -265,6 +270,11 @@ def create_and_watch(browser, stack: Stack) -> None:
         assert page.locator("details.danger-zone[open]").count() == 1
         assert page.locator("#nodes-table tbody tr").count() == 4
         assert page.locator("#nodes-table .status-ready").count() == 4
+        assert page.locator("#node-0-log[open]").count() == 1
+        page.wait_for_function(
+            "() => document.getElementById('node-0-log-text').textContent.includes('installed')", timeout=WAIT_MS
+        )
+        shown_log = page.locator("#node-0-log-text").text_content()
         assert "ready" in page.locator("#events-list").inner_text()
         row = listing.locator("#cluster-list tr", has_text="browser-run")
         row.locator(".status-ready").wait_for(timeout=WAIT_MS)
@@ -272,6 +282,7 @@ def create_and_watch(browser, stack: Stack) -> None:
         page.screenshot(path=str(SCREENSHOTS / "detail-ready-desktop.png"), full_page=True)
         assert dialogs == [f"Delete key {PAYLOAD}?"]
         assert violations == []
+        return shown_log
     except Exception:
         print("web log:\n" + stack.log("web") + "\nworker log:\n" + stack.log("worker"))
         raise

@@ -206,10 +206,35 @@ async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
     assert (await socket.connect(timeout=TIMEOUT))[0]
     await socket.receive_from(timeout=TIMEOUT)  # the current state
     node = await database_sync_to_async(cluster.nodes.get)(index=2)
-    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"state": Node.State.INSTALL_FAILED})])
+    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"detail": "Its disk is full."})])
     card = await socket.receive_from(timeout=TIMEOUT)
     rows = await socket.receive_from(timeout=TIMEOUT)
     assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card
     assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr ") == 1
-    assert "Install failed" in rows
+    assert "Its disk is full." in rows
+    await socket.disconnect()
+
+
+async def test_a_node_leaving_ready_takes_the_replace_button_off_every_row(cluster, owner_cookie):
+    socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
+    assert (await socket.connect(timeout=TIMEOUT))[0]
+    assert "Replace node-1" in await socket.receive_from(timeout=TIMEOUT)
+    node = await database_sync_to_async(cluster.nodes.get)(index=2)
+    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"state": Node.State.INSTALL_FAILED})])
+    await socket.receive_from(timeout=TIMEOUT)  # the status card
+    rows = await socket.receive_from(timeout=TIMEOUT)
+    assert rows.count("<tr ") == 4 and "Install failed" in rows and "Replace node-" not in rows
+    await socket.disconnect()
+
+
+async def test_new_log_lines_reach_the_page_alone_after_what_it_holds(cluster, owner_cookie):
+    nodes = await database_sync_to_async(lambda: {n.index: n.pk for n in cluster.nodes.all()})()
+    await database_sync_to_async(services.append_node_logs)(cluster.pk, {nodes[1]: [("install", "unpacking slurm")]})
+    socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
+    assert (await socket.connect(timeout=TIMEOUT))[0]
+    assert "unpacking slurm" in await socket.receive_from(timeout=TIMEOUT)
+    await database_sync_to_async(services.append_node_logs)(cluster.pk, {nodes[1]: [("install", "slurmd started")]})
+    card = await socket.receive_from(timeout=TIMEOUT)
+    assert '<pre class="log" id="node-1-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
+    assert "slurmd started" in card and "unpacking slurm" not in card
     await socket.disconnect()

@@ -171,3 +171,65 @@ def test_a_node_checked_alone_says_no_peer_was_checked_instead_of_reaching_zero_
     reports: dict[str, HealthReport | str] = {"node-0": HealthReport(wg_up=True, wg_daemon="kernel")}
     verdict = judge_health(reports, "none", head="node-0")["node-0"]
     assert (verdict.health, verdict.detail) == ("healthy", "wg0 up, no peer checked this round")
+
+
+def ring_reports(count: int, cut_off: frozenset[str] = frozenset(), broken: frozenset[frozenset[str]] = frozenset()
+                 ) -> dict[str, HealthReport | str]:
+    """What health.sh reports on `count` nodes: each pings its two ring neighbours, and judges
+    every other peer by a handshake still fresh (a cut lasting seconds has not aged it yet)."""
+    up = HealthReport(wg_up=True, wg_daemon="running")
+    names = [f"node-{i}" for i in range(count)]
+    reports: dict[str, HealthReport | str] = {}
+    for i, me in enumerate(names):
+        ring = {names[(i - 1) % count], names[(i + 1) % count]}
+        peers = {
+            peer: peer not in ring or not ({me, peer} & cut_off or frozenset((me, peer)) in broken)
+            for peer in names if peer != me
+        }
+        reports[me] = replace(up, peers=peers, by_handshake=frozenset(set(peers) - ring))
+    return reports
+
+
+def test_a_node_cut_off_is_blamed_at_once_by_its_ring_neighbours_pings_before_any_handshake_ages():
+    verdicts = judge_health(ring_reports(64, cut_off=frozenset({"node-9"})), "none")
+    assert verdicts["node-9"].health == "network_down"
+    assert verdicts["node-9"].detail == "Cannot reach node-8, node-10 over the private network"
+    assert {v.health for name, v in verdicts.items() if name != "node-9"} == {"healthy"}
+    assert "cannot reach node-9" in verdicts["node-8"].detail
+
+
+def test_one_broken_ring_link_between_two_sound_nodes_blames_neither():
+    verdicts = judge_health(ring_reports(8, broken=frozenset({frozenset(("node-3", "node-4"))})), "none")
+    assert {v.health for v in verdicts.values()} == {"healthy"}
+    assert "cannot reach node-4" in verdicts["node-3"].detail
+
+
+def test_a_node_cut_off_for_minutes_loses_its_stale_handshakes_too():
+    reports = ring_reports(8, cut_off=frozenset({"node-2"}))
+    for name, report in reports.items():  # a handshake's age is the same at both ends
+        assert isinstance(report, HealthReport)
+        stale = {peer: False for peer in report.by_handshake if "node-2" in (name, peer)}
+        reports[name] = replace(report, peers={**report.peers, **stale})
+    verdicts = judge_health(reports, "none")
+    assert verdicts["node-2"].health == "network_down"
+    assert {v.health for name, v in verdicts.items() if name != "node-2"} == {"healthy"}
+
+
+def test_a_node_whose_own_pings_timed_out_while_its_neighbours_reached_it_is_not_blamed():
+    reports = ring_reports(64)
+    slow = reports["node-5"]
+    assert isinstance(slow, HealthReport)
+    # Its fping got no CPU in time: both neighbours "fail" from its end, but each of them
+    # pinged it and got the echo back, which crosses the link both ways.
+    reports["node-5"] = replace(slow, peers={**slow.peers, "node-4": False, "node-6": False})
+    verdicts = judge_health(reports, "none")
+    assert {v.health for v in verdicts.values()} == {"healthy"}
+
+
+def test_peers_judged_by_handshake_are_read_apart_from_those_pinged():
+    report = parse_health_report(
+        "::health:: wg0 up\n::health:: peer node-1 ok\n::health:: peer node-2 fail handshake\n"
+        "::health:: peer node-3 ok handshake\n::health:: handshake node-2 400\n"
+    )
+    assert report.peers == {"node-1": True, "node-2": False, "node-3": True}
+    assert report.by_handshake == {"node-2", "node-3"}

@@ -101,7 +101,7 @@ def test_the_parts_the_socket_replaces_are_polite_live_regions_on_the_page_and_i
     page = Elements(owner_client.get(cluster.get_absolute_url()).text)
     for ident in regions:
         assert page.by_id(ident).get("aria-live") == "polite", ident
-    [pushed, *_], _ = broadcast.render_cluster_now(cluster.pk)
+    [pushed, *_] = broadcast.render_cluster_now(cluster.pk, broadcast.PageState())
     pushed_page = Elements(pushed)
     for ident in regions:
         assert pushed_page.by_id(ident).get("aria-live") == "polite", ident

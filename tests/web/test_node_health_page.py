@@ -44,13 +44,16 @@ def test_an_outsider_cannot_see_the_page(outsider_client, cluster):
     assert outsider_client.get(cluster.get_absolute_url()).status_code == 404
 
 
-def test_the_push_after_a_change_carries_the_changed_row_and_the_banner(cluster):
+def test_the_push_after_a_round_carries_the_row_whose_health_changed_alone_and_the_banner(cluster):
+    health.check_cluster(cluster.pk)  # every node healthy, and the page shows it
+    page = broadcast.PageState()
+    broadcast.render_cluster_now(cluster.pk, page)
     break_node(cluster, 1)
     changed = list(cluster.nodes.filter(health=NodeHealth.NETWORK_DOWN).values_list("pk", flat=True))
-    messages, _ = broadcast.render_cluster_changes(cluster.pk, changed, None)
-    card, rows = messages
+    card, rows = broadcast.render_cluster_changes(cluster.pk, changed, page)
     assert 'id="health-banner"' in card and "node-1 is private network down" in card
     assert rows.startswith('<tr id="node-1" hx-swap-oob="true">') and "Private network down" in rows
+    assert rows.count("<tr ") == 1
 
 
 def test_a_cluster_that_is_no_longer_ready_shows_no_health(member_client, cluster):

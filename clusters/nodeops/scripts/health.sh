@@ -7,15 +7,18 @@
 #
 #   ::health:: wg0 up|down            the node's WireGuard interface exists and is up
 #   ::health:: wg-daemon running|stopped|kernel   wireguard-go (kernel: no daemon needed)
-#   ::health:: peer <name> ok|fail    the peer's 10.77.0.x answered over wg0 (one fping for all peers)
+#   ::health:: peer <name> ok|fail    a ring neighbour (the nodes before and after this one by
+#                                     index): its 10.77.0.x answered a ping over wg0 (one fping)
+#   ::health:: peer <name> ok|fail handshake   any other peer, judged by the age of its latest
+#                                     WireGuard handshake (PersistentKeepalive keeps it fresh)
 #   ::health:: handshake <name> <seconds>|never   age of the latest handshake with the peer
 #   ::health:: daemon <name> running|stopped      the software's daemon on this node
 #   ::health:: status-exit <code>     the head's status command failed
 set -euo pipefail
 
 PING_WAIT="${RUNCRATE_HEALTH_PING_WAIT:-2}"
-# Without fping, a handshake this recent (seconds) counts as the peer answering (WireGuard
-# re-handshakes every 2 minutes while PersistentKeepalive keeps traffic flowing).
+# A handshake this recent (seconds) counts as the peer answering: WireGuard re-handshakes
+# every 2 minutes while PersistentKeepalive keeps traffic flowing (parsers.STALE_HANDSHAKE_SECONDS).
 HANDSHAKE_FRESH=180
 
 report() {
@@ -60,53 +63,70 @@ sandbox_network() {
     done <"$STATE_DIR/sandbox-peers"
 }
 
-# wg0_state: up (the interface exists and is administratively up), down (it exists but was
-# set down: `ip link set wg0 down`), or missing. One `ip` call; no pipeline.
+# wg0_state: sets WG0_STATE to up (the interface exists and is administratively up), down
+# (it exists but was set down: `ip link set wg0 down`), or missing. From the node's own sysfs
+# (no process); with `ip` where it has none mounted.
 wg0_state() {
-    local line
+    local flags="" line
+    if [ -e /sys/class/net/lo ]; then
+        if [ ! -e /sys/class/net/wg0 ]; then WG0_STATE=missing; return 0; fi
+        read -r flags 2>/dev/null </sys/class/net/wg0/flags || flags=""
+        if [ -n "$flags" ]; then
+            if (( flags & 1 )); then WG0_STATE=up; else WG0_STATE=down; fi  # IFF_UP
+            return 0
+        fi
+    fi
     line="$(ip -o link show wg0 2>/dev/null)" || line=""
     case "$line" in
-        "") echo missing ;;
-        *"<UP,"* | *",UP,"* | *",UP>"* | *"<UP>"*) echo up ;;
-        *) echo down ;;
+        "") WG0_STATE=missing ;;
+        *"<UP,"* | *",UP,"* | *",UP>"* | *"<UP>"*) WG0_STATE=up ;;
+        *) WG0_STATE=down ;;
     esac
 }
 
-# probe_peers: one `fping` over every peer's 10.77.0.x at once (one process per node per
-# round, however many peers: the round is linear in nodes), each target tried twice within
-# PING_WAIT seconds. Prints the addresses that answered. The ping also makes WireGuard
-# handshake with a peer it has not talked to lately.
-probe_peers() {
-    local wait_ms=$((PING_WAIT * 1000 / 2))
-    [ "$wait_ms" -ge 100 ] || wait_ms=100
-    fping -a -r 1 -B 1 -t "$wait_ms" -i 1 "$@" 2>/dev/null || true
+# ring_neighbours ADDRESS...: RING_NEIGHBOURS=the addresses of the peers just before and just
+# after this node by index, wrapping around (one of them in a two-node cluster). Every node pings these two
+# only: each link of the ring is pinged from both of its ends, and the round sends 2 echo
+# requests a node whatever the cluster's size (one fping over every peer sent N-1).
+ring_neighbours() {
+    local address previous="" next="" first="" last="" index
+    local -i best_below=-1 best_above=1000000 lowest=1000000 highest=-1
+    for address in "$@"; do
+        index="${PEER_INDEX[$address]}"
+        if [ "$index" -lt "$NODE_INDEX" ] && [ "$index" -gt "$best_below" ]; then best_below=$index previous=$address; fi
+        if [ "$index" -gt "$NODE_INDEX" ] && [ "$index" -lt "$best_above" ]; then best_above=$index next=$address; fi
+        if [ "$index" -lt "$lowest" ]; then lowest=$index first=$address; fi
+        if [ "$index" -gt "$highest" ]; then highest=$index last=$address; fi
+    done
+    [ -n "$previous" ] || previous="$last"
+    [ -n "$next" ] || next="$first"
+    RING_NEIGHBOURS=("$previous")
+    [ "$next" = "$previous" ] || RING_NEIGHBOURS+=("$next")
 }
 
-# probe_ring: without fping (a machine that lost it), ping only the two ring neighbours
-# (still two processes a node, whatever the size); every other peer is judged by the age
-# of its latest WireGuard handshake, which the interface keeps anyway.
-probe_ring() {
-    local count=$# i previous next
-    local -a targets=("$@")
-    for ((i = 0; i < count; i++)); do
-        [ "${PEER_INDEX[${targets[$i]}]}" -lt "$NODE_INDEX" ] && previous="$i"
-        if [ -z "${next:-}" ] && [ "${PEER_INDEX[${targets[$i]}]}" -gt "$NODE_INDEX" ]; then next="$i"; fi
-    done
-    [ -n "${next:-}" ] || next=0
-    [ -n "${previous:-}" ] || previous=$((count - 1))
-    for i in $(printf '%s\n' "$previous" "$next" | sort -u); do
-        (ping -c 1 -W "$PING_WAIT" "${targets[$i]}" >/dev/null 2>&1 && echo "${targets[$i]}") &
+# probe: the given addresses pinged over wg0, each tried twice within PING_WAIT seconds; prints
+# those that answered. One fping for all of them; without fping (a machine that lost it) a
+# ping each.
+probe() {
+    local wait_ms=$((PING_WAIT * 1000 / 2)) address
+    [ "$wait_ms" -ge 100 ] || wait_ms=100
+    if command -v fping >/dev/null 2>&1; then
+        fping -a -r 1 -B 1 -t "$wait_ms" -i 1 "$@" 2>/dev/null || true
+        return 0
+    fi
+    for address in "$@"; do
+        (ping -c 1 -W "$PING_WAIT" "$address" >/dev/null 2>&1 && echo "$address") &
     done
     wait
 }
 
 real_network() {
-    local entry name address key stamp now state
-    local -A name_of=() reached=() age_of=()
-    local -a addresses=()
+    local entry name address key stamp now
+    local -A name_of=() reached=() age_of=() ring=()
+    local -a addresses=() RING_NEIGHBOURS=()
     declare -gA PEER_INDEX=()
-    state="$(wg0_state)"
-    if [ "$state" != up ]; then
+    wg0_state
+    if [ "$WG0_STATE" != up ]; then
         report "wg0 down"
         if process_runs wireguard-go; then report "wg-daemon running"; else report "wg-daemon stopped"; fi
         return 0
@@ -128,28 +148,24 @@ real_network() {
     done
     # Handshakes, by peer name.
     read_wg_peers
-    now="$(date +%s)"
+    printf -v now '%(%s)T' -1
     while read -r key stamp; do
         name="${WG_PEER_OF[$key]:-}"
         [ -n "$name" ] || continue
         if [ "$stamp" = 0 ]; then age_of[$name]=never; else age_of[$name]=$((now - stamp)); fi
     done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
     [ "${#addresses[@]}" -gt 0 ] || return 0
-    local probed=all
-    if command -v fping >/dev/null 2>&1; then
-        while read -r address; do reached[$address]=1; done < <(probe_peers "${addresses[@]}")
-    else
-        probed=ring
-        while read -r address; do reached[$address]=1; done < <(probe_ring "${addresses[@]}")
-    fi
+    ring_neighbours "${addresses[@]}"
+    for address in "${RING_NEIGHBOURS[@]}"; do ring[$address]=1; done
+    while read -r address; do reached[$address]=1; done < <(probe "${RING_NEIGHBOURS[@]}")
     for address in "${addresses[@]}"; do
         name="${name_of[$address]}"
-        if [ -n "${reached[$address]:-}" ]; then
-            report "peer $name ok"
-        elif [ "$probed" = ring ] && [ "${age_of[$name]:-never}" != never ] && [ "${age_of[$name]}" -le "$HANDSHAKE_FRESH" ]; then
-            report "peer $name ok"
+        if [ -n "${ring[$address]:-}" ]; then
+            if [ -n "${reached[$address]:-}" ]; then report "peer $name ok"; else report "peer $name fail"; fi
+        elif [ "${age_of[$name]:-never}" != never ] && [ "${age_of[$name]}" -le "$HANDSHAKE_FRESH" ]; then
+            report "peer $name ok handshake"
         else
-            report "peer $name fail"
+            report "peer $name fail handshake"
         fi
     done
     for name in "${!age_of[@]}"; do report "handshake $name ${age_of[$name]}"; done

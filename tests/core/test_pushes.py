@@ -1,0 +1,119 @@
+"""A live push carries what changed since the page's last one: the rows of the nodes that
+changed, without the logs the page holds, and a log's new lines alone."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from clusters import services
+from clusters.broadcast import PageState, render_cluster_changes, render_cluster_now
+from clusters.models import Cluster, Node, Status
+from offers.models import Host
+from tests.factories import HostFactory
+
+pytestmark = pytest.mark.django_db
+
+LOG = "".join(f"[12:00:{i % 60:02d}] install: a line of installer output, number {i}\n" for i in range(80))[-4000:]
+
+
+def big_cluster(environment, machine_type, *, machines: int = 64, status: str = Status.READY,
+                state: str = Node.State.READY) -> Cluster:
+    """A cluster whose every node has a full 4,000-character log tail, as after an install."""
+    now = timezone.now()
+    cluster = Cluster.objects.create(
+        workspace_id=environment.workspace_id, environment=environment, name="wide", machine_type=machine_type,
+        machine_count=machines, price_per_machine_hour=machine_type.price_per_machine_hour, provider="simulated",
+        status=status, status_changed_at=now, deadline_at=now, software="slurm",
+    )
+    hosts = Host.objects.bulk_create(
+        HostFactory.build(machine_type=machine_type, state=Host.State.RESERVED) for _ in range(machines)
+    )
+    Node.objects.bulk_create(
+        Node(cluster=cluster, index=i, host=hosts[i], state=state, log_tail=LOG, log_written=len(LOG))
+        for i in range(machines)
+    )
+    return cluster
+
+
+def joined(cluster: Cluster) -> PageState:
+    page = PageState()
+    render_cluster_now(cluster.pk, page)
+    return page
+
+
+def pushed_bytes(messages: list[str]) -> int:
+    return sum(len(message.encode()) for message in messages)
+
+
+def test_a_status_change_that_no_row_shows_sends_no_row(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, status=Status.DEGRADED, state=Node.State.INSTALLED)
+    page = joined(cluster)
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.INSTALLING)
+    messages = render_cluster_changes(cluster.pk, None, page)
+    assert len(messages) == 1 and "<tr" not in messages[0] and 'id="nodes-table"' not in messages[0]
+    assert "Installing" in messages[0] and pushed_bytes(messages) < 5_000
+
+
+def test_a_64_node_progress_push_sends_every_row_without_its_log_and_stays_under_50_kb(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, status=Status.PROVISIONING, state=Node.State.BOOTING)
+    page = joined(cluster)
+    Node.objects.filter(cluster=cluster).update(state=Node.State.UP, step="up")
+    card, rows = render_cluster_changes(cluster.pk, list(cluster.nodes.values_list("pk", flat=True)), page)
+    assert rows.count("<tr ") == 64 and rows.count("hx-preserve") == 64
+    assert "installer output" not in card + rows
+    assert "64 of 64 machines up" in card
+    assert pushed_bytes([card, rows]) < 50_000
+
+
+def test_new_log_lines_travel_alone_and_the_row_keeps_the_pages_log(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, machines=8, status=Status.INSTALLING, state=Node.State.INSTALLING)
+    page = joined(cluster)
+    node = cluster.nodes.get(index=3)
+    services.append_node_logs(cluster.pk, {node.pk: [("starting slurmd", "slurmd: started")]})
+    card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
+    assert '<pre class="log" id="node-3-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
+    assert "starting slurmd: slurmd: started\n</pre>" in card and "installer output" not in card
+    assert rows.startswith('<tr id="node-3"') and rows.count("<tr ") == 1
+    assert '<details id="node-3-log" hx-preserve></details>' in rows and "installer output" not in rows
+    # The same lines are not sent twice.
+    assert "slurmd: started" not in "".join(render_cluster_changes(cluster.pk, [node.pk], page))
+
+
+def test_a_page_that_missed_more_than_the_tail_gets_the_whole_tail(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, machines=2, status=Status.INSTALLING, state=Node.State.INSTALLING)
+    page = joined(cluster)
+    node = cluster.nodes.get(index=1)
+    services.append_node_logs(cluster.pk, {node.pk: [("install", f"line {i} " + "x" * 60) for i in range(80)]})
+    card, _ = render_cluster_changes(cluster.pk, [node.pk], page)
+    log = card.split('<pre class="log" id="node-1-log-text" data-keep="4000" hx-swap-oob="true">')[1].split("</pre>")[0]
+    node.refresh_from_db()
+    assert len(log) == 4000 and log == node.log_tail
+
+
+def test_a_node_that_gets_its_first_log_line_sends_its_row_with_the_log(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, machines=2, status=Status.INSTALLING, state=Node.State.INSTALLING)
+    Node.objects.filter(cluster=cluster, index=1).update(log_tail="", log_written=0)
+    page = joined(cluster)
+    node = cluster.nodes.get(index=1)
+    services.append_node_logs(cluster.pk, {node.pk: [("install", "first line")]})
+    card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
+    assert "first line" not in card
+    assert '<details id="node-1-log"><summary>Log</summary>' in rows and "install: first line" in rows
+
+
+def test_a_health_round_that_changes_nothing_shown_sends_no_row(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, machines=8)
+    Node.objects.filter(cluster=cluster).update(health="healthy", health_checked_at=timezone.now())
+    page = joined(cluster)
+    Node.objects.filter(cluster=cluster).update(health_checked_at=timezone.now())
+    [card] = render_cluster_changes(cluster.pk, [], page)
+    assert "<tr" not in card
+
+
+def test_a_node_added_sends_the_whole_table(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, machines=2)
+    page = joined(cluster)
+    Node.objects.create(cluster=cluster, index=2, host=HostFactory(machine_type=machine_type), state=Node.State.BOOTING)
+    [message] = render_cluster_changes(cluster.pk, None, page)
+    assert 'id="nodes-table" hx-swap-oob="true"' in message and message.count('<tr id="node-') == 3
