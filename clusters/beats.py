@@ -4,17 +4,19 @@ heartbeats)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Self
 
 from django.db import connections as db_connections
 
 
 class Beat:
-    """Calls `beat()` every `interval` seconds while the `with` block runs, until it returns
+    """Calls `beat` every `interval` seconds while the `with` block runs, until it returns
     False; the thread's database connections are closed when it ends."""
 
-    def __init__(self, interval: float, name: str) -> None:
+    def __init__(self, interval: float, name: str, beat: Callable[[], bool]) -> None:
         self.interval = interval
+        self._beat = beat
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -26,13 +28,10 @@ class Beat:
         self._stopped.set()
         self._thread.join()
 
-    def beat(self) -> bool:
-        raise NotImplementedError
-
     def _run(self) -> None:
         try:
             while not self._stopped.wait(self.interval):
-                if not self.beat():
+                if not self._beat():
                     return
         finally:
             db_connections.close_all()

@@ -105,13 +105,13 @@ class Heartbeat(Beat):
     that dies stops renewing, and its cluster is free within seconds."""
 
     def __init__(self, lease: services.Lease) -> None:
-        super().__init__(services.lease_length().total_seconds() / 3, name=f"lease-{lease.cluster_id}")
+        super().__init__(services.lease_length().total_seconds() / 3, name=f"lease-{lease.cluster_id}", beat=self._renew)
         self.lease = lease
         self.lost = False
         # Renewing and releasing both compare-and-set on the lease's expiry: never both at once.
         self._lock = threading.Lock()
 
-    def beat(self) -> bool:
+    def _renew(self) -> bool:
         with self._lock:
             if self._stopped.is_set():
                 return False

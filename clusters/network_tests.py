@@ -54,10 +54,10 @@ class Heartbeat(Beat):
 
     def __init__(self, test_id: int, interval: float | None = None) -> None:
         super().__init__(settings.NETWORK_TEST_HEARTBEAT_SECONDS if interval is None else interval,
-                         name=f"network-test-{test_id}")
+                         name=f"network-test-{test_id}", beat=self._renew)
         self.test_id = test_id
 
-    def beat(self) -> bool:
+    def _renew(self) -> bool:
         # False once finished, or failed by the sweep: nothing left to keep alive.
         return services.renew_network_test(self.test_id)
 
