@@ -185,22 +185,24 @@ class UidRanges:
         owner = str(state_dir.resolve())
         with _locked(HOST_REGISTRY / ".uids.lock"):
             cls._dir().mkdir(parents=True, exist_ok=True)
-            free = None
-            for index in range(RANGES):
-                slot = cls._dir() / str(index)
-                try:
-                    holder = slot.read_text()
-                except FileNotFoundError:
-                    free = index if free is None else free
-                    continue
-                if holder == owner:
-                    return FIRST_UID + index * RANGE_SIZE
-                if free is None and running(Path(holder)) is None and not _booting(Path(holder)):
-                    free = index
-            if free is None:
+            held = {int(slot.name): slot for slot in cls._dir().iterdir() if slot.name.isdigit()}
+            # A never-used index first (one directory listing); a killed run's range is taken
+            # back only when every one is held, so a boot reads no other node's state.
+            index = next((i for i in range(RANGES) if i not in held), None)
+            if index is None:
+                index = next((i for i, slot in held.items() if cls._abandoned(slot)), None)
+            if index is None:
                 raise RuntimeError(f"all {RANGES} node uid ranges of this computer are in use")
-            (cls._dir() / str(free)).write_text(owner)
-            return FIRST_UID + free * RANGE_SIZE
+            (cls._dir() / str(index)).write_text(owner)
+            return FIRST_UID + index * RANGE_SIZE
+
+    @staticmethod
+    def _abandoned(slot: Path) -> bool:
+        try:
+            holder = Path(slot.read_text())
+        except FileNotFoundError:
+            return True
+        return running(holder) is None and not _booting(holder)
 
     @classmethod
     def free(cls, state_dir: Path, base: int) -> None:
