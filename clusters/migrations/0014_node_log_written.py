@@ -16,8 +16,9 @@ class Migration(migrations.Migration):
             field=models.PositiveBigIntegerField(default=0),
         ),
         # What is on record so far counts as written: a page holding a tail is sent what follows it.
+        # length() counts characters in PostgreSQL and SQLite alike (`make run` upgrades SQLite).
         migrations.RunSQL(
-            "UPDATE clusters_node SET log_written = char_length(log_tail) WHERE log_tail <> ''",
+            "UPDATE clusters_node SET log_written = length(log_tail) WHERE log_tail <> ''",
             migrations.RunSQL.noop,
         ),
     ]

@@ -24,7 +24,9 @@ class Migration(migrations.Migration):
                                     related_name='+', to='accounts.workspace'),
         ),
         migrations.RunSQL(
-            "UPDATE clusters_node SET workspace_id = c.workspace_id FROM clusters_cluster c WHERE c.id = clusters_node.cluster_id",
+            # A correlated subquery: the same SQL in PostgreSQL and SQLite (`make run`).
+            "UPDATE clusters_node SET workspace_id = "
+            "(SELECT c.workspace_id FROM clusters_cluster c WHERE c.id = clusters_node.cluster_id)",
             migrations.RunSQL.noop,
         ),
         migrations.AlterField(
