@@ -501,16 +501,13 @@ def join_network(
     }
     node_env: NodeEnv = lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)}  # noqa: E731
     with _Session(runner) as session:
-        if spec.sandbox:
-            results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
-                           extra_env=extra_env, node_env=node_env)
-        else:
-            # Every tunnel up first, then the probes: see join_network.sh on RUNCRATE_JOIN_PHASE.
-            results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
-                           extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "up"}, node_env=node_env)
-            up = [node for node in spec.nodes if results[node.name].ok]
-            results.update(_run(spec, up, "join_network.sh", "join_network", session, on_output,
-                                extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "reach"}, node_env=node_env))
+        # Every tunnel up first, then the probes (see join_network.sh on RUNCRATE_JOIN_PHASE):
+        # no node waits on a peer whose session the machine has not started yet.
+        results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
+                       extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "up"}, node_env=node_env)
+        up = [node for node in spec.nodes if results[node.name].ok]
+        results.update(_run(spec, up, "join_network.sh", "join_network", session, on_output,
+                            extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "reach"}, node_env=node_env))
     reaches: dict[tuple[str, str], bool] = {}
     for name, result in results.items():
         if not result.ok:
