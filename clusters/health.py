@@ -31,14 +31,16 @@ def lock_key(cluster_id: int) -> str:
 
 
 def checked_nodes(cluster: Cluster) -> list[Node]:
-    """The nodes a round asks about: live and ready, and not a machine still being swapped in
-    for another (`replacing` set). A node with a replacement on the way keeps being checked
-    until the replacement has joined: from then on the new machine holds the node's private
-    address, so the old one is cut off from its peers by design while it is being stopped."""
+    """The nodes a round asks about: live and ready, neither a machine still being swapped in
+    for another (`replacing` set) nor one with a replacement on the way. The customer gave up
+    on that one; its software gives it no new work (a drained Ray node's raylet leaves once
+    idle) and the new machine takes its private address once joined, so a verdict on it would
+    only raise a false alarm."""
+    swapping = Node.objects.filter(replacing__isnull=False, released_at__isnull=True).values("replacing_id")
     return list(
         cluster.nodes.select_related("host")
         .filter(released_at__isnull=True, replacing__isnull=True, state=Node.State.READY)
-        .exclude(replacement__joined_at__isnull=False)
+        .exclude(pk__in=swapping)
         .defer("log_tail").order_by("index")
     )
 

@@ -773,7 +773,9 @@ def record_drain(cluster: Cluster, node: Node, jobs: list[str] | None) -> None:
     if jobs is None:
         return
     software = cluster.get_software_display()
-    if jobs:
+    if cluster.software == Software.RAY:
+        ending = "Its running tasks keep running until the new machine takes over; new ones go to the other nodes."
+    elif jobs:
         listed = ", ".join(jobs[:10]) + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
         ending = f"These jobs run on it and end when the new machine takes over: {listed}."
     else:

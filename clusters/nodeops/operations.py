@@ -629,12 +629,16 @@ def drain(
     on_output: OutputCallback | None = None,
     resume: bool = False,
 ) -> tuple[StepResult, list[str]]:
-    """The software gives `node_name` no new work (Slurm DRAIN); it keeps what it runs. Runs on
-    the head; returns the step and the jobs still running on the node ("id name"). `resume`:
-    the swap was given up, the node takes work again."""
+    """The software gives `node_name` no new work (Slurm DRAIN, a Ray preemption drain); it
+    keeps what it runs. Runs on the head; returns the step and the jobs still running on the
+    node ("id name"). `resume`: the swap was given up, the node takes work again (on the head,
+    and on the node itself, whose drained raylet may have left)."""
     env = {"RUNCRATE_DRAIN_NODE": node_name, "RUNCRATE_DRAIN_ACTION": "resume" if resume else "drain"}
+    on = [spec.head]
+    if resume:
+        on += [node for node in spec.nodes if node.name == node_name and node is not spec.head]
     with _Session(runner) as session:
-        results = _run(spec, [spec.head], "drain.sh", "drain", session, on_output, env)
+        results = _run(spec, on, "drain.sh", "drain", session, on_output, env)
     head = results[spec.head.name]
     jobs = [line.removeprefix("::job:: ").strip() for line in head.stdout.splitlines() if line.startswith("::job:: ")]
     return StepResult("drain", results), jobs

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
 from billing.models import LedgerEntry, MachineUsage
-from clusters import connect, services
+from clusters import connect, lifecycle, services
 from clusters.models import Cluster, Node, Reason, Status
 from clusters.nodeops import realnodes
 from clusters.nodeops.sandbox import free_port
@@ -260,10 +260,10 @@ def test_a_machine_that_fails_to_boot_fails_the_cluster_and_no_node_is_left(envi
     assert realnodes.leftovers(real_machines) == []
 
 
-def test_a_ray_cluster_of_real_nodes_is_ready_and_a_running_task_survives_an_added_worker(environment, real_machines):
+def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_a_replaced_node(environment, real_machines):
     if not (realnodes.Path("/opt/ray/bin/ray").exists()):
         pytest.skip("Ray is not installed in /opt/ray (make ray)")
-    machine_type = real_machine_type(3)
+    machine_type = real_machine_type(4)
     cluster = services.create_cluster(
         environment=environment, name="tune", machine_type=machine_type, machine_count=2, software="ray"
     )
@@ -291,6 +291,72 @@ def test_a_ray_cluster_of_real_nodes_is_ready_and_a_running_task_survives_an_add
     assert on_node(real_machines, head, "/opt/ray/bin/ray status").stdout.count(" node_") == 3
     finished = wait_for(lambda: "survived" in on_node(real_machines, head, "cat /root/driver.out").stdout, timeout=90)
     assert finished, on_node(real_machines, head, "cat /root/driver.out").stdout
+
+    # node-1 is replaced while a task pinned to it runs: from the swap's first pass Ray gives
+    # the old machine no new task, and the pinned one finishes there.
+    pinned = (
+        "import socket, sys, time, ray\n"
+        "from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy\n"
+        "ray.init(address='auto')\n"
+        "[old] = [n['NodeID'] for n in ray.nodes() if n['Alive'] and n['NodeManagerAddress'] == '10.77.0.2']\n"
+        "@ray.remote(num_cpus=0.5)\n"
+        "def hold():\n"
+        "    time.sleep(15)\n"
+        "    return socket.gethostname()\n"
+        "ref = hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(old, soft=False)).remote()\n"
+        "print('pinned', flush=True)\n"
+        "print('finished on', ray.get(ref), flush=True)\n"
+    )
+    on_node(real_machines, head, f"cat >/root/pinned.py <<'EOF'\n{pinned}EOF\n"
+                                 "setsid nohup /opt/ray/bin/python /root/pinned.py >/root/pinned.out 2>&1 &")
+    assert wait_for(lambda: "pinned" in on_node(real_machines, head, "cat /root/pinned.out").stdout, timeout=60)
+    time.sleep(2)  # the task is leased on node-1
+    # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
+    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=40)
+    services.replace_node(cluster, "node-1", actor="alice")
+    lifecycle.advance(cluster.pk)  # the swap's first pass drains node-1
+    assert cluster.events.filter(event="node_draining").exists(), story(cluster)
+    spread = (
+        "import socket, ray\n"
+        "ray.init(address='auto')\n"
+        "@ray.remote(num_cpus=0.5)\n"
+        "def where():\n"
+        "    return socket.gethostname()\n"
+        "print(sorted(set(ray.get([where.remote() for _ in range(24)]))))\n"
+    )
+    landed = on_node(real_machines, head, f"/opt/ray/bin/python -c \"{spread}\"", timeout=120)
+    assert landed.returncode == 0 and "node-1" not in landed.stdout, landed.stdout + landed.stderr
+    done = wait_for(lambda: "finished on" in on_node(real_machines, head, "cat /root/pinned.out").stdout, timeout=30)
+    out = on_node(real_machines, head, "cat /root/pinned.out").stdout
+    assert done and "finished on node-1" in out, out
+
+    deadline = time.monotonic() + 240
+    while cluster.nodes.filter(released_at__isnull=True, replacing__isnull=False).exists():
+        assert time.monotonic() < deadline, story(cluster)
+        lifecycle.advance(cluster.pk)
+        time.sleep(0.5)
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY, story(cluster)
+    alive = ("/opt/ray/bin/python -c \"import ray; ray.init(address='auto', logging_level='ERROR'); "
+             "print(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']))\"")
+    whole = "['10.77.0.1', '10.77.0.2', '10.77.0.3']"
+    assert wait_for(lambda: whole in on_node(real_machines, head, alive).stdout, timeout=60), on_node(real_machines, head, alive)
+
+    # A swap that fails gives the old machine back to Ray: its drained raylet left once idle
+    # and starts again.
+    node_2 = cluster.nodes.select_related("host").get(index=2, released_at__isnull=True)
+    raylet_before = on_node(real_machines, node_2, "pgrep -x raylet").stdout.split()
+    Host.objects.filter(state=Host.State.FREE).update(fault=HostFault.BOOT_FAILS, boot_seconds=0)
+    services.replace_node(cluster, "node-2", actor="alice")
+    deadline = time.monotonic() + 120
+    while cluster.nodes.filter(released_at__isnull=True, replacing__isnull=False).exists():
+        assert time.monotonic() < deadline, story(cluster)
+        lifecycle.advance(cluster.pk)
+        time.sleep(0.5)
+    assert cluster.events.filter(event="replacement_failed").exists(), story(cluster)
+    assert wait_for(lambda: whole in on_node(real_machines, head, alive).stdout, timeout=60), on_node(real_machines, head, alive)
+    raylet_after = on_node(real_machines, node_2, "pgrep -x raylet").stdout.split()
+    assert raylet_before and raylet_after and raylet_after != raylet_before
 
 
 def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on_a_renewed_token(
