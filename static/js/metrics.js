@@ -6,7 +6,7 @@
   "use strict";
   const charts = document.getElementById("metrics-charts");
   if (!charts || typeof uPlot === "undefined") return;
-  const windowSeconds = parseInt(charts.dataset.window || "900", 10);
+  let windowSeconds = parseInt(charts.dataset.window || "900", 10);
   const basePanels = [
     { title: "CPU / memory %", fields: ["cpu_percent", "memory_percent"], labels: ["CPU", "Memory"], max: 100 },
     { title: "Disk %", fields: ["root_percent", "shared_percent"], labels: ["/", "/shared"], max: 100 },
@@ -90,9 +90,35 @@
     redraw(name);
   }
 
-  fetch(charts.dataset.seriesUrl + "?seconds=" + windowSeconds, { credentials: "same-origin" })
-    .then((r) => (r.ok ? r.json() : { nodes: {} }))
-    .then((body) => { for (const name of Object.keys(body.nodes)) add(name, body.nodes[name]); });
+  // The window's series from the server: its own samples within the last hour, 5-minute
+  // averages beyond it (the fine ones are kept an hour). A later window's answer wins.
+  let asked = 0;
+  function load() {
+    const ask = ++asked;
+    fetch(charts.dataset.seriesUrl + "?seconds=" + windowSeconds, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : { nodes: {} }))
+      .then((body) => {
+        if (ask !== asked) return;
+        for (const name of Object.keys(nodes)) nodes[name].points = [];
+        for (const name of Object.keys(body.nodes)) add(name, body.nodes[name]);
+        for (const name of Object.keys(nodes)) redraw(name);
+        const note = document.getElementById("metrics-resolution");
+        if (note) note.textContent = body.resolution === "coarse" ? "5-minute averages" : "";
+        charts.dataset.points = String(Object.values(nodes).reduce((sum, entry) => sum + entry.points.length, 0));
+        charts.dataset.window = String(windowSeconds);
+        charts.dataset.loaded = String(Date.now());
+      });
+  }
+  load();
+  for (const button of document.querySelectorAll(".metric-windows button[data-window]")) {
+    button.addEventListener("click", () => {
+      windowSeconds = parseInt(button.dataset.window, 10);
+      for (const other of document.querySelectorAll(".metric-windows button[data-window]")) {
+        other.setAttribute("aria-pressed", other === button ? "true" : "false");
+      }
+      load();
+    });
+  }
 
   let lastPayload = "";
   function takePush() {

@@ -73,3 +73,36 @@ def test_the_charts_draw_on_a_phone_within_the_policy_and_take_a_pushed_round(wa
 
     browse(stack, on_phone, **PHONE)
     assert violations == []
+
+
+def test_a_longer_window_shows_the_five_minute_averages_of_hours_ago(watched_cluster, stack):
+    nodes = collection.collected_nodes(watched_cluster)
+    three_hours_ago = timezone.now() - dt.timedelta(hours=3)
+    for i in range(12):
+        total = 100.0 * (i + 1)
+        metrics.record_round(watched_cluster, nodes, {
+            n.name: NodeReading(exporter="up", cpu_seconds={"user": total * 0.5, "idle": total},
+                                memory_total_bytes=8 * 2**30, memory_available_bytes=2**30)
+            for n in nodes}, three_hours_ago + dt.timedelta(seconds=30 * i))
+    assert metrics.roll_up(now=three_hours_ago + dt.timedelta(minutes=15)) > 0
+    violations: list[str] = []
+
+    def on_desktop(page, context):
+        watch_policy(context, violations)
+        page.goto(watched_cluster.get_absolute_url())
+        page.wait_for_selector("#metrics-charts[data-loaded]")
+        recent = int(page.locator("#metrics-charts").get_attribute("data-points"))
+        assert page.locator("#metrics-resolution").inner_text() == ""
+        page.get_by_role("button", name="24 hours").click()
+        page.wait_for_selector('#metrics-charts[data-window="86400"]')
+        assert page.get_by_role("button", name="24 hours").get_attribute("aria-pressed") == "true"
+        assert page.get_by_role("button", name="15 min").get_attribute("aria-pressed") == "false"
+        assert page.locator("#metrics-resolution").inner_text() == "5-minute averages"
+        hours = int(page.locator("#metrics-charts").get_attribute("data-points"))
+        assert recent > 0 and hours > 0 and hours != recent
+        page.get_by_role("button", name="15 min").click()
+        page.wait_for_selector('#metrics-charts[data-window="900"]')
+        assert int(page.locator("#metrics-charts").get_attribute("data-points")) == recent
+
+    browse(stack, on_desktop)
+    assert violations == []
