@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Max, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import Workspace
@@ -248,6 +248,13 @@ def claim_due(now: dt.datetime | None = None, limit: int = 500) -> list[tuple[in
 
 def endpoints_of(workspace: Workspace) -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(workspace=workspace).order_by("created_at", "id")
+
+
+def deliveries_version(endpoint: Endpoint) -> str:
+    """Changes whenever the endpoint's delivery log does: a delivery made (a count and the
+    newest id) or an attempt finished (every attempt adds one, whatever its outcome)."""
+    found = Delivery.objects.filter(endpoint=endpoint).aggregate(count=Count("id"), newest=Max("id"), attempts=Sum("attempts"))
+    return f"{found['count']}.{found['newest'] or 0}.{found['attempts'] or 0}"
 
 
 def deliveries_of(endpoint: Endpoint) -> QuerySet[Delivery]:

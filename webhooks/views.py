@@ -65,8 +65,17 @@ def endpoint_detail(request: AuthenticatedHttpRequest, endpoint_id: int) -> Http
         else:
             messages.success(request, "Endpoint saved.")
             return redirect("webhooks:detail", endpoint.pk)
+    version = services.deliveries_version(endpoint)
+    if request.htmx and request.method == "GET":
+        # The delivery log polls while it shows the newest page: nothing new is 204, which
+        # htmx does not swap (an opened attempt log stays open).
+        if request.GET.get("version") == version:
+            return HttpResponse(status=204)
+        template = "webhooks/endpoint.html#deliveries"
+    else:
+        template = "webhooks/endpoint.html"
     deliveries = Paginator(services.deliveries_of(endpoint), 25).get_page(request.GET.get("page"))
-    return render(request, "webhooks/endpoint.html", {"endpoint": endpoint, "form": form, "deliveries": deliveries},
+    return render(request, template, {"endpoint": endpoint, "form": form, "deliveries": deliveries, "version": version},
                   status=400 if form.errors else 200)
 
 

@@ -3,6 +3,8 @@ delivery log, test-send and re-send; Developers and other workspaces cannot."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -81,6 +83,28 @@ def test_test_send_and_resend_from_the_page_fill_the_delivery_log(owner, endpoin
     assert Delivery.objects.filter(event=delivery.event).count() == 2
     page = client.get(f"/account/webhooks/{endpoint.pk}/").content.decode()
     assert page.count('id="delivery-') == 2 and "retrying" in page and delivery.event.public_id in page
+
+
+def test_the_delivery_log_polls_and_changes_only_when_a_delivery_does(owner, endpoint, django_capture_on_commit_callbacks):
+    client = client_for(owner)
+    page = client.get(f"/account/webhooks/{endpoint.pk}/").content.decode()
+    [poll] = re.findall(r'id="deliveries" hx-get="([^"]+)"', page)
+    assert "No deliveries yet" in page
+    assert client.get(poll, headers={"HX-Request": "true"}).status_code == 204
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/account/webhooks/{endpoint.pk}/test/")
+    fresh = client.get(poll, headers={"HX-Request": "true"})
+    assert fresh.status_code == 200
+    partial = fresh.content.decode()
+    assert partial.lstrip().startswith('<section class="card" id="deliveries"') and "<html" not in partial
+    assert "webhook.test" in partial and "retrying" in partial
+    [poll] = re.findall(r'id="deliveries" hx-get="([^"]+)"', partial)
+    assert client.get(poll, headers={"HX-Request": "true"}).status_code == 204
+    # An attempt that finishes changes it again.
+    delivery = Delivery.objects.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/account/webhooks/{endpoint.pk}/deliveries/{delivery.pk}/resend/")
+    assert client.get(poll, headers={"HX-Request": "true"}).status_code == 200
 
 
 def test_the_endpoints_events_are_changed_and_switched_off_on_the_page(owner, endpoint):
