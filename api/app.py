@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pydantic
+from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -61,6 +62,16 @@ def not_found(what: str = "That") -> ApiError:
 
 def invalid(details: dict[str, list[str]], message: str = "Some fields are not valid.") -> ApiError:
     return ApiError(400, "invalid", message, details)
+
+
+def form_data(form_class: type[forms.Form], data: dict[str, Any]) -> dict[str, Any]:
+    """A body checked by the dashboard's own form for the same action (one rule, one message):
+    its cleaned data, or a 400 with the form's messages under the API's field names."""
+    form = form_class({k: v for k, v in data.items() if v is not None})
+    if not form.is_valid():
+        raise invalid({API_FIELD_NAMES.get(name, name): [str(m) for m in messages]
+                       for name, messages in form.errors.items()})
+    return form.cleaned_data
 
 
 def error_response(error: ApiError) -> JsonResponse:
@@ -361,8 +372,10 @@ def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 
 @api.exception_handler(DjangoValidationError)
 def _django_invalid(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
-    details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-    return error_response(invalid(details))
+    if hasattr(exc, "error_dict"):
+        return error_response(invalid(exc.message_dict))
+    # A refusal about the whole request (no field): its own words are the message.
+    return error_response(invalid({"__all__": exc.messages}, " ".join(exc.messages)))
 
 
 @api.exception_handler(PermissionDenied)

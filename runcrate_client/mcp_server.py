@@ -42,9 +42,9 @@ from runcrate_client.api import (
     ApiError,
     ClientConfig,
     ConfigError,
-    RuncrateClient,
     RuncrateError,
 )
+from runcrate_client.client import Client
 
 DEFAULT_TOKEN_TTL = 600.0
 TOKEN_PREFIX = "rcplan1"
@@ -144,7 +144,8 @@ def normalize(key: str, value: Any) -> Any:
         return sorted(str(v) for v in value) if value else []
     if key == "machines":
         return int(value) if value is not None else None
-    if key == "volume_id":
+    if key in ("volume_id", "offer_id"):
+        # Ids arrive as numbers or strings (the API takes both): one spelling in the token.
         return str(value) if value else None
     return value
 
@@ -184,18 +185,18 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 class ToolContext:
     """What every tool module needs: the API client, the token signer and the environment."""
 
-    client: RuncrateClient
+    client: Client
     signer: PlanSigner
     environment: str | None
 
 
-def build_server(config: ClientConfig, signer: PlanSigner | None = None, client: RuncrateClient | None = None) -> MCPServer:
+def build_server(config: ClientConfig, signer: PlanSigner | None = None, client: Client | None = None) -> MCPServer:
     """The server with every tool module's tools (runcrate_client/mcp_tools/<group>.py)."""
     from runcrate_client.mcp_tools import TOOL_MODULES
 
     # httpx logs every request at INFO; on stdio that is noise on the agent host's stderr.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    tools = ToolContext(client=client or RuncrateClient.from_config(config),
+    tools = ToolContext(client=client or Client.from_config(config),
                         signer=signer or PlanSigner.from_environment(), environment=config.environment)
     where = f"environment {config.environment!r}" if config.environment else "the API key's default environment"
     mcp = MCPServer(

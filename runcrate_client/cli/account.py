@@ -30,7 +30,7 @@ def ssh_keys() -> None:
 @pass_state
 def ssh_keys_list(state: State, as_json: bool, quiet: bool) -> None:
     """The workspace's SSH keys."""
-    items = state.client().list_ssh_keys()
+    items = state.client().account.list_ssh_keys_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet,
                           empty="No SSH keys. Add one with: runcrate ssh-keys add NAME ~/.ssh/id_ed25519.pub"):
         return
@@ -45,7 +45,7 @@ def ssh_keys_list(state: State, as_json: bool, quiet: bool) -> None:
 @pass_state
 def ssh_keys_add(state: State, name: str, public_key_file: Path, as_json: bool) -> None:
     """Add the public key in PUBLIC_KEY_FILE (e.g. ~/.ssh/id_ed25519.pub) under NAME."""
-    key = state.client().create_ssh_key(name, public_key_file.read_text().strip())
+    key = state.client().account.create_ssh_key(name=name, public_key=public_key_file.read_text().strip())
     if as_json:
         return print_json(key)
     click.echo(f"Added SSH key {key.get('name')} (id {key.get('id')}, {key.get('fingerprint')}).")
@@ -56,7 +56,7 @@ def ssh_keys_add(state: State, name: str, public_key_file: Path, as_json: bool) 
 @pass_state
 def ssh_keys_delete(state: State, key_id: str) -> None:
     """Remove a key: running clusters keep it, new clusters no longer get it."""
-    state.client().delete_ssh_key(key_id)
+    state.client().account.delete_ssh_key(key_id)
     click.echo(f"Deleted SSH key {key_id}.")
 
 
@@ -65,7 +65,7 @@ def ssh_keys_delete(state: State, key_id: str) -> None:
 @pass_state
 def environments(state: State, as_json: bool) -> None:
     """Environments of the workspace with their monthly budgets and spend; `-e NAME` acts in one."""
-    items = state.client().list_environments()
+    items = state.client().account.list_environments_all()
     if as_json:
         return print_json(items)
     rows = [["*" if e.get("current") else "", e.get("id"), e.get("name"), "yes" if e.get("is_default") else "",
@@ -79,7 +79,7 @@ def environments(state: State, as_json: bool) -> None:
 @pass_state
 def workspaces(state: State, as_json: bool) -> None:
     """Workspaces you belong to, with your role; `-w NAME` acts in another one."""
-    items = state.client().list_workspaces()
+    items = state.client().account.list_workspaces_all()
     if as_json:
         return print_json(items)
     rows = [["*" if w.get("current") else "", w.get("id"), w.get("name"), w.get("role")] for w in items]

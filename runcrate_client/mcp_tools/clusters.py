@@ -29,8 +29,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         its latest events. Statuses: provisioning -> installing -> ready; `failed` (never billed, machines
         released), `degraded` (software failed; still billed: delete_cluster, or ask the user to retry the
         install), `terminated`."""
-        cluster = client.get_cluster(cluster_id)
-        events = client.all_cluster_events(cluster_id)
+        cluster = client.clusters.get(cluster_id)
+        events = client.clusters.list_events_all(cluster_id)
         events.sort(key=lambda e: str(e.get("created_at") or ""))
         return {"cluster": cluster, "recent_events": events[-10:], "hint": HINTS.get(str(cluster.get("status")), "")}
 
@@ -41,7 +41,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         cluster_status for a cluster's nodes and events."""
         keep = ("id", "name", "status", "machines", "software", "price_per_hour", "billing_started_at",
                 "termination_reason", "created_at")
-        items = [{k: c.get(k) for k in keep if k in c} for c in client.all_clusters()]
+        items = [{k: c.get(k) for k in keep if k in c} for c in client.clusters.list_all()]
         return {"clusters": items, "count": len(items)}
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
@@ -51,5 +51,5 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         """Terminate a whole cluster: every machine stops, their local disks are lost, billing ends.
         Irreversible: only call it when the user asked to stop the cluster (or to stop spending).
         Single nodes cannot be terminated on their own."""
-        result = client.delete_cluster(cluster_id)
+        result = client.clusters.terminate(cluster_id)
         return {"cluster": result, "result": f"Cluster {cluster_id} is terminating; billing stops for every machine."}

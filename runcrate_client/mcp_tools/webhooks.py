@@ -19,7 +19,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @api_errors_as_tool_errors
     def list_webhooks() -> dict[str, Any]:
         """The workspace's webhook endpoints (url, events, is_active). Owners and Managers only (403 otherwise)."""
-        return {"webhooks": client.list_webhooks()}
+        return {"webhooks": client.webhooks.list_endpoints_all()}
 
     @mcp.tool(annotations=WRITE)
     @api_errors_as_tool_errors
@@ -28,23 +28,23 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         cluster.failed, cluster.degraded, cluster.terminated, cluster.idle, node.unhealthy, node.recovered,
         network_test.finished, balance.low, budget.reached. The answer's `secret` verifies
         Runcrate-Signature (t=…,v1=HMAC-SHA256 of "t.body"). URLs must be https:// on a public address."""
-        return {"webhook": client.create_webhook(url, events, description)}
+        return {"webhook": client.webhooks.create_endpoint(url=url, events=events, description=description)}
 
     @mcp.tool(annotations=WRITE)
     @api_errors_as_tool_errors
     def test_webhook(endpoint_id: str) -> dict[str, Any]:
         """Send a webhook.test event to the endpoint; read the outcome with webhook_deliveries."""
-        return {"delivery": client.test_webhook(endpoint_id)}
+        return {"delivery": client.webhooks.test_endpoint(endpoint_id)}
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def webhook_deliveries(endpoint_id: str, limit: int = 20) -> dict[str, Any]:
         """The endpoint's delivery log, newest first: event type and id, status (pending while retrying,
         succeeded, failed after 3 days), attempts, last HTTP status, response time, next try, attempt_log."""
-        return {"deliveries": client.webhook_deliveries(endpoint_id, limit=limit).items}
+        return {"deliveries": client.webhooks.list_deliveries(endpoint_id, limit=limit).items}
 
     @mcp.tool(annotations=WRITE)
     @api_errors_as_tool_errors
     def resend_webhook_delivery(endpoint_id: str, delivery_id: str) -> dict[str, Any]:
         """Send a delivery's event again (the same event id, so the receiver can drop a duplicate)."""
-        return {"delivery": client.resend_webhook_delivery(endpoint_id, delivery_id)}
+        return {"delivery": client.webhooks.resend_delivery(endpoint_id, delivery_id)}
