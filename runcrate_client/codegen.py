@@ -207,6 +207,7 @@ def render_method(spec: Spec, operation: dict[str, Any], name: str) -> list[str]
 
 
 def generate(document: dict[str, Any]) -> str:
+    document = json.loads(json.dumps(document))  # as served: status codes are strings
     spec = Spec(document)
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for operation in operations(document):

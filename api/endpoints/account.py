@@ -8,9 +8,9 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 
 from accounts import services as accounts
+from accounts.forms import BudgetForm, EnvironmentForm, IdleNoticeForm
 from accounts.models import Environment, Membership, SSHKey
 from api import schemas
-from accounts.forms import BudgetForm, EnvironmentForm, IdleNoticeForm
 from api.app import ApiContext, context, form_data, invalid, not_found, ok, page, responses
 
 router = Router(tags=["Account"])
