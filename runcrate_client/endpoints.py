@@ -538,6 +538,15 @@ class Webhooks(Resource):
         """
         return self._transport.data("DELETE", f"/webhooks/{seg(endpoint_id)}")
 
+    def rotate_secret(self, endpoint_id: int | str) -> Record:
+        """Make a new signing secret; the answer carries it.
+
+        Deliveries are signed with the new secret from now on; the old one stops verifying.
+
+        POST /webhooks/{endpoint_id}/rotate-secret (rotateWebhookSecret)
+        """
+        return self._transport.data("POST", f"/webhooks/{seg(endpoint_id)}/rotate-secret")
+
     def test_endpoint(self, endpoint_id: int | str) -> Record:
         """Send a webhook.test event to this endpoint.
 
@@ -688,6 +697,7 @@ OPERATIONS = {
     "getWebhookEndpoint": ("webhooks", "get_endpoint"),
     "updateWebhookEndpoint": ("webhooks", "update_endpoint"),
     "deleteWebhookEndpoint": ("webhooks", "delete_endpoint"),
+    "rotateWebhookSecret": ("webhooks", "rotate_secret"),
     "testWebhookEndpoint": ("webhooks", "test_endpoint"),
     "listWebhookDeliveries": ("webhooks", "list_deliveries"),
     "resendWebhookDelivery": ("webhooks", "resend_delivery"),

@@ -70,6 +70,34 @@ def webhooks_show(state: State, endpoint_id: str, as_json: bool) -> None:
         click.echo(f"{key}: {','.join(value) if isinstance(value, list) else value}")
 
 
+@webhooks.command("update")
+@click.argument("endpoint_id")
+@click.option("--event", "events", multiple=True, help="Subscribe to these events instead (repeat the option).")
+@click.option("--active/--inactive", "is_active", default=None, help="Send deliveries to it, or pause it.")
+@json_option
+@pass_state
+def webhooks_update(state: State, endpoint_id: str, events: tuple[str, ...], is_active: bool | None,
+                    as_json: bool) -> None:
+    """Change an endpoint's events, or pause and resume it."""
+    endpoint = state.client().webhooks.update_endpoint(endpoint_id, events=list(events) or None, is_active=is_active)
+    if as_json:
+        return print_json(endpoint)
+    click.echo(f"Saved webhook endpoint {endpoint.get('id')}: {','.join(endpoint.get('events') or [])}"
+               f"{'' if endpoint.get('is_active') else ' (paused)'}.")
+
+
+@webhooks.command("rotate-secret")
+@click.argument("endpoint_id")
+@json_option
+@pass_state
+def webhooks_rotate_secret(state: State, endpoint_id: str, as_json: bool) -> None:
+    """Make a new signing secret: deliveries are signed with it from now on."""
+    endpoint = state.client().webhooks.rotate_secret(endpoint_id)
+    if as_json:
+        return print_json(endpoint)
+    click.echo(f"New signing secret for endpoint {endpoint.get('id')}: {endpoint.get('secret')}")
+
+
 @webhooks.command("remove")
 @click.argument("endpoint_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")

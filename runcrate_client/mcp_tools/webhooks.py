@@ -48,3 +48,23 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     def resend_webhook_delivery(endpoint_id: str, delivery_id: str) -> dict[str, Any]:
         """Send a delivery's event again (the same event id, so the receiver can drop a duplicate)."""
         return {"delivery": client.webhooks.resend_delivery(endpoint_id, delivery_id)}
+
+    @mcp.tool(annotations=WRITE)
+    @api_errors_as_tool_errors
+    def update_webhook(endpoint_id: int | str, events: list[str] | None = None,
+                       is_active: bool | None = None) -> dict[str, Any]:
+        """Change an endpoint's events, or pause (is_active=false) and resume it."""
+        return {"webhook": client.webhooks.update_endpoint(endpoint_id, events=events, is_active=is_active)}
+
+    @mcp.tool(annotations=WRITE)
+    @api_errors_as_tool_errors
+    def rotate_webhook_secret(endpoint_id: int | str) -> dict[str, Any]:
+        """Make a new signing secret for an endpoint; the old one stops verifying. The answer carries it."""
+        return {"webhook": client.webhooks.rotate_secret(endpoint_id)}
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                          open_world_hint=True))
+    @api_errors_as_tool_errors
+    def delete_webhook(endpoint_id: int | str) -> dict[str, Any]:
+        """Remove an endpoint and its delivery log (only when the user asked)."""
+        return {"deleted": client.webhooks.delete_endpoint(endpoint_id)}

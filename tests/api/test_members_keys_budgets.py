@@ -144,7 +144,7 @@ def test_environments_are_created_with_the_dashboards_rules(api, dev_api):
 
 def test_another_workspaces_members_invitations_and_keys_are_404(outsider_api, api, workspace, developer):
     member = Membership.objects.get(workspace=workspace, user=developer)
-    key = ApiKey.objects.filter(workspace=workspace).first()
+    key = create_api_key(workspace=workspace, created_by=developer, name="k")[0]
     _, body = api.post("/invitations", {"email": "x@example.com"})
     assert outsider_api.delete(f"/members/{member.pk}")[0] == 404
     assert outsider_api.delete(f"/invitations/{body['data']['id']}")[0] == 404
