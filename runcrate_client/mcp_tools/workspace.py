@@ -97,6 +97,19 @@ def _register_keys_budgets_volumes(mcp: MCPServer, client: Client) -> None:
         spend reaches it. Owners and Managers. list_environments gives the ids."""
         return {"environment": client.account.update_environment(environment_id, monthly_budget=monthly_budget)}
 
+    @mcp.tool(annotations=CHANGES)
+    @api_errors_as_tool_errors
+    def create_environment(name: str, monthly_budget: str = "1000") -> dict[str, Any]:
+        """Create an environment (letters, digits, - and _) with a monthly budget in USD. Owners and Managers."""
+        return {"environment": client.account.create_environment(name=name, monthly_budget=monthly_budget)}
+
+    @mcp.tool(annotations=CHANGES)
+    @api_errors_as_tool_errors
+    def set_idle_notice(environment_id: int | str, hours: int) -> dict[str, Any]:
+        """After how many idle hours (0 to 168; 0: never) the owner of a ready cluster in an environment is
+        emailed. Owners and Managers."""
+        return {"environment": client.account.update_environment(environment_id, idle_notice_hours=hours)}
+
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def list_volumes() -> dict[str, Any]:

@@ -29,7 +29,12 @@ TOOLS = {"list_gpu_types", "list_cluster_offers", "plan_cluster", "create_cluste
          "list_clusters", "delete_cluster", "billing_balance", "cluster_usage", "list_instances",
          "terminate_instance", "list_ssh_keys", "add_ssh_key", "delete_ssh_key", "list_environments",
          "list_workspaces", "start_network_test", "network_test_results", "plan_replace_node", "replace_node",
-         "list_webhooks", "add_webhook", "test_webhook", "webhook_deliveries", "resend_webhook_delivery", "cluster_metrics"}
+         "list_webhooks", "add_webhook", "test_webhook", "webhook_deliveries", "resend_webhook_delivery", "cluster_metrics",
+         "update_webhook", "rotate_webhook_secret", "delete_webhook", "cluster_events", "retry_install",
+         "plan_add_workers", "add_workers", "list_members", "change_member_role", "remove_member", "list_invitations",
+         "invite_member", "revoke_invitation", "list_api_keys", "create_api_key", "set_api_key_active",
+         "delete_api_key", "create_environment", "set_environment_budget", "set_idle_notice", "list_volumes",
+         "create_volume", "delete_volume", "request_quote"}
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl laptop"
 
 
