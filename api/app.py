@@ -417,9 +417,32 @@ def _field(loc: Sequence[Any]) -> str:
     return names[0] if names else "__all__"
 
 
+# pydantic's wording for a wrong type, in the product's words (the rest are already ours or plain).
+TYPE_MESSAGES = {
+    "missing": "This field is required.",
+    "int_type": "Must be a whole number.", "int_parsing": "Must be a whole number.",
+    "int_from_float": "Must be a whole number.",
+    "bool_type": "Must be true or false.", "bool_parsing": "Must be true or false.",
+    "string_type": "Must be text.", "list_type": "Must be a list.", "dict_type": "Must be an object.",
+    "float_type": "Must be a number.", "float_parsing": "Must be a number.",
+    "model_type": "Must be an object.", "model_attributes_type": "Must be an object.",
+}
+
+
 def _message(error: dict[str, Any]) -> str:
-    if error.get("type") == "missing":
-        return "This field is required."
+    kind, limits = error.get("type"), error.get("ctx") or {}
+    if kind in TYPE_MESSAGES:
+        return TYPE_MESSAGES[str(kind)]
+    if kind == "string_too_long":
+        return f"At most {limits.get('max_length')} characters."
+    if kind == "string_too_short":
+        return f"At least {limits.get('min_length')} characters."
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"Must be at least {limits.get('ge', limits.get('gt'))}."
+    if kind in ("less_than_equal", "less_than"):
+        return f"Must be at most {limits.get('le', limits.get('lt'))}."
+    if kind in ("enum", "literal_error"):
+        return f"Use one of: {limits.get('expected', '').replace(' or ', ', ')}."
     message = str(error.get("msg", "Not valid."))
     return message.removeprefix("Value error, ")
 

@@ -265,6 +265,11 @@ class Offer(OfferSummary):
         return COMMUNITY_WARNING if offer.machine_type.community else None
 
 
+class OfferListMeta(ListMeta):
+    network_caveat: str = Field(description="What a cluster gets between its machines, whatever each machine's link: "
+                                            "the dashboard's caveat, in its words.")
+
+
 class OfferQuery(Schema):
     gpu: Annotated[Text, Field(max_length=30, description="GPU model, e.g. H100.")] = ""
     machines: int = Field(MIN_MACHINES, ge=MIN_MACHINES, le=MAX_MACHINES, description=f"Cluster size (default {MIN_MACHINES}).")

@@ -64,6 +64,10 @@ class ApiError(RuncrateError):
         return f"ApiError(status={self.status}, code={self.code!r}, message={self.message!r}, details={self.details!r})"
 
 
+# The API's message when only the fields' own messages say what is wrong.
+GENERIC_INVALID = "Some fields are not valid."
+
+
 def describe_api_error(error: ApiError) -> str:
     """One line a person can act on, with the details that matter for this kind of error."""
     message = error.message or error.code or f"HTTP {error.status}"
@@ -77,8 +81,14 @@ def describe_api_error(error: ApiError) -> str:
         for name, problems in details.items():
             if isinstance(problems, (list, tuple)):
                 problems = "; ".join(str(p) for p in problems)
-            parts.append(f"{name}: {problems}")
-        return f"{message} ({', '.join(parts)})"
+            if str(problems) == message:
+                continue  # the message already says it: once is enough
+            parts.append(str(problems) if name == "__all__" else f"{name}: {problems}")
+        if not parts:
+            return message
+        if message == GENERIC_INVALID:
+            return "; ".join(parts)
+        return f"{message} ({'; '.join(parts)})"
     if error.status == 429 and details.get("retry_after"):
         return f"{message} (retry after {details['retry_after']}s)"
     return message

@@ -43,6 +43,8 @@ class Catalogue(Resource):
 
         Only offers with `machines` free machines now, cheapest whole cluster first. Community hosts
         are left out unless `include_community` is true. Priced per machine, never per GPU.
+        `interconnect` is each machine's own link; between the machines a cluster gets the encrypted
+        private network that `meta.network_caveat` describes.
 
         GET /cluster-offers (listClusterOffers)
         """

@@ -64,7 +64,8 @@ def clusters_offers(
     state: State, gpu: str | None, machines: int | None, include_community: bool, as_json: bool, quiet: bool
 ) -> None:
     """Offers that can start now for this many machines, cheapest whole cluster first."""
-    items = state.client().catalogue.list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community).items
+    offers = state.client().catalogue.list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community)
+    items = offers.items
     if as_json:
         return print_json(items)
     if quiet:
@@ -75,6 +76,9 @@ def clusters_offers(
         size = f" for {machines} machines" if machines else ""
         return click.echo(f"No offers can start now{size}. Try fewer machines, another GPU, or `runcrate quote`.")
     click.echo(offers_table(items))
+    if offers.meta.get("network_caveat"):
+        # INTERCONNECT is each machine's own link; between machines it is the private network.
+        click.echo("\n" + str(offers.meta["network_caveat"]))
     if any(item.get("community") for item in items):
         click.echo("\n" + COMMUNITY_WARNING)
 

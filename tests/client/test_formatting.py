@@ -77,3 +77,16 @@ def test_usage_lines_without_rows_show_machines_status_and_amount() -> None:
     assert lines[1].startswith("Cluster usage train") and "accruing" in lines[1] and lines[1].endswith("$6.00")
     assert "completed" in lines[2] and lines[2].split()[-3] == "4"
     assert lines[-1].startswith("Total") and lines[-1].endswith("$7.51")
+
+
+def test_a_field_error_is_said_once_in_the_apis_words() -> None:
+    from runcrate_client.api import ApiError
+
+    same = ApiError(400, "invalid_name", "Use lowercase letters.", {"name": ["Use lowercase letters."]})
+    assert str(same) == "Use lowercase letters."
+    generic = ApiError(400, "invalid", "Some fields are not valid.",
+                       {"machines": ["Must be a whole number."], "ssh_key_ids": ["Must be a list."]})
+    assert str(generic) == "machines: Must be a whole number.; ssh_key_ids: Must be a list."
+    whole = ApiError(400, "invalid", "This invitation was already accepted or revoked.",
+                     {"__all__": ["This invitation was already accepted or revoked."]})
+    assert str(whole) == "This invitation was already accepted or revoked."
