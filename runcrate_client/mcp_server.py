@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
+import pydantic
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -180,6 +181,42 @@ def api_errors_as_tool_errors(fn: F) -> F:
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
+# pydantic's error types in plain words, for arguments an agent got wrong.
+ARGUMENT_PROBLEMS = {
+    "missing": "is required",
+    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "string_type": "must be text", "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "list_type": "must be a list", "float_type": "must be a number", "float_parsing": "must be a number",
+}
+
+
+def describe_arguments_error(tool: str, error: pydantic.ValidationError) -> str:
+    """One line an agent can act on: each wrong argument and what it must be (ids: a number or a
+    string of digits), without pydantic's wording, links or the values sent."""
+    problems: dict[str, str] = {}
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else "arguments"
+        kind = str(item["type"])
+        if len(item["loc"]) > 1 and item["loc"][1] in ("int", "str"):
+            problems[name] = "must be an id: a number or a string of digits"
+        else:
+            problems.setdefault(name, ARGUMENT_PROBLEMS.get(kind, "is not valid"))
+    listed = "; ".join(f"{name} {problem}" for name, problem in problems.items())
+    return f"{tool} was called with wrong arguments: {listed}. Call it again with them corrected."
+
+
+class RuncrateMCPServer(MCPServer):
+    """The MCP server, with a tool's wrong arguments reported in plain words (not pydantic's text)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if isinstance(error.__cause__, pydantic.ValidationError):
+                raise ToolError(describe_arguments_error(name, error.__cause__)) from error.__cause__
+            raise
+
 
 @dataclass
 class ToolContext:
@@ -199,7 +236,7 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
     tools = ToolContext(client=client or Client.from_config(config),
                         signer=signer or PlanSigner.from_environment(), environment=config.environment)
     where = f"environment {config.environment!r}" if config.environment else "the API key's default environment"
-    mcp = MCPServer(
+    mcp = RuncrateMCPServer(
         name="runcrate-clusters",
         title="Runcrate Clusters",
         version="0.1.0",
