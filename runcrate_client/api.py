@@ -1,8 +1,8 @@
-"""A small typed client for the Runcrate Clusters JSON API (/api/v1).
+"""The transport under the Python SDK (runcrate_client.Client) for the JSON API (/api/v1).
 
-Every method maps to one endpoint and returns the `data` part of the success body
-(`{"data": ..., "meta": {...}}`); list endpoints return a `Page` carrying the items and the
-pagination meta. Error bodies (`{"error": {"code", "message", "details"}}`) raise `ApiError`; a
+The endpoints themselves are generated from the OpenAPI document (endpoints.py); each returns the
+`data` part of the success body (`{"data": ..., "meta": {...}}`), and list endpoints a `Page`
+carrying the items and the whole `meta`. Error bodies (`{"error": {"code", "message", "details"}}`) raise `ApiError`; a
 server that cannot be reached, or that answers something other than the API's JSON, raises
 `TransportError`, so callers can always tell "the API said no" from "there was no API".
 

@@ -82,16 +82,17 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         Changes nothing. Each new worker is a machine of the cluster's offer, billed from when it is up."""
         cluster = client.clusters.get(cluster_id)
         per_machine = cluster.get("price_per_machine_hour")
-        extra = f"{float(per_machine or 0) * count:.2f}"
+        # Priced as the server states it (per machine); no money is added up on this side.
         result: dict[str, Any] = {
-            "summary": (f"Add {count} worker(s) to {cluster.get('name')}: {format_money(extra)}/h more than its "
-                        f"{format_money(cluster.get('price_per_hour'))}/h, each billed from when it is up. The server "
-                        "checks the rest (ready cluster, free machines now, the balance)."),
-            "extra_per_hour": extra,
+            "summary": (f"Add {count} worker(s) to {cluster.get('name')} at {format_money(per_machine)}/h each, on top of "
+                        f"its {format_money(cluster.get('price_per_hour'))}/h; each is billed from when it is up. The "
+                        "server checks the rest (ready cluster, free machines now, the balance)."),
+            "price_per_worker_hour": per_machine,
+            "workers": count,
         }
         plan = {"action": "add_workers", "cluster_id": str(cluster_id), "count": int(count)}
-        signer.offer(result, plan, extra, scope_of(cluster), fields=WORKER_FIELDS, next_step=(
-            "Tell the user the extra price per hour, then call add_workers with the same cluster_id, count and "
+        signer.offer(result, plan, str(per_machine), scope_of(cluster), fields=WORKER_FIELDS, next_step=(
+            "Tell the user the price per worker and hour, then call add_workers with the same cluster_id, count and "
             "this confirmation_token."))
         return result
 
