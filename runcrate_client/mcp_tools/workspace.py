@@ -58,7 +58,7 @@ def _register_people(mcp: MCPServer, client: Client) -> None:
     @mcp.tool(annotations=REMOVES)
     @api_errors_as_tool_errors
     def revoke_invitation(invitation_id: int | str) -> dict[str, Any]:
-        """Revoke a pending invitation: its link stops working."""
+        """Revoke a pending invitation (Owners and Managers): its emailed link stops working at once."""
         return {"invitation": client.members.revoke_invitation(invitation_id)}
 
 
