@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pydantic
+from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -61,6 +62,16 @@ def not_found(what: str = "That") -> ApiError:
 
 def invalid(details: dict[str, list[str]], message: str = "Some fields are not valid.") -> ApiError:
     return ApiError(400, "invalid", message, details)
+
+
+def form_data(form_class: type[forms.Form], data: dict[str, Any]) -> dict[str, Any]:
+    """A body checked by the dashboard's own form for the same action (one rule, one message):
+    its cleaned data, or a 400 with the form's messages under the API's field names."""
+    form = form_class({k: v for k, v in data.items() if v is not None})
+    if not form.is_valid():
+        raise invalid({API_FIELD_NAMES.get(name, name): [str(m) for m in messages]
+                       for name, messages in form.errors.items()})
+    return form.cleaned_data
 
 
 def error_response(error: ApiError) -> JsonResponse:
@@ -361,8 +372,10 @@ def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 
 @api.exception_handler(DjangoValidationError)
 def _django_invalid(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
-    details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-    return error_response(invalid(details))
+    if hasattr(exc, "error_dict"):
+        return error_response(invalid(exc.message_dict))
+    # A refusal about the whole request (no field): its own words are the message.
+    return error_response(invalid({"__all__": exc.messages}, " ".join(exc.messages)))
 
 
 @api.exception_handler(PermissionDenied)
@@ -404,9 +417,32 @@ def _field(loc: Sequence[Any]) -> str:
     return names[0] if names else "__all__"
 
 
+# pydantic's wording for a wrong type, in the product's words (the rest are already ours or plain).
+TYPE_MESSAGES = {
+    "missing": "This field is required.",
+    "int_type": "Must be a whole number.", "int_parsing": "Must be a whole number.",
+    "int_from_float": "Must be a whole number.",
+    "bool_type": "Must be true or false.", "bool_parsing": "Must be true or false.",
+    "string_type": "Must be text.", "list_type": "Must be a list.", "dict_type": "Must be an object.",
+    "float_type": "Must be a number.", "float_parsing": "Must be a number.",
+    "model_type": "Must be an object.", "model_attributes_type": "Must be an object.",
+}
+
+
 def _message(error: dict[str, Any]) -> str:
-    if error.get("type") == "missing":
-        return "This field is required."
+    kind, limits = error.get("type"), error.get("ctx") or {}
+    if kind in TYPE_MESSAGES:
+        return TYPE_MESSAGES[str(kind)]
+    if kind == "string_too_long":
+        return f"At most {limits.get('max_length')} characters."
+    if kind == "string_too_short":
+        return f"At least {limits.get('min_length')} characters."
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"Must be at least {limits.get('ge', limits.get('gt'))}."
+    if kind in ("less_than_equal", "less_than"):
+        return f"Must be at most {limits.get('le', limits.get('lt'))}."
+    if kind in ("enum", "literal_error"):
+        return f"Use one of: {limits.get('expected', '').replace(' or ', ', ')}."
     message = str(error.get("msg", "Not valid."))
     return message.removeprefix("Value error, ")
 

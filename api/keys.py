@@ -31,6 +31,12 @@ def create_api_key(*, workspace: Workspace, created_by: User | None, name: str) 
     return api_key, raw
 
 
+def can_manage_key(membership: Membership, api_key: ApiKey) -> bool:
+    """Who manages a key: the workspace's Owners and Managers, and the key's creator."""
+    return api_key.workspace_id == membership.workspace_id and (
+        membership.can_manage_members or api_key.created_by_id == membership.user_id)
+
+
 def set_api_key_active(api_key: ApiKey, active: bool) -> None:
     if active and api_key.revoked_at is not None:
         raise ValidationError("This key was revoked when its creator left the workspace; make a new one.")

@@ -25,7 +25,7 @@ class ApiKeyForm(forms.Form):
 
 
 def can_manage(tenancy: Tenancy, api_key: ApiKey) -> bool:
-    return tenancy.membership.can_manage_members or api_key.created_by_id == tenancy.membership.user_id
+    return keys.can_manage_key(tenancy.membership, api_key)
 
 
 def _get_key_for_user(request: AuthenticatedHttpRequest, key_id: int) -> tuple[Tenancy, ApiKey]:

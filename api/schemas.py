@@ -265,6 +265,11 @@ class Offer(OfferSummary):
         return COMMUNITY_WARNING if offer.machine_type.community else None
 
 
+class OfferListMeta(ListMeta):
+    network_caveat: str = Field(description="What a cluster gets between its machines, whatever each machine's link: "
+                                            "the dashboard's caveat, in its words.")
+
+
 class OfferQuery(Schema):
     gpu: Annotated[Text, Field(max_length=30, description="GPU model, e.g. H100.")] = ""
     machines: int = Field(MIN_MACHINES, ge=MIN_MACHINES, le=MAX_MACHINES, description=f"Cluster size (default {MIN_MACHINES}).")
@@ -628,6 +633,7 @@ class Environment(Schema):
     monthly_budget: Money
     month_to_date_spend: Money = Field(description="Usage posted this calendar month (UTC).")
     budget_remaining: Money
+    idle_notice_hours: int = Field(description="The owner of a ready cluster here is told after this many idle hours; 0: never.")
     current: bool = Field(description="The environment this request acts in (X-Environment or the default).")
 
 
@@ -898,3 +904,84 @@ class ClusterMetrics(Schema):
     step: int = Field(description="Seconds per point.")
     since: Timestamp
     nodes: list[NodeMetrics]
+
+
+# -- members, invitations, API keys -------------------------------------------------------------
+
+ROLES = ["owner", "manager", "developer"]
+
+
+class Member(Schema):
+    id: int = Field(description="The membership's id: what role changes and removals name.")
+    user_id: int
+    username: str
+    email: str
+    role: Annotated[str, enum(ROLES)]
+    joined_at: Timestamp
+    you: bool = Field(description="The key's creator.")
+
+
+class ChangeRole(Body):
+    role: Annotated[Text, Field(max_length=20, json_schema_extra={"enum": ROLES})]
+
+
+class Invitation(Schema):
+    id: int
+    email: str
+    role: Annotated[str, enum(ROLES)]
+    status: Annotated[str, enum(["pending", "accepted", "revoked"])]
+    invited_by: str | None = Field(description="The inviter's email (or username).")
+    created_at: Timestamp
+    expires_at: Timestamp
+
+
+class CreateInvitation(Body):
+    email: Annotated[Text, Field(max_length=254, json_schema_extra={"format": "email"})]
+    role: Annotated[Text, Field(max_length=20, json_schema_extra={"enum": ROLES})] = "developer"
+
+
+class ApiKeyItem(Schema):
+    id: int
+    name: str
+    prefix: str = Field(description="The start of the key, to tell keys apart; the whole key is shown only once.")
+    is_active: bool
+    revoked: bool = Field(description="Revoked for good when its creator left the workspace.")
+    created_by: str | None
+    created_at: Timestamp
+    last_used_at: OptionalTimestamp
+    can_manage: bool = Field(description="Whether this key's creator may deactivate, reactivate or delete it "
+                                         "(Owners, Managers and a key's own creator).")
+
+
+class NewApiKey(ApiKeyItem):
+    key: str = Field(description="The whole key: shown in this answer only, stored nowhere.")
+
+
+class CreateApiKey(Body):
+    name: Annotated[Text, Field(max_length=100, description="What uses it, e.g. 'laptop CLI'.")]
+
+
+class UpdateApiKey(Body):
+    is_active: bool
+
+
+def _amount_text(value: Any) -> Any:
+    # An amount may come as a JSON number; the dashboard's money field reads its text.
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+AmountText = Annotated[str, BeforeValidator(_amount_text), BeforeValidator(_no_nul),
+                       WithJsonSchema({"type": ["string", "number"], "description": "USD with the digits 0-9, e.g. \"500\" or \"12.50\"."})]
+
+
+class CreateEnvironment(Body):
+    name: Annotated[Text, Field(max_length=50, description="Letters, digits, hyphens and underscores.")]
+    monthly_budget: Annotated[AmountText, Field(max_length=20)] = "1000"
+
+
+class UpdateEnvironment(Body):
+    monthly_budget: Annotated[AmountText, Field(max_length=20, description="Clusters here stop when the month's spend "
+                                                "reaches it.")] | None = None
+    idle_notice_hours: WholeNumber | None = Field(None, description="Tell the owner after this many idle hours: 0 (never) to 168.")

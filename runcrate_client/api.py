@@ -1,8 +1,8 @@
-"""A small typed client for the Runcrate Clusters JSON API (/api/v1).
+"""The transport under the Python SDK (runcrate_client.Client) for the JSON API (/api/v1).
 
-Every method maps to one endpoint and returns the `data` part of the success body
-(`{"data": ..., "meta": {...}}`); list endpoints return a `Page` carrying the items and the
-pagination meta. Error bodies (`{"error": {"code", "message", "details"}}`) raise `ApiError`; a
+The endpoints themselves are generated from the OpenAPI document (endpoints.py); each returns the
+`data` part of the success body (`{"data": ..., "meta": {...}}`), and list endpoints a `Page`
+carrying the items and the whole `meta`. Error bodies (`{"error": {"code", "message", "details"}}`) raise `ApiError`; a
 server that cannot be reached, or that answers something other than the API's JSON, raises
 `TransportError`, so callers can always tell "the API said no" from "there was no API".
 
@@ -64,6 +64,10 @@ class ApiError(RuncrateError):
         return f"ApiError(status={self.status}, code={self.code!r}, message={self.message!r}, details={self.details!r})"
 
 
+# The API's message when only the fields' own messages say what is wrong.
+GENERIC_INVALID = "Some fields are not valid."
+
+
 def describe_api_error(error: ApiError) -> str:
     """One line a person can act on, with the details that matter for this kind of error."""
     message = error.message or error.code or f"HTTP {error.status}"
@@ -77,8 +81,14 @@ def describe_api_error(error: ApiError) -> str:
         for name, problems in details.items():
             if isinstance(problems, (list, tuple)):
                 problems = "; ".join(str(p) for p in problems)
-            parts.append(f"{name}: {problems}")
-        return f"{message} ({', '.join(parts)})"
+            if str(problems) == message:
+                continue  # the message already says it: once is enough
+            parts.append(str(problems) if name == "__all__" else f"{name}: {problems}")
+        if not parts:
+            return message
+        if message == GENERIC_INVALID:
+            return "; ".join(parts)
+        return f"{message} ({'; '.join(parts)})"
     if error.status == 429 and details.get("retry_after"):
         return f"{message} (retry after {details['retry_after']}s)"
     return message
@@ -189,12 +199,13 @@ class ClientConfig:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of a list endpoint."""
+    """One page of a list endpoint, with the whole `meta` (e.g. `total_amount` of a month's usage)."""
 
     items: list[Record]
     total: int
     limit: int | None
     offset: int
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.items)
@@ -203,8 +214,9 @@ class Page:
         return len(self.items)
 
 
-class RuncrateClient:
-    """One method per endpoint of /api/v1. Use as a context manager, or call `close()`."""
+class Transport:
+    """Speaks HTTP to /api/v1: authentication headers, the `{data, meta}` envelope, errors and
+    pages. The endpoints themselves are generated from the OpenAPI document (endpoints.py)."""
 
     def __init__(
         self,
@@ -233,10 +245,6 @@ class RuncrateClient:
             headers["X-Workspace"] = workspace
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 
-    @classmethod
-    def from_config(cls, config: ClientConfig, timeout: float = DEFAULT_TIMEOUT) -> RuncrateClient:
-        return cls(config.api_key, config.api_url, config.environment, timeout, workspace=config.workspace)
-
     def close(self) -> None:
         self._http.close()
 
@@ -248,6 +256,18 @@ class RuncrateClient:
 
     # -- plumbing
 
+    def _send(self, method: str, path: str, params: Mapping[str, Any] | None, json: Any,
+              headers: Mapping[str, str] | None) -> httpx.Response:
+        url = "/api/v1" + path
+        clean_params = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        clean_headers = {k: v for k, v in (headers or {}).items() if v is not None} or None
+        try:
+            return self._http.request(method, url, params=clean_params, json=json, headers=clean_headers)
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"{self.base_url} did not answer in time ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach the Runcrate API at {self.base_url}: {exc}") from exc
+
     def request(
         self,
         method: str,
@@ -255,18 +275,18 @@ class RuncrateClient:
         *,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str | None] | None = None,
     ) -> dict[str, Any]:
         """Send one request and return the whole success envelope ({"data", "meta"})."""
-        url = "/api/v1" + path
-        clean_params = {k: _param(v) for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(method, url, params=clean_params, json=json, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise TransportError(f"{self.base_url} did not answer in time ({type(exc).__name__})") from exc
-        except httpx.HTTPError as exc:
-            raise TransportError(f"cannot reach the Runcrate API at {self.base_url}: {exc}") from exc
-        return self._unwrap(response)
+        return self._unwrap(self._send(method, path, params, json, _headers(headers)))
+
+    def text(self, method: str, path: str, *, params: Mapping[str, Any] | None = None) -> str:
+        """An endpoint that answers plain text (the Prometheus scrape)."""
+        response = self._send(method, path, params, None, None)
+        if response.is_success and not response.headers.get("content-type", "").startswith("application/json"):
+            return response.text
+        self._unwrap(response)
+        raise TransportError(f"{self.base_url} answered JSON where text was expected")
 
     def _unwrap(self, response: httpx.Response) -> dict[str, Any]:
         body: Any = None
@@ -297,10 +317,10 @@ class RuncrateClient:
             details.setdefault("retry_after", retry_after)
         raise ApiError(response.status_code, str(error.get("code") or ""), str(error.get("message") or ""), details)
 
-    def _data(self, method: str, path: str, **kwargs: Any) -> Any:
+    def data(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs)["data"]
 
-    def _page(self, path: str, params: Mapping[str, Any] | None = None) -> Page:
+    def page(self, path: str, params: Mapping[str, Any] | None = None) -> Page:
         body = self.request("GET", path, params=params)
         items = body["data"] or []
         meta = body.get("meta") or {}
@@ -309,197 +329,22 @@ class RuncrateClient:
             total=int(meta.get("total", len(items))),
             limit=meta.get("limit"),
             offset=int(meta.get("offset", 0)),
+            meta=dict(meta),
         )
 
     def iterate(self, path: str, params: Mapping[str, Any] | None = None, page_size: int = 100) -> Iterator[Record]:
         """Every item of a list endpoint, following limit/offset until `total` is reached."""
         offset = 0
         while True:
-            page = self._page(path, {**(params or {}), "limit": page_size, "offset": offset})
+            page = self.page(path, {**(params or {}), "limit": page_size, "offset": offset})
             yield from page.items
             offset += len(page.items)
             if not page.items or offset >= page.total:
                 return
 
-    # -- catalogue
 
-    def list_gpu_types(self) -> Page:
-        return self._page("/gpu-types")
-
-    def list_cluster_offers(
-        self, gpu: str | None = None, machines: int | None = None, include_community: bool = False
-    ) -> Page:
-        return self._page(
-            "/cluster-offers", {"gpu": gpu, "machines": machines, "include_community": include_community}
-        )
-
-    # -- clusters
-
-    def create_cluster(
-        self,
-        name: str,
-        offer_id: str,
-        machines: int,
-        software: str = "none",
-        volume_id: str | None = None,
-        ssh_key_ids: list[str] | None = None,
-        idempotency_key: str | None = None,
-    ) -> Record:
-        payload: dict[str, Any] = {"name": name, "offer_id": offer_id, "machines": machines, "software": software}
-        if volume_id:
-            payload["volume_id"] = volume_id
-        if ssh_key_ids:
-            payload["ssh_key_ids"] = list(ssh_key_ids)
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return self._data("POST", "/clusters", json=payload, headers=headers)
-
-    def plan_cluster(
-        self,
-        name: str,
-        offer_id: str,
-        machines: int,
-        software: str = "none",
-        volume_id: str | None = None,
-        ssh_key_ids: list[str] | None = None,
-    ) -> Record:
-        """What creating this cluster would do (POST /clusters/plan): price, balance, runway and
-        every refusal in `problems`. Nothing is reserved or charged."""
-        payload: dict[str, Any] = {"name": name, "offer_id": offer_id, "machines": machines, "software": software}
-        if volume_id:
-            payload["volume_id"] = volume_id
-        if ssh_key_ids:
-            payload["ssh_key_ids"] = list(ssh_key_ids)
-        return self._data("POST", "/clusters/plan", json=payload)
-
-    def list_clusters(self, limit: int | None = None, offset: int | None = None) -> Page:
-        return self._page("/clusters", {"limit": limit, "offset": offset})
-
-    def all_clusters(self) -> list[Record]:
-        return list(self.iterate("/clusters"))
-
-    def get_cluster(self, cluster_id: str) -> Record:
-        return self._data("GET", f"/clusters/{_seg(cluster_id)}")
-
-    def cluster_events(self, cluster_id: str, limit: int | None = None, offset: int | None = None) -> Page:
-        return self._page(f"/clusters/{_seg(cluster_id)}/events", {"limit": limit, "offset": offset})
-
-    def all_cluster_events(self, cluster_id: str) -> list[Record]:
-        return list(self.iterate(f"/clusters/{_seg(cluster_id)}/events"))
-
-    def delete_cluster(self, cluster_id: str) -> Record | None:
-        return self._data("DELETE", f"/clusters/{_seg(cluster_id)}")
-
-    def retry_install(self, cluster_id: str) -> Record | None:
-        return self._data("POST", f"/clusters/{_seg(cluster_id)}/retry-install")
-
-    def add_workers(self, cluster_id: str, count: int = 1) -> Record | None:
-        return self._data("POST", f"/clusters/{_seg(cluster_id)}/workers", json={"count": count})
-
-    def start_network_test(self, cluster_id: str) -> Record:
-        return self._data("POST", f"/clusters/{_seg(cluster_id)}/network-tests")
-
-    def list_network_tests(self, cluster_id: str, limit: int | None = None, offset: int | None = None) -> Page:
-        return self._page(f"/clusters/{_seg(cluster_id)}/network-tests", {"limit": limit, "offset": offset})
-
-    def get_network_test(self, cluster_id: str, test_id: str) -> Record:
-        return self._data("GET", f"/clusters/{_seg(cluster_id)}/network-tests/{_seg(test_id)}")
-
-    def find_cluster_id(self, name_or_id: str) -> str:
-        """A cluster's id from its id or its name (the live cluster of that name first)."""
-        if name_or_id.isascii() and name_or_id.isdigit():
-            return name_or_id
-        named = [c for c in self.iterate("/clusters") if c.get("name") == name_or_id]
-        named.sort(key=lambda c: (c.get("status") in ("terminated", "failed"), -int(c.get("id") or 0)))
-        if not named:
-            raise ApiError(404, "not_found", f"No cluster named {name_or_id!r} in this environment.")
-        return str(named[0]["id"])
-
-    def replace_node(self, cluster_id: str, node_name: str) -> Record | None:
-        """A new machine of the same type takes the node's name and address; the old one then stops."""
-        return self._data("POST", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}/replace")
-
-    def list_volumes(self) -> list[Record]:
-        return list(self.iterate("/volumes"))
-
-    def create_volume(self, name: str, size_gb: int) -> Record:
-        return self._data("POST", "/volumes", json={"name": name, "size_gb": size_gb})
-
-    def delete_volume(self, volume_id: str) -> Record | None:
-        return self._data("DELETE", f"/volumes/{_seg(volume_id)}")
-
-    def terminate_node(self, cluster_id: str, node_name: str) -> Record | None:
-        """The API always refuses (409 node_terminate_refused): a node ends with its cluster."""
-        return self._data("DELETE", f"/clusters/{_seg(cluster_id)}/nodes/{_seg(node_name)}")
-
-    # -- instances, SSH keys, environments, workspaces
-
-    def list_instances(self) -> list[Record]:
-        return list(self.iterate("/instances"))
-
-    def terminate_instance(self, instance_id: str) -> Record | None:
-        """The API always refuses (409 node_terminate_refused), naming the instance's cluster."""
-        return self._data("DELETE", f"/instances/{_seg(instance_id)}")
-
-    def list_ssh_keys(self) -> list[Record]:
-        return list(self.iterate("/ssh-keys"))
-
-    def create_ssh_key(self, name: str, public_key: str) -> Record:
-        return self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key})
-
-    def delete_ssh_key(self, key_id: str) -> Record | None:
-        return self._data("DELETE", f"/ssh-keys/{_seg(key_id)}")
-
-    def list_environments(self) -> list[Record]:
-        return list(self.iterate("/environments"))
-
-    def list_workspaces(self) -> list[Record]:
-        return list(self.iterate("/workspaces"))
-
-    def cluster_metrics(self, cluster_id: str, since: str | None = None, step: int | None = None) -> Record:
-        return self._data("GET", f"/clusters/{_seg(cluster_id)}/metrics", params={"since": since, "step": step})
-
-    # -- webhooks
-
-    def list_webhooks(self) -> list[Record]:
-        return list(self.iterate("/webhooks"))
-
-    def create_webhook(self, url: str, events: list[str], description: str = "") -> Record:
-        return self._data("POST", "/webhooks", json={"url": url, "events": events, "description": description})
-
-    def get_webhook(self, endpoint_id: str) -> Record:
-        return self._data("GET", f"/webhooks/{_seg(endpoint_id)}")
-
-    def update_webhook(self, endpoint_id: str, **fields: Any) -> Record:
-        return self._data("PATCH", f"/webhooks/{_seg(endpoint_id)}", json=fields)
-
-    def delete_webhook(self, endpoint_id: str) -> Record | None:
-        return self._data("DELETE", f"/webhooks/{_seg(endpoint_id)}")
-
-    def test_webhook(self, endpoint_id: str) -> Record:
-        return self._data("POST", f"/webhooks/{_seg(endpoint_id)}/test")
-
-    def webhook_deliveries(self, endpoint_id: str, limit: int | None = None) -> Page:
-        return self._page(f"/webhooks/{_seg(endpoint_id)}/deliveries", {"limit": limit})
-
-    def resend_webhook_delivery(self, endpoint_id: str, delivery_id: str) -> Record:
-        return self._data("POST", f"/webhooks/{_seg(endpoint_id)}/deliveries/{_seg(delivery_id)}/resend")
-
-    # -- billing and quotes
-
-    def billing_balance(self) -> Record:
-        return self._data("GET", "/billing/balance")
-
-    def billing_usage(self, month: str | None = None, *, rows: bool = False) -> Page:
-        """A page of the month's usage lines; `rows` adds every line's machine rows."""
-        return self._page("/billing/usage", {"month": month, "rows": rows or None})
-
-    def usage_line(self, cluster_id: str, month: str | None = None) -> Record:
-        """One cluster's usage line in a month, opened to a row per machine."""
-        return self._data("GET", f"/billing/usage/{_seg(cluster_id)}", params={"month": month})
-
-    def request_quote(self, **fields: Any) -> Record:
-        payload = {k: v for k, v in fields.items() if v is not None}
-        return self._data("POST", "/quotes", json=payload)
+def _headers(headers: Mapping[str, str | None] | None) -> dict[str, str] | None:
+    return {k: v for k, v in (headers or {}).items() if v is not None} or None
 
 
 def _reason(response: httpx.Response) -> str:
@@ -512,7 +357,8 @@ def _param(value: Any) -> Any:
     return value
 
 
-def _seg(value: str) -> str:
+def seg(value: object) -> str:
+    """One path segment: an id or a name, quoted."""
     from urllib.parse import quote
 
     return quote(str(value), safe="")

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
+import pydantic
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -42,9 +43,9 @@ from runcrate_client.api import (
     ApiError,
     ClientConfig,
     ConfigError,
-    RuncrateClient,
     RuncrateError,
 )
+from runcrate_client.client import Client
 
 DEFAULT_TOKEN_TTL = 600.0
 TOKEN_PREFIX = "rcplan1"
@@ -144,7 +145,8 @@ def normalize(key: str, value: Any) -> Any:
         return sorted(str(v) for v in value) if value else []
     if key == "machines":
         return int(value) if value is not None else None
-    if key == "volume_id":
+    if key in ("volume_id", "offer_id"):
+        # Ids arrive as numbers or strings (the API takes both): one spelling in the token.
         return str(value) if value else None
     return value
 
@@ -179,26 +181,62 @@ def api_errors_as_tool_errors(fn: F) -> F:
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
+# pydantic's error types in plain words, for arguments an agent got wrong.
+ARGUMENT_PROBLEMS = {
+    "missing": "is required",
+    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "string_type": "must be text", "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "list_type": "must be a list", "float_type": "must be a number", "float_parsing": "must be a number",
+}
+
+
+def describe_arguments_error(tool: str, error: pydantic.ValidationError) -> str:
+    """One line an agent can act on: each wrong argument and what it must be (ids: a number or a
+    string of digits), without pydantic's wording, links or the values sent."""
+    problems: dict[str, str] = {}
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else "arguments"
+        kind = str(item["type"])
+        if len(item["loc"]) > 1 and item["loc"][1] in ("int", "str"):
+            problems[name] = "must be an id: a number or a string of digits"
+        else:
+            problems.setdefault(name, ARGUMENT_PROBLEMS.get(kind, "is not valid"))
+    listed = "; ".join(f"{name} {problem}" for name, problem in problems.items())
+    return f"{tool} was called with wrong arguments: {listed}. Call it again with them corrected."
+
+
+class RuncrateMCPServer(MCPServer):
+    """The MCP server, with a tool's wrong arguments reported in plain words (not pydantic's text)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if isinstance(error.__cause__, pydantic.ValidationError):
+                raise ToolError(describe_arguments_error(name, error.__cause__)) from error.__cause__
+            raise
+
 
 @dataclass
 class ToolContext:
     """What every tool module needs: the API client, the token signer and the environment."""
 
-    client: RuncrateClient
+    client: Client
     signer: PlanSigner
     environment: str | None
 
 
-def build_server(config: ClientConfig, signer: PlanSigner | None = None, client: RuncrateClient | None = None) -> MCPServer:
+def build_server(config: ClientConfig, signer: PlanSigner | None = None, client: Client | None = None) -> MCPServer:
     """The server with every tool module's tools (runcrate_client/mcp_tools/<group>.py)."""
     from runcrate_client.mcp_tools import TOOL_MODULES
 
     # httpx logs every request at INFO; on stdio that is noise on the agent host's stderr.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    tools = ToolContext(client=client or RuncrateClient.from_config(config),
+    tools = ToolContext(client=client or Client.from_config(config),
                         signer=signer or PlanSigner.from_environment(), environment=config.environment)
     where = f"environment {config.environment!r}" if config.environment else "the API key's default environment"
-    mcp = MCPServer(
+    mcp = RuncrateMCPServer(
         name="runcrate-clusters",
         title="Runcrate Clusters",
         version="0.1.0",

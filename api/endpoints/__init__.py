@@ -9,6 +9,8 @@ from api.endpoints import (
     catalogue,
     clusters,
     instances,
+    keys,
+    members,
     metrics,
     network_tests,
     quotes,
@@ -16,5 +18,5 @@ from api.endpoints import (
     webhooks,
 )
 
-for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, quotes, webhooks, metrics):
+for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, members, keys, quotes, webhooks, metrics):
     api.add_router("", module.router)

@@ -8,9 +8,10 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 
 from accounts import services as accounts
+from accounts.forms import BudgetForm, EnvironmentForm, IdleNoticeForm
 from accounts.models import Environment, Membership, SSHKey
 from api import schemas
-from api.app import context, not_found, ok, page, responses
+from api.app import ApiContext, context, form_data, invalid, not_found, ok, page, responses
 
 router = Router(tags=["Account"])
 
@@ -35,18 +36,57 @@ def list_workspaces(request: HttpRequest, pages: Query[schemas.PageQuery]) -> di
             description="Send `X-Environment: <name or id>` to act in one; the default otherwise.",
             response=responses({200: schemas.list_envelope(schemas.Environment)}, 400))
 def list_environments(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    from billing.services import budget_remaining, month_to_date_spend
-
     ctx = context(request)
     result = page(Environment.objects.filter(workspace=ctx.workspace), pages)
-    spent = month_to_date_spend([e.pk for e in result["data"]])
-    result["data"] = [
+    result["data"] = environment_rows(ctx, result["data"])
+    return result
+
+
+def environment_rows(ctx: ApiContext, environments: list[Environment]) -> list[dict[str, Any]]:
+    from billing.services import budget_remaining, month_to_date_spend
+
+    spent = month_to_date_spend([e.pk for e in environments])
+    return [
         {"id": e.pk, "name": e.name, "is_default": e.is_default, "monthly_budget": e.monthly_budget,
          "month_to_date_spend": spent[e.pk], "budget_remaining": budget_remaining(e.monthly_budget, spent[e.pk]),
-         "current": e.pk == ctx.environment.pk}
-        for e in result["data"]
+         "idle_notice_hours": e.idle_notice_hours, "current": e.pk == ctx.environment.pk}
+        for e in environments
     ]
-    return result
+
+
+@router.post("environments", operation_id="createEnvironment", summary="Create an environment with a monthly budget",
+             description="Owners and Managers. Act in it with `X-Environment: <name>`.",
+             response=responses({201: schemas.envelope(schemas.Environment)}, 400))
+def create_environment(request: HttpRequest, payload: schemas.CreateEnvironment) -> Status:
+    ctx = context(request)
+    values = form_data(EnvironmentForm, payload.model_dump())
+    environment = accounts.create_environment(by=ctx.membership, **values)
+    return Status(201, ok(environment_rows(ctx, [environment])[0]))
+
+
+@router.patch("environments/{environment_id}", operation_id="updateEnvironment",
+              summary="Set an environment's monthly budget or idle notice",
+              description="Owners and Managers. `monthly_budget`: clusters here stop when the month's spend reaches "
+                          "it. `idle_notice_hours`: after how many idle hours the cluster's owner is told (0: never).",
+              response=responses({200: schemas.envelope(schemas.Environment)}, 400))
+def update_environment(request: HttpRequest, environment_id: schemas.PathId,
+                       payload: schemas.UpdateEnvironment) -> dict[str, Any]:
+    ctx = context(request)
+    environment = Environment.objects.filter(workspace=ctx.workspace, pk=environment_id).first()
+    if environment is None:
+        raise not_found("That environment")
+    sent = payload.model_dump(exclude_none=True)
+    if not sent:
+        raise invalid({"monthly_budget": ["Send monthly_budget, idle_notice_hours or both."]},
+                      "Nothing to change.")
+    if "monthly_budget" in sent:
+        accounts.set_budget(by=ctx.membership, environment=environment,
+                            **form_data(BudgetForm, {"monthly_budget": sent["monthly_budget"]}))
+    if "idle_notice_hours" in sent:
+        accounts.set_idle_notice_hours(by=ctx.membership, environment=environment,
+                                       **form_data(IdleNoticeForm, {"idle_notice_hours": sent["idle_notice_hours"]}))
+    environment.refresh_from_db()
+    return ok(environment_rows(ctx, [environment])[0])
 
 
 @router.get("ssh-keys", operation_id="listSshKeys", summary="SSH public keys of the workspace",

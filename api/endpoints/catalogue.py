@@ -9,7 +9,7 @@ from ninja import Query, Router
 
 from api import schemas
 from api.app import page, responses
-from offers.models import GPUModel
+from offers.models import NETWORK_CAVEAT, GPUModel
 from offers.services import list_offers
 
 router = Router(tags=["Catalogue"])
@@ -24,9 +24,11 @@ def gpu_types(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str
 
 @router.get("cluster-offers", operation_id="listClusterOffers", summary="Offers that can start now",
             description="Only offers with `machines` free machines now, cheapest whole cluster first. Community "
-                        "hosts are left out unless `include_community` is true. Priced per machine, never per GPU.",
-            response=responses({200: schemas.list_envelope(schemas.Offer)}, 400))
+                        "hosts are left out unless `include_community` is true. Priced per machine, never per GPU. "
+                        "`interconnect` is each machine's own link; between the machines a cluster gets the "
+                        "encrypted private network that `meta.network_caveat` describes.",
+            response=responses({200: schemas.list_envelope(schemas.Offer, schemas.OfferListMeta)}, 400))
 def cluster_offers(request: HttpRequest, filters: Query[schemas.OfferQuery],
                    pages: Query[schemas.PageQuery]) -> dict[str, Any]:
     offers = list_offers(filters.gpu or None, filters.machines, include_community=filters.include_community)
-    return page(offers, pages)
+    return page(offers, pages, network_caveat=NETWORK_CAVEAT)

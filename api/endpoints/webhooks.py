@@ -76,6 +76,16 @@ def delete_endpoint(request: HttpRequest, endpoint_id: schemas.PathId) -> dict[s
     return ok(answer)
 
 
+@router.post("webhooks/{endpoint_id}/rotate-secret", operation_id="rotateWebhookSecret",
+             summary="Make a new signing secret; the answer carries it",
+             description="Deliveries are signed with the new secret from now on; the old one stops verifying.",
+             response=responses({200: schemas.envelope(schemas.WebhookEndpointWithSecret)}, 403))
+def rotate_secret(request: HttpRequest, endpoint_id: schemas.PathId) -> dict[str, Any]:
+    endpoint = _endpoint(request, endpoint_id)
+    services.rotate_secret(endpoint)
+    return ok(_with_secret(endpoint))
+
+
 @router.post("webhooks/{endpoint_id}/test", operation_id="testWebhookEndpoint",
              summary="Send a webhook.test event to this endpoint",
              response=responses({202: schemas.envelope(schemas.WebhookDelivery)}, 403))

@@ -11,6 +11,7 @@ from runcrate_client.cli import (  # noqa: F401
     config,
     instances,
     mcp,
+    members,
     network,
     quotes,
     top,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from runcrate_client.api import ApiError, Record
 from runcrate_client.cli.base import (
     RuncrateGroup,
     State,
@@ -30,7 +31,7 @@ def ssh_keys() -> None:
 @pass_state
 def ssh_keys_list(state: State, as_json: bool, quiet: bool) -> None:
     """The workspace's SSH keys."""
-    items = state.client().list_ssh_keys()
+    items = state.client().account.list_ssh_keys_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet,
                           empty="No SSH keys. Add one with: runcrate ssh-keys add NAME ~/.ssh/id_ed25519.pub"):
         return
@@ -45,7 +46,7 @@ def ssh_keys_list(state: State, as_json: bool, quiet: bool) -> None:
 @pass_state
 def ssh_keys_add(state: State, name: str, public_key_file: Path, as_json: bool) -> None:
     """Add the public key in PUBLIC_KEY_FILE (e.g. ~/.ssh/id_ed25519.pub) under NAME."""
-    key = state.client().create_ssh_key(name, public_key_file.read_text().strip())
+    key = state.client().account.create_ssh_key(name=name, public_key=public_key_file.read_text().strip())
     if as_json:
         return print_json(key)
     click.echo(f"Added SSH key {key.get('name')} (id {key.get('id')}, {key.get('fingerprint')}).")
@@ -56,22 +57,74 @@ def ssh_keys_add(state: State, name: str, public_key_file: Path, as_json: bool) 
 @pass_state
 def ssh_keys_delete(state: State, key_id: str) -> None:
     """Remove a key: running clusters keep it, new clusters no longer get it."""
-    state.client().delete_ssh_key(key_id)
+    state.client().account.delete_ssh_key(key_id)
     click.echo(f"Deleted SSH key {key_id}.")
 
 
-@main.command("environments")
+@main.group("environments", cls=RuncrateGroup, invoke_without_command=True)
 @json_option
-@pass_state
-def environments(state: State, as_json: bool) -> None:
+@click.pass_context
+def environments(ctx: click.Context, as_json: bool) -> None:
     """Environments of the workspace with their monthly budgets and spend; `-e NAME` acts in one."""
-    items = state.client().list_environments()
+    if ctx.invoked_subcommand is not None:
+        return
+    items = ctx.ensure_object(State).client().account.list_environments_all()
     if as_json:
         return print_json(items)
+    _print_environments(items)
+
+
+def _print_environments(items: list[Record]) -> None:
     rows = [["*" if e.get("current") else "", e.get("id"), e.get("name"), "yes" if e.get("is_default") else "",
              format_money(e.get("monthly_budget")), format_money(e.get("month_to_date_spend")),
              format_money(e.get("budget_remaining"))] for e in items]
     click.echo(render_table(["", "ID", "NAME", "DEFAULT", "BUDGET", "SPENT THIS MONTH", "LEFT"], rows, right={4, 5, 6}))
+
+
+@environments.command("create")
+@click.argument("name")
+@click.option("--budget", "monthly_budget", default="1000", show_default=True, help="Monthly budget in USD.")
+@json_option
+@pass_state
+def environments_create(state: State, name: str, monthly_budget: str, as_json: bool) -> None:
+    """Create an environment (Owners and Managers)."""
+    environment = state.client().account.create_environment(name=name, monthly_budget=monthly_budget)
+    if as_json:
+        return print_json(environment)
+    click.echo(f"Created environment {environment.get('name')} with a budget of "
+               f"{format_money(environment.get('monthly_budget'))} a month.")
+
+
+def _environment_id(state: State, name_or_id: str) -> str:
+    for environment in state.client().account.list_environments_all():
+        if name_or_id in (environment.get("name"), str(environment.get("id"))):
+            return str(environment["id"])
+    raise ApiError(404, "not_found", f"No environment {name_or_id!r} in this workspace.")
+
+
+@environments.command("set-budget")
+@click.argument("environment")
+@click.argument("amount")
+@json_option
+@pass_state
+def environments_set_budget(state: State, environment: str, amount: str, as_json: bool) -> None:
+    """Set ENVIRONMENT's monthly budget to AMOUNT dollars: its clusters stop when the month's spend reaches it."""
+    updated = state.client().account.update_environment(_environment_id(state, environment), monthly_budget=amount)
+    if as_json:
+        return print_json(updated)
+    click.echo(f"Budget of {updated.get('name')} set to {format_money(updated.get('monthly_budget'))}.")
+
+
+@environments.command("set-idle-notice")
+@click.argument("environment")
+@click.argument("hours", type=int)
+@pass_state
+def environments_set_idle_notice(state: State, environment: str, hours: int) -> None:
+    """Tell a cluster's owner after HOURS idle hours (0: never)."""
+    updated = state.client().account.update_environment(_environment_id(state, environment), idle_notice_hours=hours)
+    hours = updated.get("idle_notice_hours") or 0
+    click.echo(f"{updated.get('name')}: idle clusters are noticed after {hours} h." if hours
+               else f"{updated.get('name')}: no idle notices.")
 
 
 @main.command("workspaces")
@@ -79,7 +132,7 @@ def environments(state: State, as_json: bool) -> None:
 @pass_state
 def workspaces(state: State, as_json: bool) -> None:
     """Workspaces you belong to, with your role; `-w NAME` acts in another one."""
-    items = state.client().list_workspaces()
+    items = state.client().account.list_workspaces_all()
     if as_json:
         return print_json(items)
     rows = [["*" if w.get("current") else "", w.get("id"), w.get("name"), w.get("role")] for w in items]

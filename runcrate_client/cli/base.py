@@ -23,9 +23,9 @@ from runcrate_client.api import (
     ClientConfig,
     ConfigError,
     Record,
-    RuncrateClient,
     RuncrateError,
 )
+from runcrate_client.client import Client
 from runcrate_client.formatting import (
     render_table,
 )
@@ -102,7 +102,7 @@ class State:
                  workspace: str | None = None) -> None:
         self.overrides = {"api_key": api_key, "api_url": api_url, "environment": environment, "workspace": workspace}
         self.timeout = timeout
-        self._client: RuncrateClient | None = None
+        self._client: Client | None = None
 
     def config(self) -> ClientConfig:
         return ClientConfig.resolve(
@@ -110,9 +110,9 @@ class State:
             environment=self.overrides["environment"], workspace=self.overrides["workspace"],
         )
 
-    def client(self) -> RuncrateClient:
+    def client(self) -> Client:
         if self._client is None:
-            self._client = RuncrateClient.from_config(self.config(), timeout=self.timeout)
+            self._client = Client.from_config(self.config(), timeout=self.timeout)
         return self._client
 
     def close(self) -> None:

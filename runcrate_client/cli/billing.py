@@ -39,7 +39,7 @@ def billing() -> None:
 @pass_state
 def billing_balance(state: State, as_json: bool) -> None:
     """Credits left, what running clusters cost per hour, and how long that lasts."""
-    data = state.client().billing_balance()
+    data = state.client().billing.get_balance()
     if as_json:
         return print_json(data)
     hours = data.get("hours_remaining")
@@ -71,13 +71,13 @@ def billing_usage(state: State, month: str | None, rows: bool, as_json: bool) ->
     """One line per cluster ("Cluster usage <name>"): machines, status and amount. With --rows,
     each line's machines under it; `runcrate billing usage-line CLUSTER` opens one line."""
     _check_month(month)
-    params: dict[str, Any] = {"month": month, "rows": True if rows else None}
-    items = list(state.client().iterate("/billing/usage", params))
+    usage = state.client().usage(month, rows=rows)
+    items, total = usage.items, usage.meta.get("total_amount")
     if as_json:
         return print_json(items)
     if not items:
         return click.echo(f"No usage{' in ' + month if month else ' this month'}.")
-    click.echo(usage_table(items) if rows else lines_table(items))
+    click.echo(usage_table(items, total) if rows else lines_table(items, total))
 
 
 @billing.command("usage-line")
@@ -89,36 +89,24 @@ def billing_usage_line(state: State, cluster: str, month: str | None, as_json: b
     """One cluster's usage line (by name or id) with a row per machine under it."""
     _check_month(month)
     client = state.client()
-    item = client.usage_line(client.find_cluster_id(cluster), month)
+    item = client.billing.get_usage_line(client.find_cluster_id(cluster), month=month)
     if as_json:
         return print_json(item)
-    click.echo(usage_table([item]))
+    click.echo(usage_table([item], item.get("amount")))
 
 
-def _total(items: list[Record]) -> Any:
-    from decimal import Decimal, InvalidOperation
-
-    total = Decimal(0)
-    for item in items:
-        try:
-            total += Decimal(str(item.get("amount") or "0"))
-        except InvalidOperation:
-            pass
-    return total
-
-
-def lines_table(items: list[Record]) -> str:
+def lines_table(items: list[Record], total: Any) -> str:
     """A line per cluster: its description, machine count, whether it still accrues, amount."""
     rows: list[list[Any]] = [
         [item.get("description") or f"Cluster usage {item.get('cluster_id')}", item.get("cluster_id"),
          item.get("machines"), "accruing" if item.get("accruing") else "completed", format_money(item.get("amount"))]
         for item in items
     ]
-    rows.append(["Total", "", "", "", format_money(_total(items))])
+    rows.append(["Total", "", "", "", format_money(total)])
     return render_table(["DESCRIPTION", "CLUSTER", "MACHINES", "STATUS", "AMOUNT"], rows, right={2, 4})
 
 
-def usage_table(items: list[Record]) -> str:
+def usage_table(items: list[Record], total: Any) -> str:
     """Cluster lines flush left, their machine rows indented under them, every column aligned."""
     rows: list[list[Any]] = []
     for item in items:
@@ -130,5 +118,5 @@ def usage_table(items: list[Record]) -> str:
                 format_time(row.get("end")) if row.get("end") else "running",
                 format_hours(row.get("hours")), format_money(row.get("rate")) + "/h", format_money(row.get("amount")),
             ])
-    rows.append(["Total", "", "", "", "", "", format_money(_total(items))])
+    rows.append(["Total", "", "", "", "", "", format_money(total)])
     return render_table(["DESCRIPTION", "GPU", "START", "END", "HOURS", "RATE", "AMOUNT"], rows, right={4, 5, 6})

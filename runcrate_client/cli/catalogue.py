@@ -21,7 +21,7 @@ from runcrate_client.cli.base import (
 @pass_state
 def gpu_types(state: State, as_json: bool, quiet: bool) -> None:
     """List the GPU models clusters can be made of."""
-    items = state.client().list_gpu_types().items
+    items = state.client().catalogue.list_gpu_types().items
     if as_json:
         return print_json(items)
     if quiet:

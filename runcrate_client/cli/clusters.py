@@ -14,7 +14,6 @@ import click
 from runcrate_client.api import (
     ApiError,
     Record,
-    RuncrateClient,
     TransportError,
 )
 from runcrate_client.cli.base import (
@@ -37,6 +36,7 @@ from runcrate_client.cli.base import (
     print_json,
     quiet_option,
 )
+from runcrate_client.client import Client
 from runcrate_client.formatting import (
     COMMUNITY_WARNING,
     cell,
@@ -64,7 +64,8 @@ def clusters_offers(
     state: State, gpu: str | None, machines: int | None, include_community: bool, as_json: bool, quiet: bool
 ) -> None:
     """Offers that can start now for this many machines, cheapest whole cluster first."""
-    items = state.client().list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community).items
+    offers = state.client().catalogue.list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community)
+    items = offers.items
     if as_json:
         return print_json(items)
     if quiet:
@@ -75,6 +76,9 @@ def clusters_offers(
         size = f" for {machines} machines" if machines else ""
         return click.echo(f"No offers can start now{size}. Try fewer machines, another GPU, or `runcrate quote`.")
     click.echo(offers_table(items))
+    if offers.meta.get("network_caveat"):
+        # INTERCONNECT is each machine's own link; between machines it is the private network.
+        click.echo("\n" + str(offers.meta["network_caveat"]))
     if any(item.get("community") for item in items):
         click.echo("\n" + COMMUNITY_WARNING)
 
@@ -125,7 +129,7 @@ def clusters_create(
     With --dry-run the server checks and prices it exactly as it would create it, and nothing is reserved.
     """
     if dry_run:
-        plan = state.client().plan_cluster(name=name, offer_id=offer_id, machines=machines, software=software.lower(),
+        plan = state.client().clusters.plan(name=name, offer_id=offer_id, machines=machines, software=software.lower(),
                                            volume_id=volume_id, ssh_key_ids=list(ssh_key_ids))
         if as_json:
             print_json(plan)
@@ -134,7 +138,7 @@ def clusters_create(
         sys.exit(plan_exit_code(plan))
     key = idempotency_key or str(uuid.uuid4())
     try:
-        cluster = state.client().create_cluster(
+        cluster = state.client().clusters.create(
             name=name, offer_id=offer_id, machines=machines, software=software.lower(),
             volume_id=volume_id, ssh_key_ids=list(ssh_key_ids), idempotency_key=key,
         )
@@ -199,7 +203,7 @@ def plan_summary(plan: Record) -> str:
 @pass_state
 def clusters_list(state: State, as_json: bool, quiet: bool) -> None:
     """Clusters in the environment, newest first."""
-    items = state.client().all_clusters()
+    items = state.client().clusters.list_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet,
                           empty="No clusters. Find an offer with `runcrate clusters offers --gpu H100 --machines 2`."):
         return
@@ -241,7 +245,7 @@ def offer_gpu(cluster: Record) -> Any:
 def clusters_info(state: State, cluster_id: str, as_json: bool) -> None:
     """A cluster, its nodes and their private addresses. CLUSTER is the cluster's id or name."""
     client = state.client()
-    cluster = client.get_cluster(client.find_cluster_id(cluster_id))
+    cluster = client.clusters.get(client.find_cluster_id(cluster_id))
     if as_json:
         return print_json(cluster)
     click.echo(cluster_summary(cluster))
@@ -294,10 +298,10 @@ def _health(node: dict) -> str:
     return f"{found}: {node['health_detail']}" if found != "healthy" and node.get("health_detail") else found
 
 
-def _write_ssh_files(client: RuncrateClient, cluster_id: str) -> tuple[Record, Any]:
+def _write_ssh_files(client: Client, cluster_id: str) -> tuple[Record, Any]:
     from runcrate_client import sshconfig
 
-    cluster = client.get_cluster(client.find_cluster_id(cluster_id))
+    cluster = client.clusters.get(client.find_cluster_id(cluster_id))
     if not cluster.get("ssh_config"):
         fail(f"Cluster {cluster.get('name')} is {cluster.get('status')}: its nodes take SSH "
              "once every machine is up and joined.", EXIT_CONFLICT)
@@ -316,7 +320,7 @@ def clusters_ssh_config(state: State, cluster_id: str, just_print: bool) -> None
     ~/.ssh/config, so `ssh CLUSTER-node-3` works from this terminal."""
     client = state.client()
     if just_print:
-        cluster = client.get_cluster(client.find_cluster_id(cluster_id))
+        cluster = client.clusters.get(client.find_cluster_id(cluster_id))
         click.echo(cluster.get("ssh_config") or "")
         return
     cluster, written = _write_ssh_files(client, cluster_id)
@@ -360,7 +364,7 @@ def clusters_ssh(state: State, cluster_id: str, node: str, command: tuple[str, .
 def clusters_events(state: State, cluster_id: str, as_json: bool) -> None:
     """What happened to a cluster, oldest first. CLUSTER is the cluster's id or name."""
     client = state.client()
-    items = client.all_cluster_events(client.find_cluster_id(cluster_id))
+    items = client.clusters.list_events_all(client.find_cluster_id(cluster_id))
     items.sort(key=lambda e: str(e.get("created_at") or ""))
     if as_json:
         return print_json(items)
@@ -388,11 +392,11 @@ def clusters_watch(state: State, cluster_id: str, interval: float, timeout: floa
     cluster_id = state.client().find_cluster_id(cluster_id)
     code = watch_cluster(state.client(), cluster_id, interval=interval, timeout=timeout, quiet=as_json)
     if as_json:
-        print_json(state.client().get_cluster(cluster_id))
+        print_json(state.client().clusters.get(cluster_id))
     sys.exit(code)
 
 
-def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, timeout: float, quiet: bool = False) -> int:
+def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: float, quiet: bool = False) -> int:
     """Poll a cluster, printing each change of cluster or node status and each new event.
 
     Prints changes only (never redraws), so the output reads the same in a terminal, a log or a pipe.
@@ -403,7 +407,7 @@ def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, time
     cluster_status: str | None = None
     seen_events: set[tuple[str, str, str]] = set()
     while True:
-        cluster = client.get_cluster(cluster_id)
+        cluster = client.clusters.get(cluster_id)
         status = str(cluster.get("status"))
         if status != cluster_status:
             total = machine_count(cluster)
@@ -418,7 +422,7 @@ def watch_cluster(client: RuncrateClient, cluster_id: str, interval: float, time
                 say(f"{_now()}    {name:<8} {node.get('role') or '':<6} {node_status.get(name, '…')} -> {current}{ip}")
                 node_status[name] = current
         try:
-            events = client.cluster_events(cluster_id).items
+            events = client.clusters.list_events(cluster_id).items
         except ApiError:
             events = []
         for event in sorted(events, key=lambda e: str(e.get("created_at") or "")):
@@ -462,14 +466,14 @@ def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> 
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
     if not yes:
-        cluster = client.get_cluster(cluster_id)
+        cluster = client.clusters.get(cluster_id)
         if not sys.stdin.isatty():
             fail("refusing to terminate without confirmation; pass --yes", EXIT_USAGE)
         question = (f"Terminate cluster {cluster.get('name')} ({cluster_id}), all {machine_count(cluster)} machines? "
                     "Their disks are lost and billing stops")
         if not click.confirm(question, default=False):
             fail("not terminated", EXIT_OTHER)
-    result = client.delete_cluster(cluster_id)
+    result = client.clusters.terminate(cluster_id)
     if as_json:
         return print_json(result)
     status = (result or {}).get("status", "terminating") if isinstance(result, dict) else "terminating"
@@ -484,7 +488,7 @@ def clusters_retry_install(state: State, cluster_id: str, as_json: bool) -> None
     """Install the software again on a degraded cluster. CLUSTER is the cluster's id or name."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
-    result = client.retry_install(cluster_id)
+    result = client.clusters.retry_install(cluster_id)
     if as_json:
         return print_json(result)
     click.echo(f"Retrying the install on cluster {cluster_id}. Follow it with: runcrate clusters watch {cluster_id}")
@@ -500,7 +504,7 @@ def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool
     cluster's id or name."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
-    result = client.add_workers(cluster_id, count)
+    result = client.clusters.add_workers(cluster_id, count=count)
     if as_json:
         return print_json(result)
     click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}.")
@@ -523,17 +527,17 @@ def clusters_replace_node(
     client = state.client()
     cluster_id = client.find_cluster_id(cluster)
     # The machines there before: the new one is the machine of that name that was not.
-    before = {n.get("instance_id") for n in client.get_cluster(cluster_id).get("nodes") or []} if watch or not yes else set()
-    seen = {str(e.get("id")) for e in client.all_cluster_events(cluster_id)} if watch else set()
+    before = {n.get("instance_id") for n in client.clusters.get(cluster_id).get("nodes") or []} if watch or not yes else set()
+    seen = {str(e.get("id")) for e in client.clusters.list_events_all(cluster_id)} if watch else set()
     if not yes:
-        current = client.get_cluster(cluster_id)
+        current = client.clusters.get(cluster_id)
         if not sys.stdin.isatty():
             fail("refusing to replace a node without confirmation; pass --yes", EXIT_USAGE)
         question = (f"Replace {node_name} of cluster {current.get('name')} ({cluster_id})? A new machine takes its name "
                     f"and address, then this one stops: files on its own disk are lost. Both are billed while they overlap")
         if not click.confirm(question, default=False):
             fail("not replaced", EXIT_OTHER)
-    result = client.replace_node(cluster_id, node_name) or {}
+    result = client.clusters.replace_node(cluster_id, node_name) or {}
     new = next((n for n in result.get("nodes") or []
                 if n.get("name") == node_name and n.get("instance_id") not in before), None)
     if not watch:
@@ -546,19 +550,19 @@ def clusters_replace_node(
     code = watch_replacement(client, cluster_id, node_name, new.get("instance_id") if new else None, interval,
                              seen, quiet=as_json)
     if as_json:
-        print_json(client.get_cluster(cluster_id))
+        print_json(client.clusters.get(cluster_id))
     sys.exit(code)
 
 
-def watch_replacement(client: RuncrateClient, cluster_id: str, node_name: str, instance_id: Any, interval: float,
+def watch_replacement(client: Client, cluster_id: str, node_name: str, instance_id: Any, interval: float,
                       seen: set[str], quiet: bool = False) -> int:
     """Poll until the machine swapped in is the node (exit 0) or was given back (exit 7), printing
     the events not in `seen` (those from before the request)."""
     say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
     last = ""
     while True:
-        cluster = client.get_cluster(cluster_id)
-        for event in client.all_cluster_events(cluster_id):
+        cluster = client.clusters.get(cluster_id)
+        for event in client.clusters.list_events_all(cluster_id):
             if str(event.get("id")) not in seen:
                 seen.add(str(event.get("id")))
                 say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
@@ -587,5 +591,5 @@ def clusters_terminate_node(state: State, cluster_id: str, node_name: str) -> No
     """Ask to stop one node. The API refuses: a node ends with its cluster (exit 6)."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
-    client.terminate_node(cluster_id, node_name)
+    client.clusters.terminate_node(cluster_id, node_name)
     click.echo(f"Node {node_name} of cluster {cluster_id} is terminating.")

@@ -19,7 +19,7 @@ def instances() -> None:
 @pass_state
 def instances_list(state: State, as_json: bool, quiet: bool) -> None:
     """Every machine in every environment, with the cluster it belongs to."""
-    items = state.client().list_instances()
+    items = state.client().instances.list_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet, empty="No instances: no cluster is running."):
         return
     rows = [[i.get("id"), f"{i.get('cluster_name')} ({i.get('cluster_id')})", i.get("name"), i.get("role"),
@@ -34,5 +34,5 @@ def instances_list(state: State, as_json: bool, quiet: bool) -> None:
 @pass_state
 def instances_terminate(state: State, instance_id: str) -> None:
     """Ask to stop one machine. The API refuses (exit 6) and names the cluster to terminate instead."""
-    state.client().terminate_instance(instance_id)
+    state.client().instances.terminate(instance_id)
     click.echo(f"Instance {instance_id} is terminating.")

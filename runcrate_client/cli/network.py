@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from runcrate_client.api import Record, RuncrateClient
+from runcrate_client.api import Record
 from runcrate_client.cli.base import (
     EXIT_NETWORK_FAILED,
     EXIT_NETWORK_SLOW,
@@ -21,6 +21,7 @@ from runcrate_client.cli.base import (
     print_json,
 )
 from runcrate_client.cli.clusters import clusters
+from runcrate_client.client import Client
 from runcrate_client.formatting import format_time, render_pairs, render_table
 
 FINISHED = {"passed": EXIT_OK, "slow": EXIT_NETWORK_SLOW, "failed": EXIT_NETWORK_FAILED}
@@ -38,7 +39,7 @@ def clusters_network_test(state: State, cluster: str, watch: bool, interval: flo
     then every pair (up to 8 nodes) with iperf3 and ping over wg0, or all_reduce_perf on GPU machines."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster)
-    test = client.start_network_test(cluster_id)
+    test = client.network_tests.start(cluster_id)
     if not watch:
         if as_json:
             return print_json(test)
@@ -62,7 +63,7 @@ def clusters_network_results(state: State, cluster: str, test_id: str | None, hi
     client = state.client()
     cluster_id = client.find_cluster_id(cluster)
     if history:
-        items = client.list_network_tests(cluster_id, limit=20).items
+        items = client.network_tests.list(cluster_id, limit=20).items
         if as_json:
             return print_json(items)
         if not items:
@@ -71,7 +72,7 @@ def clusters_network_results(state: State, cluster: str, test_id: str | None, hi
                  span(t.get("summary") or {}), (t.get("summary") or {}).get("slow_pairs")] for t in items]
         return click.echo(render_table(["ID", "STATUS", "TRIGGER", "METHOD", "CREATED", "GBIT/S", "SLOW"], rows))
     if test_id is None:
-        newest = client.list_network_tests(cluster_id, limit=1).items
+        newest = client.network_tests.list(cluster_id, limit=1).items
         if not newest:
             if as_json:
                 return print_json(None)
@@ -79,20 +80,20 @@ def clusters_network_results(state: State, cluster: str, test_id: str | None, hi
         test_id = str(newest[0].get("id"))
     if watch:
         sys.exit(follow(client, cluster_id, test_id, interval, 0, as_json))
-    test = client.get_network_test(cluster_id, test_id)
+    test = client.network_tests.get(cluster_id, test_id)
     if as_json:
         return print_json(test)
     click.echo(report(test))
 
 
-def follow(client: RuncrateClient, cluster_id: str, test_id: str, interval: float, timeout: float, quiet: bool) -> int:
+def follow(client: Client, cluster_id: str, test_id: str, interval: float, timeout: float, quiet: bool) -> int:
     """Poll a test, printing each newly measured pair, then the matrix and the outcome."""
     say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
     started = time.monotonic()
     seen: set[tuple[str, str, str]] = set()
     status = None
     while True:
-        test = client.get_network_test(cluster_id, test_id)
+        test = client.network_tests.get(cluster_id, test_id)
         if test.get("status") != status:
             status = test.get("status")
             say(f"network test {test_id}: {status}")

@@ -30,7 +30,7 @@ from runcrate_client.cli.base import (
 @pass_state
 def quote(state: State, as_json: bool, **fields: Any) -> None:
     """Request a quote: reserved capacity, very large clusters, InfiniBand/RoCE."""
-    result = state.client().request_quote(**fields)
+    result = state.client().quotes.create(**fields)
     if as_json:
         return print_json(result)
     ident = f" {result.get('id')}" if isinstance(result, dict) and result.get("id") else ""

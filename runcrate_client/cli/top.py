@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
-from runcrate_client.api import Record, RuncrateClient
+from runcrate_client.api import Record
 from runcrate_client.cli.base import State, json_option, pass_state, print_json
 from runcrate_client.cli.clusters import clusters
+from runcrate_client.client import Client
 from runcrate_client.formatting import render_table
 
 IDLE_PERCENT = 5.0
@@ -74,10 +75,10 @@ def render(name: str, rows: list[dict[str, Any]]) -> str:
 @pass_state
 def clusters_top(state: State, cluster: str, once: bool, interval: float, as_json: bool) -> None:
     """Live per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first."""
-    client: RuncrateClient = state.client()
+    client: Client = state.client()
     cluster_id = client.find_cluster_id(cluster)
     while True:
-        rows = latest(client.cluster_metrics(cluster_id, since="120"))
+        rows = latest(client.metrics.get_cluster(cluster_id, since="120"))
         if as_json:
             print_json(rows)
         else:

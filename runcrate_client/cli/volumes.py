@@ -28,7 +28,7 @@ def volumes() -> None:
 @pass_state
 def volumes_list(state: State, as_json: bool, quiet: bool) -> None:
     """The environment's volumes."""
-    items = state.client().list_volumes()
+    items = state.client().volumes.list_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet,
                           empty="No volumes. Create one with: runcrate volumes create NAME --size-gb 500"):
         return
@@ -42,7 +42,7 @@ def volumes_list(state: State, as_json: bool, quiet: bool) -> None:
 @pass_state
 def volumes_create(state: State, name: str, size_gb: int, as_json: bool) -> None:
     """Create a volume; attach it with `clusters create --volume ID`."""
-    volume = state.client().create_volume(name, size_gb)
+    volume = state.client().volumes.create(name=name, size_gb=size_gb)
     if as_json:
         return print_json(volume)
     click.echo(f"Created volume {volume.get('name')} (id {volume.get('id')}, {volume.get('size_gb')} GB).")
@@ -56,5 +56,5 @@ def volumes_delete(state: State, volume_id: str, yes: bool) -> None:
     """Delete a volume and its data (refused while a live cluster uses it)."""
     if not yes:
         click.confirm(f"Delete volume {volume_id} and its data?", abort=True)
-    state.client().delete_volume(volume_id)
+    state.client().volumes.delete(volume_id)
     click.echo(f"Deleted volume {volume_id}.")

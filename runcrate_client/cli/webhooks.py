@@ -31,7 +31,7 @@ def webhooks() -> None:
 @pass_state
 def webhooks_list(state: State, as_json: bool, quiet: bool) -> None:
     """The workspace's endpoints."""
-    items = state.client().list_webhooks()
+    items = state.client().webhooks.list_endpoints_all()
     if listed_for_scripts(items, as_json=as_json, quiet=quiet,
                           empty="No webhook endpoints. Add one with: runcrate webhooks add URL --event cluster.ready"):
         return
@@ -49,7 +49,7 @@ def webhooks_list(state: State, as_json: bool, quiet: bool) -> None:
 @pass_state
 def webhooks_add(state: State, url: str, events: tuple[str, ...], description: str, as_json: bool) -> None:
     """Add an endpoint; prints its signing secret (also shown by `webhooks show`)."""
-    endpoint = state.client().create_webhook(url, list(events), description)
+    endpoint = state.client().webhooks.create_endpoint(url=url, events=list(events), description=description)
     if as_json:
         return print_json(endpoint)
     click.echo(f"Added webhook {endpoint.get('id')} → {endpoint.get('url')}")
@@ -62,12 +62,40 @@ def webhooks_add(state: State, url: str, events: tuple[str, ...], description: s
 @pass_state
 def webhooks_show(state: State, endpoint_id: str, as_json: bool) -> None:
     """One endpoint with its signing secret."""
-    endpoint = state.client().get_webhook(endpoint_id)
+    endpoint = state.client().webhooks.get_endpoint(endpoint_id)
     if as_json:
         return print_json(endpoint)
     for key in ("id", "url", "description", "events", "is_active", "secret", "created_at"):
         value = endpoint.get(key)
         click.echo(f"{key}: {','.join(value) if isinstance(value, list) else value}")
+
+
+@webhooks.command("update")
+@click.argument("endpoint_id")
+@click.option("--event", "events", multiple=True, help="Subscribe to these events instead (repeat the option).")
+@click.option("--active/--inactive", "is_active", default=None, help="Send deliveries to it, or pause it.")
+@json_option
+@pass_state
+def webhooks_update(state: State, endpoint_id: str, events: tuple[str, ...], is_active: bool | None,
+                    as_json: bool) -> None:
+    """Change an endpoint's events, or pause and resume it."""
+    endpoint = state.client().webhooks.update_endpoint(endpoint_id, events=list(events) or None, is_active=is_active)
+    if as_json:
+        return print_json(endpoint)
+    click.echo(f"Saved webhook endpoint {endpoint.get('id')}: {','.join(endpoint.get('events') or [])}"
+               f"{'' if endpoint.get('is_active') else ' (paused)'}.")
+
+
+@webhooks.command("rotate-secret")
+@click.argument("endpoint_id")
+@json_option
+@pass_state
+def webhooks_rotate_secret(state: State, endpoint_id: str, as_json: bool) -> None:
+    """Make a new signing secret: deliveries are signed with it from now on."""
+    endpoint = state.client().webhooks.rotate_secret(endpoint_id)
+    if as_json:
+        return print_json(endpoint)
+    click.echo(f"New signing secret for endpoint {endpoint.get('id')}: {endpoint.get('secret')}")
 
 
 @webhooks.command("remove")
@@ -78,7 +106,7 @@ def webhooks_remove(state: State, endpoint_id: str, yes: bool) -> None:
     """Remove an endpoint and its delivery log."""
     if not yes:
         click.confirm(f"Remove webhook endpoint {endpoint_id}?", abort=True)
-    state.client().delete_webhook(endpoint_id)
+    state.client().webhooks.delete_endpoint(endpoint_id)
     click.echo(f"Removed webhook endpoint {endpoint_id}.")
 
 
@@ -88,7 +116,7 @@ def webhooks_remove(state: State, endpoint_id: str, yes: bool) -> None:
 @pass_state
 def webhooks_test(state: State, endpoint_id: str, as_json: bool) -> None:
     """Send a webhook.test event to the endpoint."""
-    delivery = state.client().test_webhook(endpoint_id)
+    delivery = state.client().webhooks.test_endpoint(endpoint_id)
     if as_json:
         return print_json(delivery)
     click.echo(f"Test event {delivery.get('event_id')} queued (delivery {delivery.get('id')}). "
@@ -102,7 +130,7 @@ def webhooks_test(state: State, endpoint_id: str, as_json: bool) -> None:
 @pass_state
 def webhooks_deliveries(state: State, endpoint_id: str, limit: int, as_json: bool) -> None:
     """The endpoint's delivery log, newest first."""
-    items = state.client().webhook_deliveries(endpoint_id, limit=limit).items
+    items = state.client().webhooks.list_deliveries(endpoint_id, limit=limit).items
     if as_json:
         return print_json(items)
     if not items:
@@ -121,7 +149,7 @@ def webhooks_deliveries(state: State, endpoint_id: str, limit: int, as_json: boo
 @pass_state
 def webhooks_resend(state: State, endpoint_id: str, delivery_id: str, as_json: bool) -> None:
     """Send a delivery's event again (same event id)."""
-    delivery = state.client().resend_webhook_delivery(endpoint_id, delivery_id)
+    delivery = state.client().webhooks.resend_delivery(endpoint_id, delivery_id)
     if as_json:
         return print_json(delivery)
     click.echo(f"Re-sending {delivery.get('event_type')} {delivery.get('event_id')} (delivery {delivery.get('id')}).")

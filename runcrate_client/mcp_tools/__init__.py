@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
-from runcrate_client.mcp_tools import account, billing, catalogue, clusters, instances, network, plan, replace, webhooks
+from runcrate_client.mcp_tools import (
+    account,
+    billing,
+    catalogue,
+    clusters,
+    instances,
+    network,
+    plan,
+    replace,
+    webhooks,
+    workspace,
+)
 
-TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, billing, webhooks)
+TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, workspace, billing, webhooks)

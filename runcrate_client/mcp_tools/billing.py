@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -16,7 +15,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     def billing_balance() -> dict[str, Any]:
         """The workspace's credit balance, what its running clusters cost per hour, the hours that
         balance lasts and the environment's budget. When credits run out, running clusters are terminated."""
-        return {"balance": client.billing_balance()}
+        return {"balance": client.billing.get_balance()}
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
@@ -26,8 +25,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         cluster_id (an id or a name) to open that cluster's line to a row per machine (node, gpu, start,
         end, hours, rate, amount); its amount is the sum of those rows."""
         if cluster_id:
-            line = client.usage_line(client.find_cluster_id(str(cluster_id)), month)
+            line = client.billing.get_usage_line(client.find_cluster_id(str(cluster_id)), month=month)
             return {"usage": [line], "total": str(line.get("amount") or "0"), "month": month or "current"}
-        items = list(client.iterate("/billing/usage", {"month": month}))
-        total = sum((Decimal(str(i.get("amount") or "0")) for i in items), Decimal(0))
-        return {"usage": items, "total": str(total), "month": month or "current"}
+        usage = client.usage(month)
+        return {"usage": usage.items, "total": usage.meta.get("total_amount"), "month": month or "current"}

@@ -15,7 +15,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     def list_gpu_types() -> dict[str, Any]:
         """List the GPU models clusters can be built from. Use the `name` as the `gpu` argument of
         list_cluster_offers."""
-        return {"gpu_types": client.list_gpu_types().items}
+        return {"gpu_types": client.catalogue.list_gpu_types().items}
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
@@ -28,7 +28,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         Community offers (independent operators' hosts) are left out unless include_community is true;
         only use them if the user accepts that secrets must stay off them, and no volume can be attached.
         """
-        items = client.list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community).items
+        items = client.catalogue.list_cluster_offers(gpu=gpu, machines=machines, include_community=include_community).items
         result: dict[str, Any] = {"offers": items, "count": len(items)}
         warnings = sorted({o["warning"] for o in items if o.get("warning")})
         if warnings:

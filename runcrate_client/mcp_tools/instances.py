@@ -17,7 +17,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         """Every machine the workspace runs (in this server's environment when RUNCRATE_ENVIRONMENT is set,
         else in every environment), each with the cluster it belongs to
         (cluster_id, cluster_name), its GPU, status, private IP and hourly price."""
-        items = client.list_instances()
+        items = client.instances.list_all()
         return {"instances": items, "count": len(items)}
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
@@ -26,4 +26,5 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     def terminate_instance(instance_id: str) -> dict[str, Any]:
         """Ask to stop one machine. Always refused: a cluster's machines stop together; the answer names
         the cluster, which delete_cluster terminates (only if the user asked for that)."""
-        return {"instance": client.terminate_instance(instance_id)}
+        client.instances.terminate(instance_id)
+        return {"instance": None}

@@ -29,7 +29,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         GPU machines that have nccl-tests). Jobs keep running. Refused (409) while the cluster is not ready
         or another test is queued or running. Read the results with network_test_results."""
         cluster_id = client.find_cluster_id(cluster)
-        test = client.start_network_test(cluster_id)
+        test = client.network_tests.start(cluster_id)
         return {"network_test": test, "hint": HINTS["queued"]}
 
     @mcp.tool(annotations=READ_ONLY)
@@ -38,12 +38,12 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         """A cluster's newest network test (or test_id): status, every measured pair (source, target,
         gbps, latency_ms, slow, error), a summary, and the earlier runs' summaries."""
         cluster_id = client.find_cluster_id(cluster)
-        earlier = client.list_network_tests(cluster_id, limit=6).items
+        earlier = client.network_tests.list(cluster_id, limit=6).items
         if test_id is None:
             if not earlier:
                 return {"network_test": None, "hint": "No test yet: start_network_test runs one."}
             test_id = str(earlier[0].get("id"))
-        test = client.get_network_test(cluster_id, test_id)
+        test = client.network_tests.get(cluster_id, test_id)
         return {
             "network_test": test,
             "earlier": [{k: t.get(k) for k in ("id", "status", "trigger", "created_at", "summary")}
@@ -61,6 +61,6 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         from runcrate_client.cli.top import latest
 
         cluster_id = client.find_cluster_id(cluster)
-        metrics = client.cluster_metrics(cluster_id, since=str(since_seconds), step=step_seconds)
+        metrics = client.metrics.get_cluster(cluster_id, since=str(since_seconds), step=step_seconds)
         return {"latest": latest(metrics), "metrics": metrics}
 

@@ -20,8 +20,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def plan_cluster(
-        offer_id: str, machines: int, name: str, software: str = "none",
-        volume_id: str | None = None, ssh_key_ids: list[str] | None = None,
+        offer_id: int | str, machines: int, name: str, software: str = "none",
+        volume_id: int | str | None = None, ssh_key_ids: list[int | str] | None = None,
     ) -> dict[str, Any]:
         """Price a cluster before creating it; REQUIRED before create_cluster. Creates nothing, costs nothing.
 
@@ -34,7 +34,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         """
         plan = {"offer_id": offer_id, "machines": machines, "software": normalize("software", software),
                 "name": name, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids or []}
-        server_plan = client.plan_cluster(name=name, offer_id=offer_id, machines=machines, software=plan["software"],
+        server_plan = client.clusters.plan(name=name, offer_id=offer_id, machines=machines, software=plan["software"],
                                           volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
         offer = server_plan.get("offer") or {}
         per_hour = server_plan.get("price_per_hour")
@@ -59,8 +59,8 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                                           open_world_hint=True))
     @api_errors_as_tool_errors
     def create_cluster(
-        offer_id: str, machines: int, name: str, confirmation_token: str, software: str = "none",
-        volume_id: str | None = None, ssh_key_ids: list[str] | None = None,
+        offer_id: int | str, machines: int, name: str, confirmation_token: str, software: str = "none",
+        volume_id: int | str | None = None, ssh_key_ids: list[int | str] | None = None,
     ) -> dict[str, Any]:
         """Create (and start paying for) a cluster that plan_cluster priced. Spends money.
 
@@ -73,18 +73,18 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                    "volume_id": volume_id, "ssh_key_ids": ssh_key_ids or []}
         # The server plans again: the token must have been planned in the workspace and environment
         # it answers now, and the price the user agreed to must still hold.
-        replan = client.plan_cluster(name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
+        replan = client.clusters.plan(name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
                                      volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
         payload = signer.verify(confirmation_token, request, scope_of(replan))
         nonce = payload["nonce"]
         if nonce in signer.spent:
-            return {"cluster": client.get_cluster(signer.spent[nonce]),
+            return {"cluster": client.clusters.get(signer.spent[nonce]),
                     "note": "This token was already used; this is the cluster it created."}
         current = replan.get("price_per_hour")
         if current is not None and Decimal(str(current)) > Decimal(payload["price_per_hour"]):
             raise ToolError(f"the price rose from {format_money(payload['price_per_hour'])}/h to {format_money(current)}/h "
                             "since the plan: call plan_cluster again and confirm the new price with the user")
-        cluster = client.create_cluster(
+        cluster = client.clusters.create(
             name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
             volume_id=volume_id, ssh_key_ids=ssh_key_ids or None, idempotency_key=nonce,
         )

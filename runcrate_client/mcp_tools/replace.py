@@ -28,7 +28,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         private network and the software; only then does the old machine stop (its local disk is lost).
         While both run, one machine more is billed. node-0 (the head) cannot be replaced. The server
         checks the rest when replace_node is called (ready cluster, a free machine now, the balance)."""
-        cluster = client.get_cluster(cluster_id)
+        cluster = client.clusters.get(cluster_id)
         nodes = [n for n in cluster.get("nodes") or [] if n.get("name") == node_name and n.get("status") != "stopped"]
         per_machine = cluster.get("price_per_machine_hour")
         problems = []
@@ -67,13 +67,13 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         Then poll cluster_status: the node marked `replacing` is the new machine; the swap is done when
         no node is `replacing` and an event `node_replaced` (or `replacement_failed`) appears."""
         request = {"action": "replace_node", "cluster_id": str(cluster_id), "node_name": node_name}
-        payload = signer.verify(confirmation_token, request, scope_of(client.get_cluster(cluster_id)),
+        payload = signer.verify(confirmation_token, request, scope_of(client.clusters.get(cluster_id)),
                                 fields=REPLACE_FIELDS)
         nonce = payload["nonce"]
         if nonce in signer.spent:
-            return {"cluster": client.get_cluster(cluster_id),
+            return {"cluster": client.clusters.get(cluster_id),
                     "note": "This token was already used; this is the cluster as it is now."}
-        cluster = client.replace_node(cluster_id, node_name)
+        cluster = client.clusters.replace_node(cluster_id, node_name)
         signer.spent[nonce] = str(cluster_id)
         return {
             "cluster": cluster,

@@ -54,3 +54,13 @@ def test_an_id_beyond_bigint_in_a_body_is_400(api, machine_type):
 def test_a_nul_in_a_header_names_no_environment(api):
     status, body = api.call("GET", "/clusters", headers={"X-Environment": "de\x00fault"})
     assert status == 404 and error_of(body)["code"] == "environment_not_found"
+
+
+def test_wrong_types_are_answered_in_the_products_words_not_pydantics(api):
+    status, body = api.post("/clusters", {"name": "a", "offer_id": 1, "machines": "two", "ssh_key_ids": "x",
+                                          "software": 5})
+    assert status == 400
+    details = body["error"]["details"]
+    assert details["machines"] == ["Must be a whole number."]
+    assert details["ssh_key_ids"] == ["Must be a list."] and details["software"] == ["Must be text."]
+    assert "Input should" not in str(body)

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runcrate_client.api import DEFAULT_API_URL, ClientConfig, ConfigError, RuncrateClient, write_config_value
+from runcrate_client import Client
+from runcrate_client.api import DEFAULT_API_URL, ClientConfig, ConfigError, write_config_value
 
 
 def test_it_defaults_to_the_local_server_without_a_key(config_file: Path) -> None:
@@ -57,9 +58,9 @@ def test_a_broken_config_file_is_a_clear_error(config_file: Path) -> None:
         ClientConfig.resolve()
 
 
-def test_the_client_needs_a_key() -> None:
+def test_the_client_needs_a_key(config_file: Path) -> None:
     with pytest.raises(ConfigError, match="RUNCRATE_API_KEY"):
-        RuncrateClient(None)
+        Client("http://127.0.0.1:8000")
 
 
 def test_cli_config_set_and_show(config_file: Path) -> None:

@@ -59,7 +59,7 @@ def test_usage_is_a_line_per_cluster_with_its_machines_indented_under_it() -> No
              "hours": "1", "rate": "3", "amount": "3.00"},
         ],
     }]
-    lines = usage_table(items).splitlines()
+    lines = usage_table(items, "6.00").splitlines()
     assert lines[1].startswith("Cluster usage train") and lines[1].endswith("$6.00")
     assert lines[2].startswith("    node-0") and lines[2].endswith("$3.00")
     assert "running" in lines[3]
@@ -71,8 +71,22 @@ def test_usage_lines_without_rows_show_machines_status_and_amount() -> None:
         {"cluster_id": 7, "description": "Cluster usage train", "amount": "6.00", "machines": 2, "accruing": True, "rows": None},
         {"cluster_id": 9, "description": "Cluster usage eval", "amount": "1.50", "machines": 4, "accruing": False, "rows": None},
     ]
-    lines = lines_table(items).splitlines()
+    # The total is the server's (meta.total_amount, which Billing shows too), not a sum made here.
+    lines = lines_table(items, "7.51").splitlines()
     assert lines[0].split() == ["DESCRIPTION", "CLUSTER", "MACHINES", "STATUS", "AMOUNT"]
     assert lines[1].startswith("Cluster usage train") and "accruing" in lines[1] and lines[1].endswith("$6.00")
     assert "completed" in lines[2] and lines[2].split()[-3] == "4"
-    assert lines[-1].startswith("Total") and lines[-1].endswith("$7.50")
+    assert lines[-1].startswith("Total") and lines[-1].endswith("$7.51")
+
+
+def test_a_field_error_is_said_once_in_the_apis_words() -> None:
+    from runcrate_client.api import ApiError
+
+    same = ApiError(400, "invalid_name", "Use lowercase letters.", {"name": ["Use lowercase letters."]})
+    assert str(same) == "Use lowercase letters."
+    generic = ApiError(400, "invalid", "Some fields are not valid.",
+                       {"machines": ["Must be a whole number."], "ssh_key_ids": ["Must be a list."]})
+    assert str(generic) == "machines: Must be a whole number.; ssh_key_ids: Must be a list."
+    whole = ApiError(400, "invalid", "This invitation was already accepted or revoked.",
+                     {"__all__": ["This invitation was already accepted or revoked."]})
+    assert str(whole) == "This invitation was already accepted or revoked."

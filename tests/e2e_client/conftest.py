@@ -48,7 +48,7 @@ def cli(live_server, dashboard_key, tmp_path):
 
 @pytest.fixture
 def api_client(live_server, dashboard_key):
-    from runcrate_client.api import RuncrateClient
+    from runcrate_client import Client
 
-    with RuncrateClient(dashboard_key, live_server.url) as client:
+    with Client(live_server.url, dashboard_key) as client:
         yield client

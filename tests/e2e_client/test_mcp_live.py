@@ -29,7 +29,12 @@ TOOLS = {"list_gpu_types", "list_cluster_offers", "plan_cluster", "create_cluste
          "list_clusters", "delete_cluster", "billing_balance", "cluster_usage", "list_instances",
          "terminate_instance", "list_ssh_keys", "add_ssh_key", "delete_ssh_key", "list_environments",
          "list_workspaces", "start_network_test", "network_test_results", "plan_replace_node", "replace_node",
-         "list_webhooks", "add_webhook", "test_webhook", "webhook_deliveries", "resend_webhook_delivery", "cluster_metrics"}
+         "list_webhooks", "add_webhook", "test_webhook", "webhook_deliveries", "resend_webhook_delivery", "cluster_metrics",
+         "update_webhook", "rotate_webhook_secret", "delete_webhook", "cluster_events", "retry_install",
+         "plan_add_workers", "add_workers", "list_members", "change_member_role", "remove_member", "list_invitations",
+         "invite_member", "revoke_invitation", "list_api_keys", "create_api_key", "set_api_key_active",
+         "delete_api_key", "create_environment", "set_environment_budget", "set_idle_notice", "list_volumes",
+         "create_volume", "delete_volume", "request_quote"}
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl laptop"
 
 
@@ -205,3 +210,36 @@ async def test_a_token_planned_in_one_workspace_never_creates_in_another_with_a_
         refusal = await refused(client, "create_cluster", **args, confirmation_token=plan["confirmation_token"])
     assert "another workspace" in refusal
     assert not await sync_to_async(Cluster.objects.exists)()
+
+
+async def test_an_agent_grows_a_cluster_reads_its_events_and_manages_the_workspace(
+        live_server, dashboard_key, instant_offer, developer):
+    async with Client(stdio(live_server, dashboard_key)) as client:
+        offer_id = instant_offer.pk  # a number: ids may be numbers or strings
+        plan = await call(client, "plan_cluster", offer_id=offer_id, machines=2, name="grow")
+        cluster_id = (await call(client, "create_cluster", offer_id=offer_id, machines=2, name="grow",
+                                 confirmation_token=plan["confirmation_token"]))["cluster"]["id"]
+
+        priced = await call(client, "plan_add_workers", cluster_id=str(cluster_id), count=1)
+        assert priced["price_per_worker_hour"] == "2.50" and "$2.50/h each" in priced["summary"]
+        assert "plan_add_workers" not in await refused(client, "add_workers", cluster_id=str(cluster_id),
+                                                       confirmation_token=priced["confirmation_token"], count=2)
+        grown = await call(client, "add_workers", cluster_id=str(cluster_id), count=1,
+                           confirmation_token=priced["confirmation_token"])
+        assert grown["cluster"]["machines"] == 3
+        events = await call(client, "cluster_events", cluster_id=str(cluster_id))
+        assert events["events"][0]["event"] == "created" and events["count"] >= 3
+
+        members = await call(client, "list_members")
+        dave = next(m for m in members["members"] if m["username"] == developer.username)
+        changed = await call(client, "change_member_role", member_id=dave["id"], role="manager")
+        assert changed["member"]["role"] == "manager"
+        invited = await call(client, "invite_member", email="ada@example.com", role="developer")
+        assert (await call(client, "list_invitations"))["invitations"][0]["id"] == invited["invitation"]["id"]
+        environments = (await call(client, "list_environments"))["environments"]
+        budget = await call(client, "set_environment_budget", environment_id=environments[0]["id"], monthly_budget="750")
+        assert budget["environment"]["monthly_budget"] == "750.00"
+        assert "digits 0-9" in await refused(client, "set_environment_budget", environment_id=environments[0]["id"],
+                                             monthly_budget="١٢")
+        volume = await call(client, "create_volume", name="corpus", size_gb=10)
+        assert [v["id"] for v in (await call(client, "list_volumes"))["volumes"]] == [volume["volume"]["id"]]
