@@ -50,6 +50,25 @@ class OfferSelect(forms.Select):
         return option
 
 
+class SoftwareSelect(forms.RadioSelect):
+    """The software radios; the choices the picked offer does not allow are greyed out."""
+
+    disabled_values: set[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.disabled_values = set()
+
+    def create_option(
+        self, name: str, value: Any, label: str | int, selected: bool, index: int,
+        subindex: int | None = None, attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if value in self.disabled_values:
+            option["attrs"]["disabled"] = True
+        return option
+
+
 def offer_label(machine_type: MachineType) -> str:
     community = " · Community host" if machine_type.community else ""
     free = getattr(machine_type, "free_hosts", None)
@@ -67,7 +86,7 @@ class CreateClusterForm(forms.Form):
         min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4,
         error_messages={key: MACHINE_COUNT_MESSAGES[key] for key in ("min_value", "max_value", "invalid", "required")},
     )
-    software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=forms.RadioSelect)
+    software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=SoftwareSelect)
     volume = forms.ModelChoiceField(queryset=Volume.objects.none(), required=False, empty_label="No volume")
     ssh_keys = forms.ModelMultipleChoiceField(
         queryset=SSHKey.objects.none(), required=False, widget=forms.CheckboxSelectMultiple, label="SSH keys"
