@@ -578,6 +578,10 @@ class PlanBudget(Schema):
     monthly_budget: Money
     spent: Money
     remaining: Money
+    per_hour_after_create: Money = Field(description="What the environment's clusters (booting ones too) and this "
+                                                     "cluster cost per hour: the budget's spend.")
+    hours: str | None = Field(description="Hours the budget left lasts at that rate; null when nothing would be billed.")
+    under_one_hour: bool = Field(description="The environment's clusters would be stopped within the hour for its budget.")
 
 
 class PlanRunway(Schema):
