@@ -25,7 +25,9 @@ SOFTWARE_HELP = {
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
                          "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
-                         "Unverified: this install has not yet been run end to end on production machines.",
+                         "Unverified on real machines: this install has not been run end to end there, and it runs only "
+                         "once the operator has pinned flannel and the NVIDIA device plugin by version and sha256 "
+                         "(settings KUBERNETES_FLANNEL_VERSION/_SHA256, KUBERNETES_DEVICE_PLUGIN_VERSION/_SHA256).",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
