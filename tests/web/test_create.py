@@ -10,8 +10,7 @@ from django.urls import reverse
 
 from accounts.models import SSHKey, Workspace
 from clusters.models import Cluster, Node, Status, Volume
-from offers.models import Host
-from offers.models import MACHINE_COUNT_MESSAGES
+from offers.models import MACHINE_COUNT_MESSAGES, Host
 from tests.factories import LocationFactory, machine_type_with_hosts
 from tests.web.conftest import HTMX
 
