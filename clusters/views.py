@@ -90,7 +90,7 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any) 
         # A name not typed yet is no refusal to show while the rest is being picked.
         "problems": [p.message for p in plan.problems if name or p.field != "name"],
         "kubernetes_note": kubernetes.message if kubernetes is not None else "",
-        "has_keys": keys.exists(), "keys_picked": bool(form["ssh_keys"].value()),
+        "has_keys": keys is not None and keys.exists(), "keys_picked": bool(form["ssh_keys"].value()),
     }
 
 

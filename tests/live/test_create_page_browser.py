@@ -13,12 +13,13 @@ from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, ma
 from tests.live.test_browser import (  # noqa: F401 - fixture
     CHROMIUM,
     CHROMIUM_ARGS,
-    PHONE,
     SCREENSHOTS,
     Stack,
     stack,
     watch_policy,
 )
+
+PHONE_WIDTH = 390  # an iPhone 12–15's CSS width, as test_browser.PHONE
 
 pytestmark = [
     pytest.mark.browser,
@@ -49,7 +50,10 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(base_url=stack.url, **PHONE)
+            context = browser.new_context(
+                base_url=stack.url, viewport={"width": PHONE_WIDTH, "height": 844}, device_scale_factor=2,
+                is_mobile=True, has_touch=True,
+            )
             watch_policy(context, violations)
             page = context.new_page()
             page.set_default_timeout(30_000)
@@ -64,7 +68,7 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
             assert "$10.00/h for the whole cluster" in estimate.inner_text()
             widths = page.evaluate("() => ({page: document.documentElement.scrollWidth, viewport: window.innerWidth})")
             page.screenshot(path=str(SCREENSHOTS / "create-phone.png"), full_page=True)
-            assert widths["page"] <= widths["viewport"] == 390, widths
+            assert widths["page"] <= widths["viewport"] == PHONE_WIDTH, widths
 
             # The count re-prices the cluster and re-checks the balance, from the server.
             page.fill("#id_machines", "8")
