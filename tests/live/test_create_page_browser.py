@@ -57,6 +57,8 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
             watch_policy(context, violations)
             page = context.new_page()
             page.set_default_timeout(30_000)
+            asked: list[str] = []
+            page.on("request", lambda request: asked.append(request.url) if "partial=plan" in request.url else None)
             page.goto("/login/")
             page.fill("#id_login", "rita")
             page.fill("#id_password", "pw")
@@ -102,6 +104,9 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
             page.click("button:has-text('Create cluster')")
             page.wait_for_url("**/clusters/*/")
             assert "Created phone-run" in page.locator("#messages").inner_text()
+            # Every change asked the server, with the form's values and never its CSRF token.
+            assert len(asked) >= 4 and not any("csrfmiddlewaretoken" in url for url in asked), asked
+            assert any(f"offer={container.pk}" in url and "machines=3" in url for url in asked), asked
         except Exception:
             print("web log:\n" + stack.log("web"))
             raise
