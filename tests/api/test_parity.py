@@ -197,6 +197,18 @@ def test_a_plan_warns_when_the_budget_left_lasts_under_an_hour(api, workspace, e
     assert not any("budget" in w for w in body["data"]["warnings"])
 
 
+def test_kubernetes_on_real_machines_is_refused_until_the_operator_pins_its_manifests(api, settings):
+    real = machine_type_with_hosts(2, provider="ssh", kind="bare_metal")
+    _, body = api.post("/clusters/plan", plan_body(real, software="kubernetes"))
+    assert [(p["code"], p["field"]) for p in body["data"]["problems"]] == [("kubernetes_unavailable", "software")]
+    status, body = api.post("/clusters", plan_body(real, software="kubernetes"))
+    assert status == 400 and error_of(body)["code"] == "kubernetes_unavailable"
+    assert "has not been verified" in error_of(body)["message"] and not Cluster.objects.exists()
+    settings.KUBERNETES_FLANNEL_SHA256, settings.KUBERNETES_DEVICE_PLUGIN_SHA256 = "a" * 64, "b" * 64
+    _, body = api.post("/clusters/plan", plan_body(real, software="kubernetes"))
+    assert body["data"]["can_create"] is True
+
+
 def test_a_plan_with_an_unknown_offer_says_so_in_problems(api):
     status, body = api.post("/clusters/plan", {"name": "x", "offer_id": 999999, "machines": 2})
     assert status == 200
