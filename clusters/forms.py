@@ -61,6 +61,12 @@ class SoftwareSelect(forms.RadioSelect):
         super().__init__(*args, **kwargs)
         self.disabled_values = set()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> SoftwareSelect:
+        # Each form gets a copy of its fields' widgets, which Django copies shallowly.
+        widget = super().__deepcopy__(memo)
+        widget.disabled_values = set(self.disabled_values)
+        return widget
+
     def create_option(
         self, name: str, value: Any, label: str | int, selected: bool, index: int,
         subindex: int | None = None, attrs: dict[str, Any] | None = None,
