@@ -59,6 +59,7 @@ def test_a_kubernetes_cluster_carries_the_operators_pins_to_its_machines(pool_cl
     settings.KUBERNETES_FLANNEL_VERSION, settings.KUBERNETES_FLANNEL_SHA256 = "v0.26.1", "a" * 64
     settings.KUBERNETES_DEVICE_PLUGIN_VERSION, settings.KUBERNETES_DEVICE_PLUGIN_SHA256 = "v0.16.2", "b" * 64
     provider = get_provider("ssh")
+    assert isinstance(provider, SSHPoolProvider)
     nodes = list(pool_cluster.nodes.select_related("host"))
     assert "RUNCRATE_FLANNEL_SHA256" not in dict(provider.spec_for(pool_cluster, nodes).extra_env)  # software none
     Cluster.objects.filter(pk=pool_cluster.pk).update(software="kubernetes")
