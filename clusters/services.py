@@ -41,7 +41,7 @@ from clusters.models import (
     Volume,
 )
 from offers import services as inventory
-from offers.models import MachineType
+from offers.models import COMMUNITY_WARNING, MachineType
 
 SYSTEM = "system"
 # A machine that stops (released, replaced, failed) carries no health: the last round's
@@ -156,7 +156,7 @@ class ClusterPlan:
     @property
     def offer_warnings(self) -> list[str]:
         if self.machine_type is not None and self.machine_type.community:
-            return ["Community host (independent operator): keep secrets off it."]
+            return [COMMUNITY_WARNING]
         return []
 
     @property

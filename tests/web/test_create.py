@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from accounts.models import SSHKey, Workspace
 from clusters.models import Cluster, Node, Status, Volume
-from offers.models import MACHINE_COUNT_MESSAGES, Host
+from offers.models import COMMUNITY_WARNING, MACHINE_COUNT_MESSAGES, Host
 from tests.factories import LocationFactory, machine_type_with_hosts
 from tests.web.conftest import HTMX
 
@@ -54,7 +54,7 @@ def test_the_form_shows_the_picked_offer(member_client, machine_type):
 
 def test_the_form_warns_about_community_offers(member_client, community_type):
     response = member_client.get(URL, {"offer": community_type.pk})
-    assert "keep secrets off them" in response.text
+    assert COMMUNITY_WARNING in response.text
 
 
 def test_it_creates_and_reserves_every_machine(member_client, member, machine_type, environment):
@@ -248,7 +248,7 @@ def test_kubernetes_and_a_volume_are_greyed_out_where_the_offer_does_not_allow_t
     assert re.search(r'<input type="radio" name="software" value="none"[^>]*checked', text)
     assert "this offer is a container" in text
     text = refresh(member_client, offer=community_type.pk, machines=2, volume=volume.pk)
-    assert re.search(r'<select name="volume"[^>]*disabled', text) and "keep secrets off them" in text
+    assert re.search(r'<select name="volume"[^>]*disabled', text) and COMMUNITY_WARNING in text
     text = refresh(member_client, offer=community_type.pk, machines=2, software="kubernetes")
     assert not re.search(r'value="kubernetes"[^>]*disabled', text) and "kubernetes-note" not in text
 
