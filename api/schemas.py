@@ -23,7 +23,7 @@ from pydantic import (
 
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
-from offers.models import Interconnect, MachineKind
+from offers.models import COMMUNITY_WARNING, Interconnect, MachineKind
 from webhooks.models import SUBSCRIBABLE as _WEBHOOK_EVENTS
 
 CENT = Decimal("0.01")
@@ -32,7 +32,6 @@ MAX_ID = 2**63 - 1
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
-COMMUNITY_WARNING = "Community host (independent operator): keep secrets off it; volumes cannot be attached."
 
 
 # -- scalar types -------------------------------------------------------------------------------
@@ -583,6 +582,10 @@ class PlanBudget(Schema):
     monthly_budget: Money
     spent: Money
     remaining: Money
+    per_hour_after_create: Money = Field(description="What the environment's clusters (booting ones too) and this "
+                                                     "cluster cost per hour: the budget's spend.")
+    hours: str | None = Field(description="Hours the budget left lasts at that rate; null when nothing would be billed.")
+    under_one_hour: bool = Field(description="The environment's clusters would be stopped within the hour for its budget.")
 
 
 class PlanRunway(Schema):

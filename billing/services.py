@@ -35,6 +35,9 @@ CENT = Decimal("0.01")
 HOURS = Decimal(3600)
 # A warning email goes once each time the hours left at the current spend fall under one of these.
 BALANCE_WARNING_HOURS = (24, 1)
+# Without a top-up, a balance warning that stopped applying warns again at the next crossing
+# only this long after it was sent (_rearm_balance_warnings).
+BALANCE_WARNING_REARM = dt.timedelta(hours=24)
 
 
 class BudgetReached(PaymentRequired):
@@ -410,10 +413,7 @@ def warn_low_balances() -> list[str]:
             if hours_left < threshold:
                 low[f"balance_low:{workspace_id}:{threshold}h"] = (workspace_id, threshold, hours_left, rate)
     now = timezone.now()
-    # The balance recovered (a top-up) or nothing runs any more: the next crossing warns again.
-    BillingNotice.objects.filter(kind=BillingNotice.Kind.BALANCE_LOW, cleared_at__isnull=True).exclude(
-        key__in=list(low)
-    ).update(cleared_at=now)
+    _rearm_balance_warnings(set(low), now)
     sent = []
     open_keys = set(
         BillingNotice.objects.filter(key__in=list(low), cleared_at__isnull=True).values_list("key", flat=True)
@@ -434,6 +434,25 @@ def warn_low_balances() -> list[str]:
             continue  # a concurrent sweep claimed this warning
         sent.append(key)
     return sent
+
+
+def _rearm_balance_warnings(low_keys: set[str], now: dt.datetime) -> None:
+    """Clear the open balance warnings that no longer apply, so the next crossing warns again;
+    but only once money came in (the balance is above what the warning said) or a day after
+    the warning. What runs changes the hours left without a cent coming in: a cluster ended
+    and another started minutes later once cleared the warning and sent it again."""
+    stale = BillingNotice.objects.filter(kind=BillingNotice.Kind.BALANCE_LOW, cleared_at__isnull=True).exclude(
+        key__in=list(low_keys)
+    )
+    notices = list(stale.values_list("pk", "workspace_id", "created_at", "context"))
+    balances = dict(Workspace.objects.filter(pk__in={w for _, w, _, _ in notices}).values_list("pk", "credit_balance"))
+    rearmed = [
+        pk for pk, workspace_id, created_at, context in notices
+        if created_at <= now - BALANCE_WARNING_REARM
+        or balances.get(workspace_id, Decimal(0)) > Decimal(context.get("balance") or "0")
+    ]
+    if rearmed:
+        BillingNotice.objects.filter(pk__in=rearmed, cleared_at__isnull=True).update(cleared_at=now)
 
 
 def check_usage_rates(measured: dict[int, Decimal]) -> list[int]:

@@ -25,7 +25,9 @@ SOFTWARE_HELP = {
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
                          "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
-                         "Unverified: this install has not yet been run end to end on production machines.",
+                         "Unverified on real machines: this install has not been run end to end there, and it runs only "
+                         "once the operator has pinned flannel and the NVIDIA device plugin by version and sha256 "
+                         "(settings KUBERNETES_FLANNEL_VERSION/_SHA256, KUBERNETES_DEVICE_PLUGIN_VERSION/_SHA256).",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
@@ -50,6 +52,31 @@ class OfferSelect(forms.Select):
         return option
 
 
+class SoftwareSelect(forms.RadioSelect):
+    """The software radios; the choices the picked offer does not allow are greyed out."""
+
+    disabled_values: set[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.disabled_values = set()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SoftwareSelect:
+        # Each form gets a copy of its fields' widgets, which Django copies shallowly.
+        widget = super().__deepcopy__(memo)
+        widget.disabled_values = set(self.disabled_values)
+        return widget
+
+    def create_option(
+        self, name: str, value: Any, label: str | int, selected: bool, index: int,
+        subindex: int | None = None, attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if value in self.disabled_values:
+            option["attrs"]["disabled"] = True
+        return option
+
+
 def offer_label(machine_type: MachineType) -> str:
     community = " · Community host" if machine_type.community else ""
     free = getattr(machine_type, "free_hosts", None)
@@ -67,7 +94,7 @@ class CreateClusterForm(forms.Form):
         min_value=MIN_MACHINES, max_value=MAX_MACHINES, initial=4,
         error_messages={key: MACHINE_COUNT_MESSAGES[key] for key in ("min_value", "max_value", "invalid", "required")},
     )
-    software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=forms.RadioSelect)
+    software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=SoftwareSelect)
     volume = forms.ModelChoiceField(queryset=Volume.objects.none(), required=False, empty_label="No volume")
     ssh_keys = forms.ModelMultipleChoiceField(
         queryset=SSHKey.objects.none(), required=False, widget=forms.CheckboxSelectMultiple, label="SSH keys"

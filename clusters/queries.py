@@ -112,10 +112,14 @@ def workspace_instance(workspace_id: int, instance_id: int) -> Node | None:
     return workspace_instances(workspace_id).filter(pk=instance_id).first()
 
 
-def committed_rate(workspace_id: int) -> Decimal:
-    """What every cluster the workspace runs, or is starting, costs per hour once it is billed:
-    the runway of a create counts the clusters still booting too, which are not billed yet."""
-    total = Cluster.objects.filter(workspace_id=workspace_id).terminable().aggregate(
+def committed_rate(workspace_id: int, *, environment_id: int | None = None) -> Decimal:
+    """What every cluster the workspace (or one of its environments) runs, or is starting,
+    costs per hour once it is billed: the runway of a create counts the clusters still booting
+    too, which are not billed yet."""
+    clusters = Cluster.objects.filter(workspace_id=workspace_id)
+    if environment_id is not None:
+        clusters = clusters.filter(environment_id=environment_id)
+    total = clusters.terminable().aggregate(
         rate=Sum(F("price_per_machine_hour") * F("machine_count"))
     )["rate"]
     return total or Decimal("0.00")

@@ -4,7 +4,8 @@ clusters.services (`create_cluster`, `plan_cluster`); forms, templates and API s
 the bounds from here instead of restating them.
 
 - a cluster has MIN_MACHINES..MAX_MACHINES machines (more is a quote);
-- Kubernetes only on `vm` and `bare_metal` machines;
+- Kubernetes only on `vm` and `bare_metal` machines, and on real machines (the `ssh`
+  provider) only once the operator has pinned what its install fetches;
 - no volume on community hosts;
 - to start (or grow) a cluster the balance covers one hour of the whole cluster, and never
   less than settings.MINIMUM_CREATE_BALANCE ($10) — billing.services.required_balance.
@@ -22,6 +23,7 @@ from django.conf import settings
 from accounts.models import Environment
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
+from clusters.providers import kubernetes_unpinned
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
 
 __all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them
@@ -52,13 +54,8 @@ def request_problems(
         return
     if software not in Software.values:
         yield ClusterError("invalid_software", "Pick None, Slurm, Kubernetes or Ray.", field="software")
-    elif software == Software.KUBERNETES and not machine_type.supports_kubernetes:
-        yield ClusterError(
-            "kubernetes_unsupported",
-            "Kubernetes runs only on VM and bare-metal offers; this offer is a container. "
-            "Pick Slurm, Ray or None, or a VM/bare-metal offer.",
-            field="software",
-        )
+    elif software == Software.KUBERNETES and (problem := kubernetes_problem(machine_type)) is not None:
+        yield problem
     if volume is not None:
         if machine_type.community:
             yield ClusterError(
@@ -69,6 +66,28 @@ def request_problems(
             )
         elif volume.environment_id != environment.pk:
             yield ClusterError("volume_not_found", "That volume is not in this environment.", field="volume")
+
+
+def kubernetes_problem(machine_type: MachineType) -> ClusterError | None:
+    """Why Kubernetes cannot be installed on this offer's machines, if it cannot: containers
+    cannot run it, and on real machines its install is unverified and refuses to run until
+    the operator has pinned what it fetches (clusters.providers.kubernetes_unpinned)."""
+    if not machine_type.supports_kubernetes:
+        return ClusterError(
+            "kubernetes_unsupported",
+            "Kubernetes runs only on VM and bare-metal offers; this offer is a container. "
+            "Pick Slurm, Ray or None, or a VM/bare-metal offer.",
+            field="software",
+        )
+    if kubernetes_unpinned(machine_type.provider):
+        return ClusterError(
+            "kubernetes_unavailable",
+            "Kubernetes is not available on this offer yet: its install on these machines has not been verified, "
+            "and it waits for the operator to pin the flannel and NVIDIA device plugin manifests it fetches. "
+            "Pick Slurm, Ray or None.",
+            field="software",
+        )
+    return None
 
 
 def machine_count_problem() -> ClusterError:

@@ -41,7 +41,7 @@ from clusters.models import (
     Volume,
 )
 from offers import services as inventory
-from offers.models import MachineType
+from offers.models import COMMUNITY_WARNING, MachineType
 
 SYSTEM = "system"
 # A machine that stops (released, replaced, failed) carries no health: the last round's
@@ -116,6 +116,8 @@ class ClusterPlan:
     budget_spent: Decimal
     committed_per_hour: Decimal
     problems: list[ClusterError] = field(default_factory=list)
+    # What the environment's own clusters cost per hour (booting ones too): the budget's spend.
+    environment_per_hour: Decimal = Decimal(0)
 
     @property
     def can_create(self) -> bool:
@@ -138,6 +140,15 @@ class ClusterPlan:
         return max(self.balance / self.per_hour_after, Decimal(0)).quantize(Decimal("0.01"))
 
     @property
+    def budget_runway_hours(self) -> Decimal | None:
+        """Hours the environment's budget left lasts once this cluster runs beside its other
+        clusters (None: nothing would be billed)."""
+        per_hour = self.environment_per_hour + self.price_per_hour
+        if per_hour <= 0:
+            return None
+        return (self.budget_remaining / per_hour).quantize(Decimal("0.01"))
+
+    @property
     def warnings(self) -> list[str]:
         """Everything to know before creating: the money warnings, then the offer's."""
         return self.money_warnings + self.offer_warnings
@@ -145,7 +156,7 @@ class ClusterPlan:
     @property
     def offer_warnings(self) -> list[str]:
         if self.machine_type is not None and self.machine_type.community:
-            return ["Community host (independent operator): keep secrets off it."]
+            return [COMMUNITY_WARNING]
         return []
 
     @property
@@ -158,10 +169,12 @@ class ClusterPlan:
                 f"${self.balance:,.2f} lasts {self.runway_hours * 60:.0f} minutes: every cluster is stopped when "
                 "it runs out. Top up first."
             )
-        if self.price_per_hour and self.budget_remaining < self.price_per_hour:
+        if self.price_per_hour and self.budget_runway_hours is not None and self.budget_runway_hours < 1:
             found.append(
-                f"The environment has ${self.budget_remaining:,.2f} left of its monthly budget, less than one hour "
-                "of this cluster: it is stopped when the budget is reached."
+                f"With this cluster the environment would spend ${self.environment_per_hour + self.price_per_hour:,.2f}/h "
+                f"and the ${self.budget_remaining:,.2f} left of its monthly budget lasts "
+                f"{self.budget_runway_hours * 60:.0f} minutes: its clusters are stopped when the budget is reached. "
+                "Raise the budget first."
             )
         return found
 
@@ -201,6 +214,7 @@ def plan_cluster(
         available_machines=available, monthly_budget=environment.monthly_budget,
         budget_spent=month_to_date_spend([environment.pk])[environment.pk],
         committed_per_hour=committed_rate(workspace.pk), problems=problems,
+        environment_per_hour=committed_rate(workspace.pk, environment_id=environment.pk),
     )
 
 

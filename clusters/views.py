@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from django.conf import settings
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Q
@@ -13,14 +13,14 @@ from django.views.decorators.http import require_POST
 from accounts.http import AuthenticatedHttpRequest, page_redirect
 from accounts.models import Environment
 from accounts.tenancy import require_tenancy
-from clusters import connect, queries, services
+from clusters import connect, queries, rules, services
 from clusters.access import get_cluster_for_user
-from clusters.forms import SOFTWARE_HELP, CreateClusterForm, VolumeForm, is_id
-from clusters.models import LIVE_STATUSES, Cluster, Status, Volume
+from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
+from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
 from config.errors import DomainError, add_to_form, flash
-from offers.models import NETWORK_CAVEAT, MachineType
-from offers.services import find_offer, free_host_count
+from offers.models import MAX_MACHINES, MIN_MACHINES, NETWORK_CAVEAT
+from offers.services import find_offer
 
 
 def actor_label(request: AuthenticatedHttpRequest) -> str:
@@ -48,18 +48,49 @@ def _count(value: Any, default: int = 4) -> int:
         return default
 
 
-def spend_limits(environment: Environment, machine_type: MachineType | None, machines: int) -> dict[str, Any]:
-    """What the create form needs to warn before a cluster would outlast the money, from the
-    same plan the API's POST /clusters/plan answers: the balance, what the workspace's clusters
-    cost per hour (booting ones too), what is left of the budget, and the plan's own warnings
-    for the offer and count the page opens with (the page re-words them as they change)."""
+def _typed_count(value: Any) -> int | None:
+    """The machine count as typed, or None when it is not a whole number (the plan says what to enter)."""
+    text = str(value if value is not None else "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
+def create_plan(environment: Environment, form: CreateClusterForm, values: Any) -> dict[str, Any]:
+    """What the create page says about the request being typed, all from the server's plan
+    (the one POST /clusters/plan answers): the price, what is free, the balance's and the
+    budget's runway, every refusal, and what the offer allows (Kubernetes, a volume). The
+    page asks again (htmx, the `plan` partial) whenever a field changes and computes nothing
+    itself. `values`: the form's data, or the query string the page was opened or refreshed with."""
+    offer_value = values.get("offer")
+    machine_type = find_offer(offer_value) if offer_value else form.offers.first()
+    if machine_type is not None and not offer_value:
+        form.initial["offer"] = machine_type.pk
+    machines = _typed_count(values.get("machines", form["machines"].value()))
+    software = values.get("software") or Software.NONE
+    volume_value = str(values.get("volume") or "")
+    volume = Volume.objects.filter(pk=int(volume_value), environment=environment).first() if is_id(volume_value) else None
+    name = str(values.get("name") or "").strip()
+
+    kubernetes = rules.kubernetes_problem(machine_type) if machine_type is not None else None
+    cast(SoftwareSelect, form.fields["software"].widget).disabled_values = {Software.KUBERNETES} if kubernetes else set()
+    if not form.is_bound:
+        # The choices this offer does not allow are greyed out and not kept picked.
+        if kubernetes is not None and software == Software.KUBERNETES:
+            software = form.initial["software"] = Software.NONE
+        if machine_type is not None and machine_type.community:
+            volume = form.initial["volume"] = None
+            form.fields["volume"].disabled = True
     plan = services.plan_cluster(
-        environment=environment, name="", machine_type=machine_type, machine_count=machines,
+        environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
+        volume=volume,
     )
-    money_warnings = plan.money_warnings if machine_type is not None else []
+    keys = cast(forms.ModelMultipleChoiceField, form.fields["ssh_keys"]).queryset
     return {
-        "balance": plan.balance, "burn": plan.committed_per_hour, "budget_left": plan.budget_remaining,
-        "budget": plan.monthly_budget, "warnings": money_warnings,
+        "plan": plan, "machine_type": machine_type,
+        "machines_valid": machines is not None and MIN_MACHINES <= machines <= MAX_MACHINES,
+        # A name not typed yet is no refusal to show while the rest is being picked.
+        "problems": [p.message for p in plan.problems if name or p.field != "name"],
+        "kubernetes_note": kubernetes.message if kubernetes is not None else "",
+        "has_keys": keys is not None and keys.exists(), "keys_picked": bool(form["ssh_keys"].value()),
     }
 
 
@@ -67,7 +98,9 @@ def spend_limits(environment: Environment, machine_type: MachineType | None, mac
 def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     initial: dict[str, Any] = {key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume") if key in request.GET}
-    if "ssh_keys" in request.GET:
+    refresh = bool(request.htmx) and request.GET.get("partial") == "plan"
+    if "ssh_keys" in request.GET or refresh:
+        # A refresh sends every ticked key: none sent is none ticked.
         initial["ssh_keys"] = request.GET.getlist("ssh_keys")
     data = request.POST or None
     machines = _count((data or initial).get("machines"))
@@ -77,6 +110,9 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         cleaned = form.cleaned_data
+        # What the page warned of is said again once the cluster exists; asked before the
+        # create, whose cluster the plan would otherwise count twice.
+        warnings = create_plan(tenancy.environment, form, request.POST)["plan"].money_warnings
         try:
             cluster = services.create_cluster(
                 environment=tenancy.environment, name=cleaned["name"], machine_type=cleaned["offer"],
@@ -87,16 +123,14 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
             add_to_form(form, error)
         else:
             messages.success(request, f"Created {cluster.name}: every machine is reserved. Its status below updates as they start.")
+            for warning in warnings:
+                messages.warning(request, warning)
             return redirect(cluster)
-    offer = form["offer"].value()
-    machine_type = form.offers.filter(pk=offer).first() if is_id(str(offer or "")) else None
     context = {
-        "form": form, "machine_type": machine_type,
-        "free_hosts": free_host_count(machine_type) if machine_type else None,
-        "limits": spend_limits(tenancy.environment, machine_type, machines), "software_help": SOFTWARE_HELP,
-        "network_caveat": NETWORK_CAVEAT, "minimum_balance": settings.MINIMUM_CREATE_BALANCE,
+        "form": form, **create_plan(tenancy.environment, form, data or initial),
+        "software_help": SOFTWARE_HELP, "network_caveat": NETWORK_CAVEAT,
     }
-    return render(request, "clusters/create.html", context)
+    return render(request, "clusters/create.html#plan" if refresh else "clusters/create.html", context)
 
 
 def _event_cursor(request: AuthenticatedHttpRequest) -> int | None:

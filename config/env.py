@@ -51,6 +51,14 @@ def env_decimal(name: str, default: str) -> Decimal:
         raise ImproperlyConfigured(f"{name} must be a decimal number, got {value!r}") from None
 
 
+def env_sha256(name: str) -> str:
+    """A sha256 checksum (64 hex digits, lowercased) or "" when unset."""
+    value = (os.environ.get(name) or "").strip().lower()
+    if value and (len(value) != 64 or any(c not in "0123456789abcdef" for c in value)):
+        raise ImproperlyConfigured(f"{name} must be a sha256 checksum (64 hex digits), got {value!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None:

@@ -15,7 +15,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_decimal, env_int, env_list, env_str
+from config.env import env_bool, env_decimal, env_int, env_list, env_sha256, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("RUNCRATE_VAR_DIR", str(BASE_DIR / "var")))
@@ -320,6 +320,14 @@ DEFAULT_PROVIDER = env_str("DEFAULT_PROVIDER", "simulated")
 # The simulated provider's join works this long inside the worker, as a real one over SSH does.
 SIMULATED_JOIN_WORK_SECONDS = float(env_decimal("SIMULATED_JOIN_WORK_SECONDS", "0"))
 MINIMUM_CREATE_BALANCE = env_decimal("MINIMUM_CREATE_BALANCE", "10.00")
+# Kubernetes on real machines (the `ssh` provider) applies two manifests fetched by version
+# and applied only when their sha256 matches. Unverified here: no machine of this project can
+# run a kubelet or reach the manifests, so the checksums ship empty and Kubernetes on such
+# offers is refused until an operator has checked both files and set both (docs/nodeops.md).
+KUBERNETES_FLANNEL_VERSION = env_str("KUBERNETES_FLANNEL_VERSION", "v0.26.1")
+KUBERNETES_FLANNEL_SHA256 = env_sha256("KUBERNETES_FLANNEL_SHA256")
+KUBERNETES_DEVICE_PLUGIN_VERSION = env_str("KUBERNETES_DEVICE_PLUGIN_VERSION", "v0.16.2")
+KUBERNETES_DEVICE_PLUGIN_SHA256 = env_sha256("KUBERNETES_DEVICE_PLUGIN_SHA256")
 # The `local` provider: where its sandboxed machines keep their SSH servers and roots, and
 # which SSH server they run ("openssh" when sshd is installed, else "asyncssh").
 LOCAL_MACHINES_DIR = env_str("LOCAL_MACHINES_DIR", str(VAR_DIR / "local-machines"))

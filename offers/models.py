@@ -75,6 +75,9 @@ class Interconnect(models.TextChoices):
 PRIVATE_NETWORK_SPEED = "about 1–2 Gbit/s"
 # The low end of that promise: a network test marks a pair measured below it as slow.
 PRIVATE_NETWORK_MIN_GBPS = 1.0
+# What every surface says of a community offer: the create page, the plan (API, CLI, MCP) and
+# the API's offer.
+COMMUNITY_WARNING = "Community host (independent operator): keep secrets off it; volumes cannot be attached."
 NETWORK_CAVEAT = (
     "Self-serve clusters run on Ethernet with an encrypted private network between the machines, "
     f"{PRIVATE_NETWORK_SPEED}. That suits independent jobs, Slurm arrays, Ray, Kubernetes and LoRA "

@@ -16,10 +16,12 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
+from clusters.models import Software
 from clusters.nodeops import operations
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
+from clusters.providers import kubernetes_pins
 from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome, StopNotice
 
 if TYPE_CHECKING:
@@ -107,6 +109,7 @@ class FabricProvider(Provider):
             extra_env=(
                 ("RUNCRATE_SSH_KEYS", node_payload(k.public_key for k in cluster.ssh_keys.all())),
                 ("RUNCRATE_INTERCONNECT", cluster.machine_type.interconnect),
+                *(kubernetes_pins().items() if cluster.software == Software.KUBERNETES else ()),
             ),
         )
 

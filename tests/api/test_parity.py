@@ -182,6 +182,33 @@ def test_a_plan_counts_what_already_runs_and_warns_under_one_hour_of_runway(api,
     assert any("lasts 38 minutes" in w for w in plan["warnings"])
 
 
+def test_a_plan_warns_when_the_budget_left_lasts_under_an_hour(api, workspace, environment, machine_type):
+    # $0.01 of the month's budget left: the cluster would be stopped within a minute of ready.
+    make_cluster(environment, machine_type, name="one")  # $5/h of the environment's spend
+    type(environment).objects.filter(pk=environment.pk).update(monthly_budget=Decimal("2.50"))
+    status, body = api.post("/clusters/plan", plan_body(machine_type, name="two"))
+    budget = body["data"]["budget"]
+    assert status == 200 and body["data"]["can_create"] is True
+    assert (budget["per_hour_after_create"], budget["hours"], budget["under_one_hour"]) == ("10.00", "0.25", True)
+    assert any("$2.50 left of its monthly budget lasts 15 minutes" in w for w in body["data"]["warnings"])
+    type(environment).objects.filter(pk=environment.pk).update(monthly_budget=Decimal("5000"))
+    _, body = api.post("/clusters/plan", plan_body(machine_type, name="two"))
+    assert body["data"]["budget"]["under_one_hour"] is False
+    assert not any("budget" in w for w in body["data"]["warnings"])
+
+
+def test_kubernetes_on_real_machines_is_refused_until_the_operator_pins_its_manifests(api, settings):
+    real = machine_type_with_hosts(2, provider="ssh", kind="bare_metal")
+    _, body = api.post("/clusters/plan", plan_body(real, software="kubernetes"))
+    assert [(p["code"], p["field"]) for p in body["data"]["problems"]] == [("kubernetes_unavailable", "software")]
+    status, body = api.post("/clusters", plan_body(real, software="kubernetes"))
+    assert status == 400 and error_of(body)["code"] == "kubernetes_unavailable"
+    assert "has not been verified" in error_of(body)["message"] and not Cluster.objects.exists()
+    settings.KUBERNETES_FLANNEL_SHA256, settings.KUBERNETES_DEVICE_PLUGIN_SHA256 = "a" * 64, "b" * 64
+    _, body = api.post("/clusters/plan", plan_body(real, software="kubernetes"))
+    assert body["data"]["can_create"] is True
+
+
 def test_a_plan_with_an_unknown_offer_says_so_in_problems(api):
     status, body = api.post("/clusters/plan", {"name": "x", "offer_id": 999999, "machines": 2})
     assert status == 200

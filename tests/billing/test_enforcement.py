@@ -121,6 +121,38 @@ def test_the_low_balance_warning_goes_once_per_crossing(environment, machine_typ
     assert BillingNotice.objects.filter(kind="balance_low").count() == 3
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_low_balance_is_not_warned_about_again_when_only_what_runs_changed(environment, machine_type, owner,
+                                                                             mailoutbox):
+    # $2,400 at $120/h: 20 hours left, under the 24-hour warning.
+    workspace_id = environment.workspace_id
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("2400.00"))
+    first = running_cluster(environment, machine_type, machines=2, rate=Decimal("60"), started=timezone.now(), name="a")
+    assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:24h"]
+    # It ends (nothing runs: the hours left are no longer under 24), and four minutes later
+    # another cluster at the same rate starts: not a cent came in, so no second email.
+    billing.end_usage(first, timezone.now())
+    assert billing.warn_low_balances() == []
+    running_cluster(environment, machine_type, machines=2, rate=Decimal("60"), started=timezone.now(), name="b")
+    assert billing.warn_low_balances() == []
+    assert len([m for m in mailoutbox if "balance is low" in m.subject]) == 1
+    # A top-up re-arms it at once ...
+    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("600"), idempotency_key="t",
+                       description="top-up")  # $3,000: 25 hours
+    assert billing.warn_low_balances() == []
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("2300.00"))
+    assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:24h"]
+    # ... and without one, a day after the warning.
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("3000.00"))
+    BillingNotice.objects.update(created_at=timezone.now() - billing.BALANCE_WARNING_REARM)
+    # The balance set above stands for no top-up here: it is not above what this warning said.
+    BillingNotice.objects.filter(cleared_at__isnull=True).update(context={"balance": "3000.00"})
+    assert billing.warn_low_balances() == []
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("2300.00"))
+    assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:24h"]
+    assert len([m for m in mailoutbox if "balance is low" in m.subject]) == 3
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_ten_concurrent_metering_runs_post_once(environment, machine_type):

@@ -51,3 +51,31 @@ def test_a_host_is_up_once_ssh_answers(pool_cluster, tmp_path):
         node.host.refresh_from_db()
         report = provider.boot_status(node)
     assert report.state is BootState.UP and report.address == f"{endpoint.host}:{endpoint.port}"
+
+
+def test_a_kubernetes_cluster_carries_the_operators_pins_to_its_machines(pool_cluster, settings):
+    from clusters.models import Cluster
+
+    settings.KUBERNETES_FLANNEL_VERSION, settings.KUBERNETES_FLANNEL_SHA256 = "v0.26.1", "a" * 64
+    settings.KUBERNETES_DEVICE_PLUGIN_VERSION, settings.KUBERNETES_DEVICE_PLUGIN_SHA256 = "v0.16.2", "b" * 64
+    provider = get_provider("ssh")
+    assert isinstance(provider, SSHPoolProvider)
+    nodes = list(pool_cluster.nodes.select_related("host"))
+    assert "RUNCRATE_FLANNEL_SHA256" not in dict(provider.spec_for(pool_cluster, nodes).extra_env)  # software none
+    Cluster.objects.filter(pk=pool_cluster.pk).update(software="kubernetes")
+    pool_cluster.refresh_from_db()
+    env = dict(provider.spec_for(pool_cluster, nodes).extra_env)
+    assert (env["RUNCRATE_FLANNEL_VERSION"], env["RUNCRATE_FLANNEL_SHA256"]) == ("v0.26.1", "a" * 64)
+    assert (env["RUNCRATE_DEVICE_PLUGIN_VERSION"], env["RUNCRATE_DEVICE_PLUGIN_SHA256"]) == ("v0.16.2", "b" * 64)
+
+
+def test_a_checksum_that_is_not_one_is_refused_when_settings_load(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from config.env import env_sha256
+
+    monkeypatch.setenv("KUBERNETES_FLANNEL_SHA256", "not-a-checksum")
+    with pytest.raises(ImproperlyConfigured, match="64 hex digits"):
+        env_sha256("KUBERNETES_FLANNEL_SHA256")
+    monkeypatch.setenv("KUBERNETES_FLANNEL_SHA256", "AB" * 32)
+    assert env_sha256("KUBERNETES_FLANNEL_SHA256") == "ab" * 32

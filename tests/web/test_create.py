@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -9,8 +10,9 @@ from django.urls import reverse
 
 from accounts.models import SSHKey, Workspace
 from clusters.models import Cluster, Node, Status, Volume
-from offers.models import Host
+from offers.models import COMMUNITY_WARNING, MACHINE_COUNT_MESSAGES, Host
 from tests.factories import LocationFactory, machine_type_with_hosts
+from tests.web.conftest import HTMX
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +54,7 @@ def test_the_form_shows_the_picked_offer(member_client, machine_type):
 
 def test_the_form_warns_about_community_offers(member_client, community_type):
     response = member_client.get(URL, {"offer": community_type.pk})
-    assert "keep secrets off them" in response.text
+    assert COMMUNITY_WARNING in response.text
 
 
 def test_it_creates_and_reserves_every_machine(member_client, member, machine_type, environment):
@@ -177,8 +179,9 @@ def test_the_workspaces_only_ssh_key_is_ticked_and_no_key_is_warned_about(member
 def test_offers_without_enough_free_machines_are_not_choices(member_client, machine_type):
     small = machine_type_with_hosts(3, price_per_machine_hour=Decimal("1.00"))
     text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
-    assert f'<option value="{small.pk}"' not in text
-    assert f'<option value="{small.pk}"' in member_client.get(URL, {"offer": machine_type.pk, "machines": 3}).text
+    # An offer option carries its price (the workspace switcher's options do not, and may share the id).
+    assert f'<option value="{small.pk}" data-price' not in text
+    assert f'<option value="{small.pk}" data-price' in member_client.get(URL, {"offer": machine_type.pk, "machines": 3}).text
 
 
 def test_each_software_says_what_it_installs_and_when_it_is_ready(member_client, machine_type):
@@ -189,14 +192,84 @@ def test_each_software_says_what_it_installs_and_when_it_is_ready(member_client,
     assert "Ready as soon as every machine has joined" in text
 
 
-def test_the_form_carries_the_numbers_for_the_money_warning(member_client, machine_type, workspace, environment):
+def refresh(client, **values):
+    """What the page asks whenever a field changes: the `plan` partial for the form's values."""
+    return client.get(URL, {"partial": "plan", **values}, **HTMX).text
+
+
+def test_a_change_asks_the_server_for_the_price_and_what_is_free(member_client, machine_type):
+    text = refresh(member_client, offer=machine_type.pk, machines=3, software="none")
+    assert text.lstrip().startswith('<div id="plan"') and "<html" not in text
+    assert "$7.50/h for the whole cluster ($2.50/h per machine × 3)" in text
+    assert "6 machines of this offer are free now." in text
+    text = refresh(member_client, offer=machine_type.pk, machines="")
+    assert "$2.50/h per machine · enter 2 to 64 machines" in text
+    assert MACHINE_COUNT_MESSAGES["range"] in text  # the plan's refusal, in the rules' words
+
+
+def test_the_plan_says_what_refuses_the_create_before_it_is_sent(member_client, machine_type, workspace):
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("9.00"))
+    text = refresh(member_client, offer=machine_type.pk, machines=8, name="")
+    assert "Your balance of $9.00 does not cover $20.00" in text
+    assert "This offer cannot start 8 machines now (6 free)" in text
+    assert "lowercase letters" not in text  # a name not typed yet is no refusal
+    assert "lowercase letters" in refresh(member_client, offer=machine_type.pk, machines=2, name="Bad Name")
+
+
+def test_the_balances_runway_is_warned_about_from_the_plan(member_client, machine_type, workspace):
     Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("12.34"))
-    text = member_client.get(URL, {"offer": machine_type.pk}).text
-    assert 'data-balance="12.34"' in text and 'data-budget-left="5000' in text and 'id="runway-warning"' in text
-    assert "lasts 74 minutes" not in text  # $12.34 at $10/h is more than an hour
+    assert "lasts" not in refresh(member_client, offer=machine_type.pk, machines=4)  # $12.34 at $10/h: over an hour
     Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("5.00"))
     text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
     assert "the balance of $5.00 lasts 30 minutes" in text
+
+
+def test_a_budget_almost_spent_is_warned_about_with_its_runway(member_client, machine_type, environment, owner):
+    from clusters import services
+
+    services.create_cluster(environment=environment, name="running", machine_type=machine_type, machine_count=2,
+                            created_by=owner)  # $5/h of the environment's spend already
+    type(environment).objects.filter(pk=environment.pk).update(monthly_budget=Decimal("3.00"))
+    text = refresh(member_client, offer=machine_type.pk, machines=2)
+    assert "With this cluster the environment would spend $10.00/h and the $3.00 left of its monthly budget " \
+           "lasts 18 minutes" in text
+    response = post(member_client, machine_type, machines=2, name="late")
+    assert response.status_code == 302
+    said = [str(m) for m in response.wsgi_request._messages]
+    assert any("lasts 18 minutes" in m for m in said), said
+
+
+def test_kubernetes_and_a_volume_are_greyed_out_where_the_offer_does_not_allow_them(
+    member_client, container_type, community_type, workspace, environment,
+):
+    volume = Volume.objects.create(workspace=workspace, environment=environment, name="data", size_gb=10)
+    text = refresh(member_client, offer=container_type.pk, machines=2, software="kubernetes")
+    assert re.search(r'<input type="radio" name="software" value="kubernetes"[^>]*disabled', text)
+    assert re.search(r'<input type="radio" name="software" value="none"[^>]*checked', text)
+    assert "this offer is a container" in text
+    text = refresh(member_client, offer=community_type.pk, machines=2, volume=volume.pk)
+    assert re.search(r'<select name="volume"[^>]*disabled', text) and COMMUNITY_WARNING in text
+    text = refresh(member_client, offer=community_type.pk, machines=2, software="kubernetes")
+    assert not re.search(r'value="kubernetes"[^>]*disabled', text) and "kubernetes-note" not in text
+
+
+def test_kubernetes_on_real_machines_waits_for_the_operators_pins(member_client, settings):
+    real = machine_type_with_hosts(4, provider="ssh")
+    text = refresh(member_client, offer=real.pk, machines=2, software="kubernetes")
+    assert re.search(r'value="kubernetes"[^>]*disabled', text)
+    assert "its install on these machines has not been verified" in text
+    response = post(member_client, real, machines=2, software="kubernetes")
+    assert "operator to pin the flannel and NVIDIA device plugin manifests" in response.text
+    assert_nothing_created()
+    settings.KUBERNETES_FLANNEL_SHA256 = "a" * 64
+    settings.KUBERNETES_DEVICE_PLUGIN_SHA256 = "b" * 64
+    assert not re.search(r'value="kubernetes"[^>]*disabled', refresh(member_client, offer=real.pk, machines=2))
+
+
+def test_no_key_ticked_is_warned_about_by_the_server(member_client, machine_type, workspace):
+    key = SSHKey.objects.create(workspace=workspace, name="laptop", public_key="ssh-ed25519 AAAA", fingerprint="x")
+    assert "No SSH key picked" in refresh(member_client, offer=machine_type.pk, machines=2)
+    assert "No SSH key picked" not in refresh(member_client, offer=machine_type.pk, machines=2, ssh_keys=key.pk)
 
 
 def test_the_name_of_a_live_cluster_is_an_error_on_the_name_field(member_client, machine_type, environment):

@@ -20,6 +20,14 @@ def test_it_lists_every_machine_marked_with_its_cluster(member_client, cluster):
     assert response.text.count(f'href="{cluster.get_absolute_url()}" data-testid="instance-cluster">train</a>') == 4
 
 
+def test_no_machine_offers_a_terminate_that_can_only_fail_but_leads_to_its_cluster(member_client, cluster):
+    text = member_client.get(URL).text
+    assert "instance_terminate" not in text and "/terminate/" not in text and ">Terminate<" not in text
+    link = f'href="{cluster.get_absolute_url()}#terminate-zone-{cluster.pk}" data-testid="instance-stop">Stops with train'
+    assert text.count(link) == 4
+    assert f'id="terminate-zone-{cluster.pk}"' in member_client.get(cluster.get_absolute_url()).text
+
+
 def test_a_manager_sees_them_too(manager, cluster):
     from tests.web.conftest import client_for
 

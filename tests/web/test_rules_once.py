@@ -17,9 +17,15 @@ from offers.services import find_offer
 pytestmark = pytest.mark.django_db
 
 
-def test_the_create_page_hands_its_script_the_bounds(member_client, machine_type):
-    text = member_client.get(reverse("clusters:create")).text
-    assert f'data-min-machines="{MIN_MACHINES}"' in text and f'data-max-machines="{MAX_MACHINES}"' in text
+def test_the_create_page_reads_the_bounds_from_the_rules_and_computes_nothing_in_the_browser(member_client, machine_type):
+    text = member_client.get(reverse("clusters:create"), {"machines": "x"}).text
+    assert f'min="{MIN_MACHINES}" max="{MAX_MACHINES}"' in text
+    assert f"enter {MIN_MACHINES} to {MAX_MACHINES} machines" in text
+    # Price, runway, budget and refusals come from the server's plan (the `plan` partial).
+    assert "create.js" not in text and 'hx-vals=\'{"partial": "plan"}\'' in text
+    scripts = " ".join(p.read_text() for p in Path(settings.BASE_DIR).glob("static/js/*.js"))
+    for rederived in ("Community", "dataset.price", "dataset.free", "dataset.budget", "dataset.balance", "Machines"):
+        assert rederived not in scripts, rederived
 
 
 def test_no_page_or_script_of_ours_restates_the_bounds():

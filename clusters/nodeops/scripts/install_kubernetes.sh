@@ -7,11 +7,12 @@ set -euo pipefail
 
 K8S_MINOR="${RUNCRATE_K8S_MINOR:-v1.30}"
 # Unverified: this path (kubeadm, flannel, the device plugin) has never run in this project's
-# tests or CI (no machine here can run a kubelet; docs/nodeops.md). What it fetches is pinned:
-# a version, and the sha256 the manifest must have, or nothing is applied.
-FLANNEL_VERSION="${RUNCRATE_FLANNEL_VERSION:-v0.26.1}"
+# tests or CI (no machine here can run a kubelet; docs/nodeops.md). What it fetches is pinned
+# by the control plane (settings.KUBERNETES_*): a version, and the sha256 the manifest must
+# have; without both checksums the real install refuses before it changes anything.
+FLANNEL_VERSION="${RUNCRATE_FLANNEL_VERSION:-}"
 FLANNEL_SHA256="${RUNCRATE_FLANNEL_SHA256:-}"
-DEVICE_PLUGIN_VERSION="${RUNCRATE_DEVICE_PLUGIN_VERSION:-v0.16.2}"
+DEVICE_PLUGIN_VERSION="${RUNCRATE_DEVICE_PLUGIN_VERSION:-}"
 DEVICE_PLUGIN_SHA256="${RUNCRATE_DEVICE_PLUGIN_SHA256:-}"
 GPUS="${RUNCRATE_GPUS_PER_NODE:?}"
 HEAD_IP="${RUNCRATE_HEAD_IP:?}"
@@ -76,6 +77,10 @@ if is_reconfigure; then
     fi
     exit 0
 fi
+
+for pin in FLANNEL_VERSION FLANNEL_SHA256 DEVICE_PLUGIN_VERSION DEVICE_PLUGIN_SHA256; do
+    [ -n "${!pin}" ] || die "KUBERNETES_$pin is not set on the control plane: Kubernetes on real machines needs flannel's and the NVIDIA device plugin's version and sha256 (docs/nodeops.md)"
+done
 
 step "packages"
 swapoff -a

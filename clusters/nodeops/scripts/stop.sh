@@ -4,8 +4,9 @@
 # `attempt`, which logs it and carries on, so one failure never leaves the rest undone.
 set -uo pipefail
 
+# In a subshell: a helper that gives up with `die` (lib.sh) exits that subshell, never stop.sh.
 attempt() {
-    "$@" || log "warning: '$*' failed (exit $?), continuing"
+    ( "$@" ) || log "warning: '$*' failed (exit $?), continuing"
 }
 
 step "ssh-keys"
@@ -27,7 +28,7 @@ step "metrics"
 # The node exporter clusters/nodeops/scripts/metrics.sh started.
 if [ -s "$STATE_DIR/node-exporter.pid" ]; then
     kill "$(<"$STATE_DIR/node-exporter.pid")" 2>/dev/null || true
-    rm -f "$STATE_DIR/node-exporter.pid" "$STATE_DIR/node-exporter.port"
+    attempt rm -f "$STATE_DIR/node-exporter.pid" "$STATE_DIR/node-exporter.port"
 fi
 
 step "software"
@@ -59,7 +60,11 @@ if ! is_sandbox; then
     # canonicalising the path, for the same reason.
     if ! is_head && grep -qs ' /shared ' /proc/mounts; then
         attempt umount -l -c /shared
-        attempt managed_block /etc/fstab shared </dev/null
+    fi
+    # Whether or not it is mounted now: a line left in fstab would mount the departed head's
+    # /shared at the machine's next boot.
+    if ! is_head; then
+        attempt remove_block "$ROOT/etc/fstab" shared
     fi
     if is_head && command -v exportfs >/dev/null 2>&1; then
         attempt exportfs -ua
