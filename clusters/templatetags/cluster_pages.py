@@ -68,7 +68,9 @@ _EXIT = re.compile(r"\(?\bexit (?:status|code) (\d+)\)?")
 def customer_text(text: str) -> str:
     """A message as a customer should read it: no paths on our servers, no bare exit codes."""
     text = text or ""
-    for directory in _server_dirs():
+    # Every server path starts with "/": most messages have none (a push runs this on each
+    # changed node's detail).
+    for directory in _server_dirs() if "/" in text else ():
         # "…; see /var/…/ssh.log" and any other mention of a server path.
         text = re.sub(rf"[;,]?\s*(?:see\s+)?{re.escape(directory)}/\S*", "", text)
     text = _EXIT.sub("it stopped with an error", text)
