@@ -11,6 +11,7 @@ watermarks do); elsewhere (SQLite, `make run`) this is `bulk_update`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from django.db import connection, models
 
@@ -29,15 +30,15 @@ def update_rows(model: type[models.Model], objs: Sequence[models.Model], fields:
         return
     meta = model._meta
     pk = meta.pk
-    columns = [meta.get_field(name) for name in fields]
+    columns = [cast(models.Field, meta.get_field(name)) for name in fields]
     arrays = [[pk.get_db_prep_value(obj.pk, connection) for obj in objs]]
     arrays += [[field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs] for field in columns]
     selects = ", ".join(
-        f"unnest(%s::{field.cast_db_type(connection)}[]) AS {connection.ops.quote_name(field.column)}"
+        f"unnest(%s::{field.cast_db_type(connection)}[]) AS {connection.ops.quote_name(str(field.column))}"
         for field in [pk, *columns]
     )
-    sets = ", ".join(f"{connection.ops.quote_name(f.column)} = v.{connection.ops.quote_name(f.column)}" for f in columns)
-    table, key = connection.ops.quote_name(meta.db_table), connection.ops.quote_name(pk.column)
+    sets = ", ".join(f"{connection.ops.quote_name(str(f.column))} = v.{connection.ops.quote_name(str(f.column))}" for f in columns)
+    table, key = connection.ops.quote_name(meta.db_table), connection.ops.quote_name(str(pk.column))
     with connection.cursor() as cursor:
         if not locked:
             cursor.execute(f"SELECT 1 FROM {table} WHERE {key} = ANY(%s) ORDER BY {key} FOR UPDATE", [arrays[0]])

@@ -7,13 +7,16 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from django import template
 from django.conf import settings
 from django.utils import timezone
 
 from clusters.models import Cluster, Status
+
+if TYPE_CHECKING:
+    from billing.models import MachineUsage
 
 register = template.Library()
 
@@ -97,7 +100,7 @@ def cluster_cost(cluster: Cluster) -> dict:
     # most of a status card's time.
     usages = [_Usage(*row) for row in cluster.usages.values_list("rate", "started_at", "ended_at")]
     rate = sum((usage.rate for usage in usages if usage.ended_at is None), Decimal("0"))
-    amount = machines_cost(usages, now)
+    amount = machines_cost(cast("list[MachineUsage]", usages), now)  # it reads these three fields
     return {"amount": amount, "exact": amount, "rate": rate, "at": now}
 
 

@@ -102,13 +102,13 @@ def test_columns_no_row_shows_send_nothing_and_do_not_change_the_row(environment
         fresh = cluster_for_row(cluster.pk)
         live = list(fresh.nodes.all())
         _, rows, _ = broadcast._changed_rows(fresh, live, broadcast._push_context(fresh), PageState(
-            rows=tuple(n.row_id for n in live), logs={n.pk: (n.log_written, n.log_length) for n in live},
+            rows=tuple(n.row_id for n in live), logs={n.pk: (n.log_written, n.log_length) for n in live},  # type: ignore[attr-defined]
         ))
         return rows.split('<tr id="node-1"')[1]
 
     before = row()
     now = timezone.now()
-    changes = {name: now for name in broadcast.UNSHOWN if name.endswith("_at")}
+    changes: dict[str, object] = {name: now for name in broadcast.UNSHOWN if name.endswith("_at")}
     changes.update(address="203.0.113.9", host_key="ssh-ed25519 AAAAC3Nza", host=HostFactory(machine_type=machine_type))
     Node.objects.filter(pk=node.pk).update(**changes)
     assert row() == before
@@ -130,7 +130,12 @@ def test_sockets_of_one_cluster_share_the_rendered_rows(environment, machine_typ
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.READY)
     rendered: list[str] = []
     real = broadcast._render
-    monkeypatch.setattr(broadcast, "_render", lambda name, context: rendered.append(name) or real(name, context))
+
+    def counted(name: str, context: dict) -> str:
+        rendered.append(name)
+        return real(name, context)
+
+    monkeypatch.setattr(broadcast, "_render", counted)
     pushes = [render_cluster_changes(cluster.pk, None, page) for page in pages]
     assert rendered.count("node-row") == 8
     assert pushes[0][1] == pushes[1][1] == pushes[2][1] and pushes[0][1].count("<tr ") == 8
