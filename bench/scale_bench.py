@@ -310,6 +310,7 @@ def change_nodes(cluster: Cluster, listener: Listener, kind: str, changing: int,
         else:
             services.append_node_logs(cluster.pk, {node.pk: [("install", f"bench line {i} on {node.name}")] for node in nodes})
             needle = f"bench line {i} on {last.name}"
+        SERVICE_MS.append((time.perf_counter() - started) * 1000)
         arrived, size = listener.wait_for(needle)
         latencies.append((arrived - started) * 1000)
         sizes.append(size)
@@ -336,24 +337,28 @@ def bench_node_pushes(database_url: str, machine_type, started: dt.datetime, pus
             for kind in ("detail", "log"):
                 for changing in sorted({1, machines}):
                     change_nodes(cluster, listener, kind, changing, 3)  # warm-up
+                    SERVICE_MS.clear()
                     latencies, sizes = change_nodes(cluster, listener, kind, changing, pushes)
                     p50, p95 = _support.percentile(latencies, 0.5), _support.percentile(latencies, 0.95)
                     kb = max(sizes) / 1024
                     what = "their rows' words" if kind == "detail" else "a new log line each"
                     rows.append((
                         f"node push, {machines} machines, {changing} changing ({what})",
-                        f"p50 {p50:.0f} ms, p95 {p95:.0f} ms, {kb:.1f} KB a push (joining: {joined / 1024:.0f} KB)",
+                        f"p50 {p50:.0f} ms, p95 {p95:.0f} ms, {kb:.1f} KB a push (joining: {joined / 1024:.0f} KB); "
+                        f"the service call itself p50 {_support.percentile(SERVICE_MS, 0.5):.0f} ms",
                         f"≤ {NODE_PUSH_GOAL_KB} KB, p95 ≤ {NODE_PUSH_GOAL_MS:.0f} ms",
                         kb <= NODE_PUSH_GOAL_KB and p95 <= NODE_PUSH_GOAL_MS,
                     ))
             # A status change that every node follows (retry install ↔ degraded: 64 rows each time).
             Cluster.objects.filter(pk=cluster.pk).update(status=Status.DEGRADED)
             degrade_and_retry(cluster, listener, 3)
+            SERVICE_MS.clear()
             latencies, sizes = degrade_and_retry(cluster, listener, pushes)
             p95 = _support.percentile(latencies, 0.95)
             rows.append((
                 f"status change, {machines} machines (every node's row changes with it)",
-                f"p50 {_support.percentile(latencies, 0.5):.0f} ms, p95 {p95:.0f} ms, {max(sizes) / 1024:.1f} KB a push",
+                f"p50 {_support.percentile(latencies, 0.5):.0f} ms, p95 {p95:.0f} ms, {max(sizes) / 1024:.1f} KB a push; "
+                f"the service call itself p50 {_support.percentile(SERVICE_MS, 0.5):.0f} ms",
                 f"≤ {NODE_PUSH_GOAL_KB} KB, p95 ≤ {NODE_PUSH_GOAL_MS:.0f} ms",
                 max(sizes) / 1024 <= NODE_PUSH_GOAL_KB and p95 <= NODE_PUSH_GOAL_MS,
             ))

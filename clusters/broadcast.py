@@ -18,7 +18,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.template.loader import render_to_string
+from django.dispatch import receiver
+from django.template.loader import get_template, render_to_string
+from django.utils.autoreload import file_changed
 
 from clusters import connect
 from clusters.models import Cluster, Node, Status
@@ -85,6 +87,25 @@ _ROW_FIELDS = tuple(
     f.attname for f in Node._meta.concrete_fields if f.attname not in ("log_tail", "log_written", "health_checked_at")
 )
 NO_LOG = (0, 0)
+# The row's cells a push may send alone, and the node columns each one shows. When only
+# these columns of a row changed (and nothing the row reads from its cluster), the page gets
+# those cells, not the row: a progress pass or a status change that every node follows
+# moves the State and Step cells of 64 rows (~200 bytes a row, not ~500).
+_CELLS = {"node-state-cell": ("state", "detail"), "node-step-cell": ("step",)}
+_CELL_OF = {_ROW_FIELDS.index(name): cell for cell, names in _CELLS.items() for name in names}
+# Columns no row shows (bookkeeping times, the host, the key): when they change, with or
+# without the cells above, the row itself looks the same and is not re-sent for them
+# (tests/core/test_pushes.py renders a row before and after changing them all).
+UNSHOWN = (
+    "workspace_id", "host_id", "address", "boot_requested_at", "up_at", "joined_at", "billing_started_at",
+    "billing_ended_at", "peers_reached_at", "installed_at", "ready_at", "host_key", "health_changed_at",
+)
+_CELL_OF.update({_ROW_FIELDS.index(name): "" for name in UNSHOWN})
+# Rendered rows and cells, shared by the sockets of this process: a push that reaches five
+# viewers of one cluster renders each changed row once. Keyed by everything the HTML is made
+# of (the node's columns, the check time, what it reads from the cluster, its log state).
+_RENDERED: dict[tuple, str] = {}
+_RENDERED_MAX = 4096
 
 
 @dataclass
@@ -122,8 +143,30 @@ def _push_context(cluster: Cluster, **extra: Any) -> dict[str, Any]:
     return {"cluster": cluster, "oob": True, "csrf_token": "NOTPROVIDED", **extra}
 
 
+def _rows_context(cluster: Cluster, context: dict) -> dict[str, Any]:
+    """What every row reads from the cluster, read once for all rows (nodes-table does the
+    same with {% with %}): walking the nodes once per row made a 64-row push quadratic."""
+    swapping = cluster.node_being_replaced
+    return {**context, "swapping_id": swapping.replacing_id if swapping else None, "can_replace": cluster.can_replace_nodes}
+
+
 def _render(name: str, context: dict) -> str:
-    return render_to_string(f"clusters/detail.html#{name}", context)
+    template = _TEMPLATES.get(name)
+    if template is None:
+        template = _TEMPLATES[name] = get_template(f"clusters/detail.html#{name}")
+    return template.render(context)
+
+
+# The detail page's partials, looked up once per process (a push renders up to 128 cells;
+# the loader's lookup was a third of a cell's time). Emptied when a template file changes
+# (the development server's autoreload), as Django's own cached loader is.
+_TEMPLATES: dict[str, Any] = {}
+
+
+@receiver(file_changed)
+def _forget_templates(sender: Any, file_path: Any, **kwargs: Any) -> None:
+    _TEMPLATES.clear()
+    _RENDERED.clear()
 
 
 def _digest(html: str) -> str:
@@ -186,14 +229,17 @@ def _nodes_table(cluster: Cluster, nodes: list[Node], context: dict, page: PageS
     return table + logs
 
 
-def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: PageState) -> tuple[str, str]:
+def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: PageState) -> tuple[str, str, str]:
     """The rows whose node (or what rows read from the cluster) changed since the page's
-    last push, and the lines its logs lack: (log swaps, rows). A row is re-sent without its
-    log when the page holds a log for it (hx-preserve keeps the page's, open or closed); a
-    log's new lines travel alone, appended to the page's (the whole tail when the page
-    missed more than the tail keeps)."""
+    last push, and the lines its logs lack: (log swaps, rows, cells). A row is re-sent
+    without its log when the page holds a log for it (hx-preserve keeps the page's, open or
+    closed); a row whose change is only its state, detail or step sends those cells alone
+    (`_changed_cells`); a log's new lines travel alone, appended to the page's (the whole
+    tail when the page missed more than the tail keeps). Rows and cells come from
+    `_RENDERED` when another socket of this process rendered them already."""
     keys = _row_keys(cluster, nodes)
     rows: list[tuple[Node, bool]] = []  # (node, the page keeps its log)
+    cells: list[tuple[Node, tuple[str, ...]]] = []  # (node, the cells that changed)
     grown: list[tuple[Node, int]] = []  # (node, characters the page lacks)
     for node in nodes:
         (written, length), (shown_written, shown_length) = _log_state(node), page.logs.get(node.pk, NO_LOG)
@@ -202,8 +248,13 @@ def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: Page
             continue
         if written != shown_written:
             grown.append((node, written - shown_written))
-        if page.row_keys.get(node.pk) != keys[node.pk]:
-            rows.append((node, bool(length)))
+        shown = page.row_keys.get(node.pk)
+        if shown != keys[node.pk]:
+            changed = _changed_cells(node, shown, keys[node.pk])
+            if changed is None:
+                rows.append((node, bool(length)))
+            elif changed:
+                cells.append((node, changed))
     _load_logs([node for node, _ in grown] + [node for node, kept in rows if not kept])
     _remember_rows(page, nodes, keys)
     swaps = []
@@ -212,10 +263,51 @@ def _changed_rows(cluster: Cluster, nodes: list[Node], context: dict, page: Page
             swaps.append(_render("node-log", {**context, "node": node, "log_oob": "beforeend", "log_append": node.log_tail[-missing:]}))
         else:
             swaps.append(_render("node-log", {**context, "node": node, "log_oob": "true"}))
-    rows_html = "".join(
-        _render("node-row", {**context, "node": node, "row_oob": True, "log_kept": kept}).strip() for node, kept in rows
-    )
-    return "".join(swaps), rows_html
+    if not rows and not cells:
+        return "".join(swaps), "", ""
+    row_context = _rows_context(cluster, context)
+    rows_html = "".join(_row(node, kept, keys[node.pk], row_context) for node, kept in rows)
+    cells_html = "".join(_cell(node, cell, keys[node.pk], row_context) for node, changed in cells for cell in changed)
+    return "".join(swaps), rows_html, cells_html
+
+
+def _changed_cells(node: Node, shown: tuple | None, now: tuple) -> tuple[str, ...] | None:
+    """The cells that tell a row's change, or None when the row must travel whole: only
+    when what the row reads from its cluster is the same and every changed column is one a
+    State or Step cell shows, or one no row shows (then no cell for it: () when nothing the
+    page shows changed). A machine being swapped in shows its state in its name cell too,
+    so its row travels whole."""
+    if shown is None or shown[1] != now[1] or node.is_replacement:
+        return None
+    cells: set[str] = set()
+    for i, (before, after) in enumerate(zip(shown[0], now[0], strict=True)):
+        if before != after:
+            cell = _CELL_OF.get(i)
+            if cell is None:
+                return None
+            if cell:
+                cells.add(cell)
+    return tuple(sorted(cells))
+
+
+def _cached(key: tuple, render: Any) -> str:
+    html = _RENDERED.get(key)
+    if html is None:
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        html = _RENDERED[key] = render()
+    return html
+
+
+def _row(node: Node, kept: bool, key: tuple, context: dict) -> str:
+    render = lambda: _render("node-row", {**context, "node": node, "row_oob": True, "log_kept": kept}).strip()  # noqa: E731
+    if not kept and node.log_tail:
+        return render()  # carries its whole log: rare (a log appears), not worth keeping
+    return _cached(("node-row", node.pk, key, node.health_checked_at, kept), render)
+
+
+def _cell(node: Node, cell: str, key: tuple, context: dict) -> str:
+    return _cached((cell, node.pk, key), lambda: _render(cell, {**context, "node": node, "cell_oob": True}))
 
 
 def render_cluster_now(cluster_id: int, page: PageState) -> list[str]:
@@ -231,8 +323,9 @@ def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageS
     differ from what the page was sent (all of them in the whole table only when the page's
     rows are others: a node added, replaced or released), each without its log when the page
     holds it; a log's new lines alone; the Connect card on a cluster change, when it
-    differs. Table rows travel in a message of their own: htmx parses a message by its
-    first tag, and a <tr> after a <section> would be dropped by the HTML parser.
+    differs. Table rows travel in a message of their own, and cells in one more: htmx
+    parses a message by its first tag, and a <tr> after a <section> (or a <td> after a
+    <tr>) would be dropped by the HTML parser.
     """
     cluster = cluster_for_push(Cluster.objects.filter(pk=cluster_id), hosts=nodes is None).first()
     if cluster is None:
@@ -240,11 +333,11 @@ def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageS
     context = _push_context(cluster)
     live = list(cluster.nodes.all())
     parts = [_render("status-card", context)]
-    rows = ""
+    rows = cells = ""
     if page.rows != tuple(node.row_id for node in live):
         parts.append(_nodes_table(cluster, live, context, page))
     else:
-        swaps, rows = _changed_rows(cluster, live, context, page)
+        swaps, rows, cells = _changed_rows(cluster, live, context, page)
         parts.append(swaps)
     if nodes is None:
         connect_card = _render("connect-card", {**context, "connect": connect.page_context(cluster)})
@@ -256,6 +349,8 @@ def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageS
     messages = ["".join(parts)]
     if rows:
         messages.append(rows)
+    if cells:
+        messages.append(cells)
     return messages
 
 

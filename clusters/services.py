@@ -24,6 +24,7 @@ from accounts.models import Environment, SSHKey, Workspace
 from billing import services as billing
 from clusters import emails as cluster_emails
 from clusters import rules
+from clusters.bulk import update_rows
 from clusters.errors import ClusterError, Conflict
 from clusters.models import (
     FINAL_STATUSES,
@@ -396,7 +397,7 @@ def claim_for_sweep(cluster_ids: Iterable[int]) -> list[int]:
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
     """Record the progress of several nodes of one cluster with a single live push, which
     carries those nodes' rows (one push per node would make a 64-node pass push 64 times).
-    Nodes changing the same fields go in one UPDATE (bulk_update)."""
+    Nodes changing the same fields go in one UPDATE (clusters.bulk)."""
     changes = list(changes)
     if not changes:
         return
@@ -408,7 +409,7 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
     with transaction.atomic():
         # Node rows in id order (the lock order in docs/architecture.md).
         for names, nodes in by_fields.items():
-            Node.objects.bulk_update(sorted(nodes, key=lambda n: n.pk), list(names))
+            update_rows(Node, sorted(nodes, key=lambda n: n.pk), list(names))
         _after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
@@ -440,7 +441,7 @@ def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, s
             # lifecycle decides on installed_at, so a late line cannot make it install again.
             if node.state not in SETTLED_NODE_STATES and node.installed_at is None:
                 node.step = entries[-1][0][:40]
-        Node.objects.bulk_update(nodes, ["log_tail", "log_written", "step"])
+        update_rows(Node, nodes, ["log_tail", "log_written", "step"], locked=True)
         _after_commit_changed(cluster_id, nodes=[node.pk for node in nodes])
 
 
@@ -509,12 +510,12 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
         if not transition(cluster, [from_status], Status.DEGRADED):
             return False
         broken = [
-            node for node in cluster.nodes.filter(released_at__isnull=True).only("index").order_by("pk")
+            node for node in cluster.nodes.filter(released_at__isnull=True).only("cluster_id", "index").order_by("pk")
             if node.name in failed
         ]
         for node in broken:
             node.state, node.detail = Node.State.INSTALL_FAILED, failed[node.name][:255]
-        Node.objects.bulk_update(broken, ["state", "detail"])
+        update_rows(Node, broken, ["state", "detail"])
         # The others finished their part: they say so, not "Installing" for as long as it lasts.
         Node.objects.filter(
             cluster=cluster, released_at__isnull=True, state__in=[Node.State.INSTALLING, Node.State.JOINED]
@@ -538,13 +539,13 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             return False
         now = timezone.now()
         node_details = node_details or {}
-        nodes = list(cluster.nodes.only("index", "detail", "host_id").order_by("pk"))
+        nodes = list(cluster.nodes.only("cluster_id", "index", "detail", "host_id").order_by("pk"))
         for node in nodes:
             node.state = Node.State.FAILED if node.name in node_details else Node.State.RELEASED
             node.detail = node_details.get(node.name, node.detail)[:255]
             node.released_at, node.step = now, NodeStep.RELEASED
             node.health, node.health_detail = NodeHealth.UNKNOWN, ""  # a stopped machine has no health
-        Node.objects.bulk_update(nodes, ["state", "detail", "released_at", "step", "health", "health_detail"])
+        update_rows(Node, nodes, ["state", "detail", "released_at", "step", "health", "health_detail"])
         inventory.release_hosts([node.host_id for node in nodes])
         record_event(
             cluster, "failed", f"{message.rstrip('. ')}. Every machine was released; nothing was charged.", reason=reason
@@ -1232,7 +1233,7 @@ def record_node_health(cluster_id: int, found: dict[int, tuple[str, str]], *, ch
                 node.health, node.health_changed_at = health, checked_at
                 changed.append(node.pk)
             node.health_detail, node.health_checked_at = detail, checked_at
-        Node.objects.bulk_update(nodes, ["health", "health_detail", "health_checked_at", "health_changed_at"])
+        update_rows(Node, nodes, ["health", "health_detail", "health_checked_at", "health_changed_at"], locked=True)
         if shown:
             _after_commit_changed(cluster_id, nodes=shown)
         return changed

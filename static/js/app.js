@@ -26,7 +26,10 @@
     var button = event.target.closest("[data-copy]");
     if (button) {
       event.preventDefault();
-      copyText(button.getAttribute("data-copy")).then(function () {
+      // A bare data-copy copies the element just before the button (the shown command).
+      var source = button.previousElementSibling;
+      var text = button.getAttribute("data-copy") || (source ? source.textContent : "");
+      copyText(text).then(function () {
         var label = button.textContent;
         button.textContent = "Copied";
         button.classList.add("copied");

@@ -55,15 +55,90 @@ def test_a_status_change_that_no_row_shows_sends_no_row(environment, machine_typ
     assert "Installing" in messages[0] and pushed_bytes(messages) < 5_000
 
 
-def test_a_64_node_progress_push_sends_every_row_without_its_log_and_stays_under_50_kb(environment, machine_type):
+def test_a_64_node_progress_push_sends_the_state_and_step_cells_alone_and_stays_small(environment, machine_type):
     cluster = big_cluster(environment, machine_type, status=Status.PROVISIONING, state=Node.State.BOOTING)
     page = joined(cluster)
-    Node.objects.filter(cluster=cluster).update(state=Node.State.UP, step="up")
-    card, rows = render_cluster_changes(cluster.pk, list(cluster.nodes.values_list("pk", flat=True)), page)
-    assert rows.count("<tr ") == 64 and rows.count("hx-preserve") == 64
-    assert "installer output" not in card + rows
+    Node.objects.filter(cluster=cluster).update(state=Node.State.UP, step="up", up_at=timezone.now())
+    card, cells = render_cluster_changes(cluster.pk, list(cluster.nodes.values_list("pk", flat=True)), page)
+    assert "<tr" not in card + cells and "installer output" not in card + cells
+    assert cells.count('<td data-label="State" id="node-') == 64 and cells.count('<td data-label="Step" id="node-') == 64
+    assert '<td data-label="State" id="node-63-state" hx-swap-oob="true"><div><span class="status status-up">Up</span>' in cells
     assert "64 of 64 machines up" in card
-    assert pushed_bytes([card, rows]) < 50_000
+    assert pushed_bytes([card, cells]) < 20_000
+
+
+def test_a_change_every_row_reads_from_the_cluster_sends_64_rows_without_their_logs(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, status=Status.INSTALLING)
+    page = joined(cluster)
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.READY)  # Replace is offered on every row
+    card, rows = render_cluster_changes(cluster.pk, None, page)
+    assert rows.count("<tr ") == 64 and rows.count("hx-preserve") == 64 and rows.count(">Replace node-") == 63
+    assert "installer output" not in card + rows
+    # Each row carries its Replace form (~1.6 KB), none of the 64 logs (4 KB each).
+    assert pushed_bytes([card, rows]) < 64 * 2_000
+
+
+def test_a_64_node_status_change_every_row_follows_stays_under_50_kb(environment, machine_type):
+    cluster = big_cluster(environment, machine_type, status=Status.INSTALLING, state=Node.State.INSTALLING)
+    page = joined(cluster)
+    services.mark_degraded(Cluster.objects.get(pk=cluster.pk), {"node-0": "slurmd did not start"})
+    messages = render_cluster_changes(cluster.pk, None, page)
+    card, cells = messages
+    assert 'id="connect-card"' in card and "Degraded" in card and "<tr id=" not in cells
+    # Every node's state; the step of each node but the one that failed (its step stays).
+    assert cells.count('data-label="State" id="node-') == 64 and cells.count('data-label="Step" id="node-') == 63
+    assert "Install failed" in cells and "slurmd did not start" in cells
+    assert pushed_bytes(messages) < 50_000
+
+
+def test_columns_no_row_shows_send_nothing_and_do_not_change_the_row(environment, machine_type):
+    from clusters import broadcast
+
+    cluster = big_cluster(environment, machine_type, machines=2, status=Status.INSTALLING, state=Node.State.INSTALLING)
+    page = joined(cluster)
+    node = Cluster.objects.get(pk=cluster.pk).nodes.get(index=1)
+
+    def row() -> str:
+        fresh = cluster_for_row(cluster.pk)
+        live = list(fresh.nodes.all())
+        _, rows, _ = broadcast._changed_rows(fresh, live, broadcast._push_context(fresh), PageState(
+            rows=tuple(n.row_id for n in live), logs={n.pk: (n.log_written, n.log_length) for n in live},  # type: ignore[attr-defined]
+        ))
+        return rows.split('<tr id="node-1"')[1]
+
+    before = row()
+    now = timezone.now()
+    changes: dict[str, object] = {name: now for name in broadcast.UNSHOWN if name.endswith("_at")}
+    changes.update(address="203.0.113.9", host_key="ssh-ed25519 AAAAC3Nza", host=HostFactory(machine_type=machine_type))
+    Node.objects.filter(pk=node.pk).update(**changes)
+    assert row() == before
+    [card] = render_cluster_changes(cluster.pk, [node.pk], page)
+    assert "node-1" not in card
+
+
+def cluster_for_row(cluster_id: int) -> Cluster:
+    from clusters.queries import cluster_for_push
+
+    return cluster_for_push(Cluster.objects.filter(pk=cluster_id), hosts=False).get()
+
+
+def test_sockets_of_one_cluster_share_the_rendered_rows(environment, machine_type, monkeypatch):
+    from clusters import broadcast
+
+    cluster = big_cluster(environment, machine_type, machines=8, status=Status.INSTALLING)
+    pages = [joined(cluster) for _ in range(3)]
+    Cluster.objects.filter(pk=cluster.pk).update(status=Status.READY)
+    rendered: list[str] = []
+    real = broadcast._render
+
+    def counted(name: str, context: dict) -> str:
+        rendered.append(name)
+        return real(name, context)
+
+    monkeypatch.setattr(broadcast, "_render", counted)
+    pushes = [render_cluster_changes(cluster.pk, None, page) for page in pages]
+    assert rendered.count("node-row") == 8
+    assert pushes[0][1] == pushes[1][1] == pushes[2][1] and pushes[0][1].count("<tr ") == 8
 
 
 def test_new_log_lines_travel_alone_and_the_row_keeps_the_pages_log(environment, machine_type):
@@ -74,8 +149,9 @@ def test_new_log_lines_travel_alone_and_the_row_keeps_the_pages_log(environment,
     card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
     assert '<pre class="log" id="node-3-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
     assert "starting slurmd: slurmd: started\n</pre>" in card and "installer output" not in card
-    assert rows.startswith('<tr id="node-3"') and rows.count("<tr ") == 1
-    assert '<details id="node-3-log" hx-preserve></details>' in rows and "installer output" not in rows
+    # The step changed with the line: that cell alone, not the row with its log.
+    assert rows == '<td data-label="Step" id="node-3-step" hx-swap-oob="true">Starting slurmd</td>'
+    assert "installer output" not in rows
     # The same lines are not sent twice.
     assert "slurmd: started" not in "".join(render_cluster_changes(cluster.pk, [node.pk], page))
 

@@ -189,10 +189,14 @@ def test_a_node_push_carries_only_the_rows_that_changed(environment, machine_typ
     latest = page.last_event_id
     Node.objects.filter(cluster=cluster, index__in=[2, 5]).update(step="installing slurm")
     changed = list(cluster.nodes.filter(index__in=[2, 5]).values_list("pk", flat=True))
-    card, rows = render_cluster_changes(cluster.pk, changed, page)
+    card, cells = render_cluster_changes(cluster.pk, changed, page)
     assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card and "event-" not in card
-    assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr id=") == 2
-    assert 'id="node-5" hx-swap-oob="true"' in rows
+    # Only their Step cells changed: those two cells, not the rows.
+    assert cells.startswith('<td data-label="Step" id="node-2-step" hx-swap-oob="true">') and cells.count("<td ") == 2
+    assert 'id="node-5-step" hx-swap-oob="true"' in cells and "<tr" not in cells
+    Node.objects.filter(cluster=cluster, index=2).update(health_detail="gpu 3 fell off the bus")
+    card, rows = render_cluster_changes(cluster.pk, changed, page)
+    assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr id=") == 1
     assert page.last_event_id == latest
 
 

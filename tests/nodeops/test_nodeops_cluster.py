@@ -102,7 +102,8 @@ def test_the_wireguard_mesh_lists_every_peer_and_every_pair_reaches(endpoints, r
         assert config.count("[Peer]") == 3
         assert f"PrivateKey = {secrets.wireguard[node.name].private_key}" in config
         reach_lines = [line for line in result.results[node.name].stdout.splitlines() if line.startswith("REACH")]
-        assert len(reach_lines) == 3 and all(line.endswith(" ok") for line in reach_lines)
+        peers = " ".join(peer.name for peer in spec.nodes if peer.name != node.name)
+        assert reach_lines == [f"REACH ok {peers}", "REACH fail"]
 
 
 def test_wireguard_keys_are_real_x25519_pairs_in_wg_format():
@@ -132,9 +133,9 @@ def test_a_node_that_never_joins_fails_every_pair_it_is_in(endpoints, runner):
     assert not result.joined
     assert result.failed_pairs == [("node-0", "node-2"), ("node-1", "node-2"), ("node-2", "node-3")]
     assert "node-1<->node-2" in result.summary()
-    assert "REACH node-2 fail" in result.results["node-0"].stdout  # its peers cannot reach it
-    assert "REACH node-1 ok" in result.results["node-0"].stdout
-    assert "REACH node-0 fail" in result.results["node-2"].stdout  # and it reaches nobody
+    assert "REACH fail node-2\n" in result.results["node-0"].stdout  # its peers cannot reach it
+    assert "REACH ok node-1 node-3\n" in result.results["node-0"].stdout
+    assert "REACH fail node-0 node-1 node-3\n" in result.results["node-2"].stdout  # and it reaches nobody
 
 
 def test_peers_that_never_join_cost_the_join_wait_once_not_once_each(endpoints, runner):
