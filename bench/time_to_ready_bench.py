@@ -34,9 +34,11 @@ _support.setup_django()
 
 from django.conf import settings  # noqa: E402
 
-from clusters import lifecycle, services  # noqa: E402
+from clusters import lifecycle  # noqa: E402
 from clusters.models import Cluster, Status  # noqa: E402
 from clusters.providers import local  # noqa: E402
+from clusters.services.create import create_cluster  # noqa: E402
+from clusters.services.terminate import terminate_cluster  # noqa: E402
 from offers.models import Host  # noqa: E402
 from tests.factories import MachineTypeFactory, WorkspaceFactory  # noqa: E402
 
@@ -50,7 +52,7 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
         for i in range(count)
     )
     started, cpu, machine_cpu = time.monotonic(), time.process_time(), _support.machine_cpu_seconds()
-    cluster = services.create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
+    cluster = create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
                                       machine_count=count, software=software)
     deadline = started + 300
     while True:
@@ -64,7 +66,7 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
     machine_cpu = _support.machine_cpu_seconds() - machine_cpu
     outcome = cluster.status
     stopping = time.monotonic()
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     lifecycle.advance(cluster.pk)
     return seconds, cpu, machine_cpu, f"{outcome}; terminated in {time.monotonic() - stopping:.1f}s"
 

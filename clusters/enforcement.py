@@ -12,8 +12,8 @@ import logging
 from django.utils import timezone
 
 from billing import services as billing
-from clusters import services
 from clusters.models import Cluster, Reason
+from clusters.services.terminate import terminate_cluster
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def _stop(cluster: Cluster, reason: str) -> bool:
     # The owner's "stopped" email comes from terminate_cluster (clusters.emails.notify_terminated).
     try:
-        return services.terminate_cluster(cluster, reason=reason)
+        return terminate_cluster(cluster, reason=reason)
     except Exception:
         log.exception("Could not stop cluster %s (%s); the next pass tries again", cluster.pk, reason)
         return False

@@ -1,6 +1,6 @@
 """The product's rules for a cluster request, written once. The create form, the plan endpoint,
 the API, the CLI's --dry-run and the MCP server's plan all reach these through
-clusters.services (`create_cluster`, `plan_cluster`); forms, templates and API schemas import
+clusters.services.create (`create_cluster`, `plan_cluster`); forms, templates and API schemas import
 the bounds from here instead of restating them.
 
 - a cluster has MIN_MACHINES..MAX_MACHINES machines (more is a quote);

@@ -114,7 +114,7 @@ class FabricProvider(Provider):
         self.on_output(name, step, text)
 
     def _secrets(self, cluster: Cluster, spec: ClusterSpec, nodes: list[Node] | None = None) -> ClusterSecrets:
-        from clusters import services
+        from clusters.services.keys import save_node_secrets
 
         stored = cluster.plain_node_secrets
         existing = ClusterSecrets.from_dict(stored) if stored else None
@@ -123,7 +123,7 @@ class FabricProvider(Provider):
         swapping = {n.name: n.pk for n in nodes or () if n.replacing_id is not None}
         secrets = operations.with_replacement_keys(secrets, swapping)
         if secrets.to_dict() != stored:
-            services.save_node_secrets(cluster, secrets.to_dict())
+            save_node_secrets(cluster, secrets.to_dict())
         return operations.keys_as_used(secrets, swapping)
 
     def _runner(self) -> NodeRunner:
@@ -140,13 +140,13 @@ class FabricProvider(Provider):
     # -- node steps ------------------------------------------------------------------
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
-        from clusters import services
+        from clusters.services.keys import record_host_keys
 
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
             names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
-            services.record_host_keys(cluster, nodes, names.host_keys)
+            record_host_keys(cluster, nodes, names.host_keys)
             if not names.ok:
                 return _pending(names)
             joined = operations.join_network(
