@@ -37,7 +37,7 @@ from fabric import Connection
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import start_endpoints
+from clusters.providers.local.sandbox import start_endpoints
 
 
 class Counted:

@@ -36,7 +36,7 @@ from django.conf import settings  # noqa: E402
 
 from clusters import lifecycle  # noqa: E402
 from clusters.models import Cluster, Status  # noqa: E402
-from clusters.providers import local  # noqa: E402
+from clusters.providers.local import provider as local  # noqa: E402
 from clusters.services.create import create_cluster  # noqa: E402
 from clusters.services.terminate import terminate_cluster  # noqa: E402
 from offers.models import Host  # noqa: E402

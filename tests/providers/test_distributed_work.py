@@ -18,7 +18,7 @@ import pytest
 
 from clusters import connect
 from clusters.models import Node, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.workers import add_workers

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from billing.models import MachineUsage
 from clusters.models import Cluster, Node, Reason, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
 from clusters.services.progress import retry_install
 from clusters.services.terminate import terminate_cluster

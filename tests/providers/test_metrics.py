@@ -10,8 +10,8 @@ import time
 import pytest
 
 from clusters.models import Status
-from clusters.nodeops import realnodes
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
 from metrics import tasks
@@ -74,6 +74,6 @@ def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environm
     assert sample.cpu_percent is not None and sample.cpu_percent >= 25  # one of this computer's CPUs, at least in part
     assert sample.net_tx_bps and sample.net_tx_bps > 0 and sample.net_rx_bps and sample.net_rx_bps > 0
     # A container machine's memory is its own cgroup's, not this computer's.
-    from clusters.providers.local import node_limits
+    from clusters.providers.local.provider import node_limits
     assert sample.memory_total_bytes == node_limits(machine_type).cgroup_memory_mb << 20
     assert sample.root_total_bytes == node_limits(machine_type).disk_mb << 20

@@ -14,7 +14,7 @@ import pytest
 
 from clusters import connect
 from clusters.models import NetworkTest, NetworkTestPair, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.network_tests import record_network_pairs, start_network_test
 from clusters.services.terminate import terminate_cluster

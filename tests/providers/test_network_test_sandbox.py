@@ -10,7 +10,7 @@ import pytest
 
 from clusters import connect, tasks
 from clusters.models import NetworkTest, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
 from clusters.services.network_tests import start_network_test
 from tests.providers.conftest import SETTLED, drive, local_machine_type

@@ -13,7 +13,7 @@ import pytest
 from api.keys import create_api_key
 from clusters import health, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from notifications.models import Notification
 from tests.providers.conftest import SETTLED, drive

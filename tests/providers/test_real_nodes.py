@@ -1,6 +1,6 @@
 """The `local` provider on real Linux nodes: namespaces, WireGuard, Slurm, Ray, the customer's SSH.
 
-Every machine is a real node on this computer (clusters.nodeops.realnodes). The assertions
+Every machine is a real node on this computer (clusters.providers.local.realnodes). The assertions
 run real commands inside the nodes (`nsenter`) or over the customer's own SSH line; nothing
 here reads back a file the code under test wrote. Skipped where this computer cannot run
 namespaces (the sandbox tests in test_local_provider.py cover those machines).
@@ -22,8 +22,8 @@ from django.utils import timezone
 from billing.models import LedgerEntry, MachineUsage
 from clusters import connect
 from clusters.models import Cluster, Node, Reason, Status
-from clusters.nodeops import realnodes
-from clusters.nodeops.sandbox import free_port
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import free_port
 from clusters.services.create import create_cluster
 from clusters.services.progress import retry_install
 from clusters.services.terminate import terminate_cluster
@@ -43,7 +43,7 @@ pytestmark = [
 def real_machines(settings, tmp_path):
     """The `local` provider on real nodes under a directory of this test's own; whatever the
     test did, every node is released and the run's switch and routes are gone after it."""
-    from clusters.providers import local
+    from clusters.providers.local import provider as local
 
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "namespaces"
@@ -199,7 +199,7 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
 def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_ready(
     environment, real_machines, monkeypatch
 ):
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local.provider import LocalProvider
 
     machine_type = real_machine_type(2)
     install = LocalProvider.install_software
@@ -326,7 +326,7 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
 def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_path):
     """Two heads of two clusters on this computer: what one writes in /shared, /etc, /usr,
     /opt, /root or /tmp is neither on the other nor on the host."""
-    from clusters.nodeops.sandbox import write_ed25519_keypair
+    from clusters.providers.local.sandbox import write_ed25519_keypair
 
     public = write_ed25519_keypair(tmp_path / "client", "isolation")
     states = [tmp_path / "a", tmp_path / "b"]
@@ -357,8 +357,8 @@ def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
 
     from clusters.nodeops import operations
     from clusters.nodeops.runner import NodeRunner, RetryPolicy
-    from clusters.nodeops.sandbox import write_ed25519_keypair
     from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+    from clusters.providers.local.sandbox import write_ed25519_keypair
 
     public = write_ed25519_keypair(tmp_path / "client", "forty")
     states = [tmp_path / f"m{i}" for i in range(40)]

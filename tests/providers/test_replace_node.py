@@ -14,7 +14,7 @@ from billing import services as billing
 from billing.models import MachineUsage
 from clusters import lifecycle
 from clusters.models import Cluster, Node, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
@@ -146,7 +146,7 @@ def test_terminating_during_a_swap_stops_both_machines_each_in_its_own_spec(envi
 
 
 def sinfo(handle) -> dict[str, str]:
-    from clusters.nodeops import realnodes
+    from clusters.providers.local import realnodes
 
     result = realnodes.run_in(handle, ["sinfo", "-N", "-h", "-o", "%N %T"], timeout=30)
     return dict(line.split() for line in result.stdout.splitlines() if line.strip())
@@ -164,8 +164,8 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     from api.schemas import timestamp
     from clusters import tasks
     from clusters.models import NodeHealth
-    from clusters.nodeops import realnodes
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local import realnodes
+    from clusters.providers.local.provider import LocalProvider
     from tests.providers.test_node_health import pids_named, rounds_until
 
     machine_type = real_machine_type(4)

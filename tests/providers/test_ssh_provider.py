@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.nodeops.sandbox import Blackhole, find_sshd, start_endpoints
 from clusters.providers import BootState, get_provider
+from clusters.providers.local.sandbox import Blackhole, find_sshd, start_endpoints
 from clusters.providers.ssh import SSHPoolProvider
 from clusters.services.create import create_cluster
 from offers.models import Host
