@@ -5,7 +5,8 @@ never delays ready, a grow or a terminate, and a terminate stops it between two 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -119,44 +120,63 @@ def record_network_pairs(test: NetworkTest, measurements: Iterable[Any]) -> list
     return created
 
 
+@dataclass(frozen=True)
+class Verdict:
+    status: NetworkTest.Status
+    detail: str
+
+
+def network_test_verdict(
+    pairs: Sequence[NetworkTestPair], *, expected_gbps: float, node_count: int, error: str = "",
+    notes: Iterable[str] = (), nccl_rows: Sequence[dict[str, Any]] = (),
+) -> Verdict:
+    """A test's outcome from what it measured, nothing else read: failed when it could not run
+    (or a pair could not be measured), slow when a pair (or NCCL's bus bandwidth) is under
+    the floor, passed otherwise; and the sentence that says so. `pairs` carry `slow` as
+    recorded against the floor (record_network_pairs)."""
+    broken = [p for p in pairs if p.error]
+    slow = [p for p in pairs if p.slow]
+    peak_busbw_gbps = max((row["busbw_gbs"] * 8 for row in nccl_rows), default=None)
+    nccl_slow = peak_busbw_gbps is not None and peak_busbw_gbps < expected_gbps
+    lines = [*notes]
+    if error:
+        lines.append(error)
+    if broken:
+        lines.append(f"{len(broken)} pair(s) could not be measured: " + "; ".join(
+            f"node-{p.source_index} → node-{p.target_index}: {p.error}" for p in broken[:4]))
+    if slow:
+        lines.append(f"{len(slow)} slow pair(s), under {expected_gbps:.3g} Gbit/s: " + ", ".join(
+            f"node-{p.source_index} → node-{p.target_index} {p.gbps:.2f}"
+            + (" (ring)" if p.phase == NetworkTestPair.Phase.RING else "") for p in slow[:8]) + ".")
+    if nccl_slow:
+        lines.append(f"all_reduce_perf's best bus bandwidth is {peak_busbw_gbps:.2f} Gbit/s, "
+                     f"under {expected_gbps:.3g} Gbit/s.")
+    if error or broken:
+        status = NetworkTest.Status.FAILED
+    elif slow or nccl_slow:
+        status = NetworkTest.Status.SLOW
+    else:
+        status = NetworkTest.Status.PASSED
+    measured = [p.gbps for p in pairs if p.gbps is not None and p.phase == NetworkTestPair.Phase.PAIRS] or [
+        p.gbps for p in pairs if p.gbps is not None]
+    if status != NetworkTest.Status.FAILED and measured:
+        lines.insert(0, f"{len(pairs)} measurement(s), {min(measured):.2f}–{max(measured):.2f} Gbit/s.")
+    elif status != NetworkTest.Status.FAILED and peak_busbw_gbps is not None:
+        lines.insert(0, f"all_reduce_perf over {node_count} nodes: best bus bandwidth "
+                        f"{peak_busbw_gbps:.2f} Gbit/s.")
+    return Verdict(status, " ".join(lines))
+
+
 def finish_network_test(test: NetworkTest, *, error: str = "", notes: Iterable[str] = (),
                         nccl_rows: list[dict[str, Any]] | None = None) -> bool:
-    """The outcome: failed when it could not run (or a pair could not be measured), slow when
-    a pair (or NCCL's bus bandwidth) is under the floor, passed otherwise."""
+    """Record the test's verdict (network_test_verdict) while it still runs."""
     with transaction.atomic():
-        pairs = list(test.pairs.all())
         nccl_rows = nccl_rows or []
-        broken = [p for p in pairs if p.error]
-        slow = [p for p in pairs if p.slow]
-        peak_busbw_gbps = max((row["busbw_gbs"] * 8 for row in nccl_rows), default=None)
-        nccl_slow = peak_busbw_gbps is not None and peak_busbw_gbps < test.expected_gbps
-        lines = [*notes]
-        if error:
-            lines.append(error)
-        if broken:
-            lines.append(f"{len(broken)} pair(s) could not be measured: " + "; ".join(
-                f"node-{p.source_index} → node-{p.target_index}: {p.error}" for p in broken[:4]))
-        if slow:
-            lines.append(f"{len(slow)} slow pair(s), under {test.expected_gbps:.3g} Gbit/s: " + ", ".join(
-                f"node-{p.source_index} → node-{p.target_index} {p.gbps:.2f}"
-                + (" (ring)" if p.phase == NetworkTestPair.Phase.RING else "") for p in slow[:8]) + ".")
-        if nccl_slow:
-            lines.append(f"all_reduce_perf's best bus bandwidth is {peak_busbw_gbps:.2f} Gbit/s, "
-                         f"under {test.expected_gbps:.3g} Gbit/s.")
-        if error or broken:
-            status = NetworkTest.Status.FAILED
-        elif slow or nccl_slow:
-            status = NetworkTest.Status.SLOW
-        else:
-            status = NetworkTest.Status.PASSED
-        measured = [p.gbps for p in pairs if p.gbps is not None and p.phase == NetworkTestPair.Phase.PAIRS] or [
-            p.gbps for p in pairs if p.gbps is not None]
-        if status != NetworkTest.Status.FAILED and measured:
-            lines.insert(0, f"{len(pairs)} measurement(s), {min(measured):.2f}–{max(measured):.2f} Gbit/s.")
-        elif status != NetworkTest.Status.FAILED and peak_busbw_gbps is not None:
-            lines.insert(0, f"all_reduce_perf over {len(test.node_names)} nodes: best bus bandwidth "
-                            f"{peak_busbw_gbps:.2f} Gbit/s.")
-        detail = " ".join(lines)
+        verdict = network_test_verdict(
+            list(test.pairs.all()), expected_gbps=test.expected_gbps, node_count=len(test.node_names),
+            error=error, notes=notes, nccl_rows=nccl_rows,
+        )
+        status, detail = verdict.status, verdict.detail
         if not NetworkTest.objects.filter(pk=test.pk, status=NetworkTest.Status.RUNNING).update(
             status=status, finished_at=timezone.now(), detail=detail, nccl_rows=nccl_rows
         ):
