@@ -4,11 +4,10 @@ the SSH host key each machine presented."""
 from __future__ import annotations
 
 from clusters.models import Cluster, Node
+from config.sealing import seal
 
 
 def save_node_secrets(cluster: Cluster, secrets: dict) -> None:
-    from clusters.sealing import seal
-
     sealed = seal(secrets)
     Cluster.objects.filter(pk=cluster.pk).update(node_secrets=sealed)
     cluster.node_secrets = sealed

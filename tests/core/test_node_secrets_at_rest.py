@@ -9,9 +9,9 @@ from django.apps import apps
 from django.db import connection
 
 from clusters.models import Cluster
-from clusters.sealing import unseal
 from clusters.services.create import create_cluster
 from clusters.services.keys import save_node_secrets
+from config.sealing import unseal
 
 pytestmark = pytest.mark.django_db
 
