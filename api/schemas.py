@@ -186,8 +186,8 @@ class GpuType(Schema):
 
 
 def _machine_type(obj: Any) -> Any:
-    """What an offer's fields are read from: a MachineType, or an offers.services.Offer's one."""
-    from offers.services import Offer as PricedOffer
+    """What an offer's fields are read from: a MachineType, or an offers.inventory.Offer's one."""
+    from offers.inventory import Offer as PricedOffer
 
     return obj.machine_type if isinstance(obj, PricedOffer) else obj
 
@@ -232,7 +232,7 @@ class OfferSummary(Schema):
 
 
 class Offer(OfferSummary):
-    """An offers.services.Offer: a machine type priced for a cluster size."""
+    """An offers.inventory.Offer: a machine type priced for a cluster size."""
 
     vcpus: int
     memory_gb: int

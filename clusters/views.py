@@ -26,8 +26,8 @@ from clusters.services.terminate import refuse_node_termination, terminate_clust
 from clusters.services.volumes import create_volume, delete_volume
 from clusters.services.workers import add_workers
 from config.errors import DomainError, add_to_form, flash
+from offers.inventory import find_offer, free_host_count
 from offers.models import NETWORK_CAVEAT, MachineType
-from offers.services import find_offer, free_host_count
 
 
 def actor_label(request: AuthenticatedHttpRequest) -> str:

@@ -20,7 +20,7 @@ from clusters.models import FINAL_STATUSES, Cluster, Volume
 from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status
 from clusters.services import create, progress, replace, terminate, workers
-from offers.services import find_offer
+from offers.inventory import find_offer
 
 router = Router(tags=["Clusters"])
 

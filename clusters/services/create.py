@@ -18,7 +18,7 @@ from clusters import rules
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, Software, Status, Volume
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
-from offers import services as inventory
+from offers import inventory
 from offers.models import MachineType
 
 

@@ -16,7 +16,7 @@ from clusters.errors import Conflict
 from clusters.models import Cluster, Node, NodeHealth, NodeStep, Reason, Software, Status
 from clusters.services.common import SYSTEM, after_commit_changed, record_event, transition
 from clusters.services.network_tests import network_test_after_ready
-from offers import services as inventory
+from offers import inventory
 
 
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:

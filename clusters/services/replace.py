@@ -17,7 +17,7 @@ from clusters.models import Cluster, Node, NodeStep, Reason, Status
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event
 from clusters.services.create import check_balance
 from clusters.services.keys import save_node_secrets
-from offers import services as inventory
+from offers import inventory
 
 
 def _swap_in_progress(cluster: Cluster) -> Node | None:

@@ -11,7 +11,7 @@ from clusters import emails as cluster_emails
 from clusters.errors import Conflict
 from clusters.models import TERMINABLE_STATUSES, Cluster, Node, NodeStep, Reason, Status
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event, transition
-from offers import services as inventory
+from offers import inventory
 
 
 def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Reason.USER_REQUESTED) -> bool:

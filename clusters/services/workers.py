@@ -15,7 +15,7 @@ from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event
 from clusters.services.create import check_balance
 from clusters.services.replace import replacement_in_progress
-from offers import services as inventory
+from offers import inventory
 
 
 def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[Node]:

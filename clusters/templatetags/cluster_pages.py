@@ -92,7 +92,7 @@ def offers_instead(cluster: Cluster) -> list:
     """For a failed cluster: the offers that can start the same cluster now."""
     if cluster.status != Status.FAILED:
         return []
-    from offers.services import offers_like
+    from offers.inventory import offers_like
 
     return offers_like(
         cluster.machine_type, cluster.machine_count, software=cluster.software, volume=cluster.volume_id is not None

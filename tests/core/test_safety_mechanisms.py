@@ -22,7 +22,7 @@ from clusters.errors import ClusterError
 from clusters.models import Cluster, Status
 from clusters.services.create import create_cluster
 from clusters.services.workers import add_workers
-from offers import services as inventory
+from offers import inventory
 from tests.billing.conftest import at, running_cluster
 from tests.factories import machine_type_with_hosts
 
