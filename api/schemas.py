@@ -21,8 +21,10 @@ from pydantic import (
     model_validator,
 )
 
+from clusters import connect, network_tests
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
+from offers.inventory import Offer as PricedOffer
 from offers.models import Interconnect, MachineKind
 from webhooks.models import SUBSCRIBABLE as _WEBHOOK_EVENTS
 
@@ -187,8 +189,6 @@ class GpuType(Schema):
 
 def _machine_type(obj: Any) -> Any:
     """What an offer's fields are read from: a MachineType, or an offers.inventory.Offer's one."""
-    from offers.inventory import Offer as PricedOffer
-
     return obj.machine_type if isinstance(obj, PricedOffer) else obj
 
 
@@ -315,8 +315,6 @@ class Node(Schema):
 
     @staticmethod
     def resolve_ssh(node: Any) -> str | None:
-        from clusters import connect
-
         return connect.ssh_line(node)
 
     @staticmethod
@@ -368,20 +366,14 @@ class Cluster(Schema):
 
     @staticmethod
     def resolve_ssh_config(cluster: Any) -> str | None:
-        from clusters import connect
-
         return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_known_hosts(cluster: Any) -> str | None:
-        from clusters import connect
-
         return connect.known_hosts(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_launch(cluster: Any) -> dict[str, str] | None:
-        from clusters import connect
-
         return connect.launch_lines(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
@@ -774,8 +766,6 @@ class NetworkTestItem(Schema):
 
     @staticmethod
     def resolve_summary(test: Any) -> dict[str, Any]:
-        from clusters import network_tests
-
         return network_tests.summary(test)
 
 

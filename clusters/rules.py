@@ -20,9 +20,10 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import Environment
+from billing.services import required_balance
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
-from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
+from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, PRIVATE_NETWORK_MIN_GBPS, MachineType
 
 __all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them
 NAME_MAX_LENGTH = 63
@@ -99,8 +100,6 @@ def worker_count_problem(cluster: Cluster, adding: int) -> ClusterError | None:
 
 def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCredits | None:
     """The money rule: the balance covers one hour of the whole cluster, never less than $10."""
-    from billing.services import required_balance
-
     required = required_balance(price_per_hour)
     if balance >= required:
         return None
@@ -116,8 +115,6 @@ def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCr
 def network_test_floor_gbps() -> float:
     """What a pair of nodes must carry in a network test not to be marked slow: the low end of
     the offer's promise (offers.models.PRIVATE_NETWORK_MIN_GBPS), unless settings say otherwise."""
-    from offers.models import PRIVATE_NETWORK_MIN_GBPS
-
     return float(getattr(settings, "NETWORK_TEST_SLOW_BELOW_GBPS", PRIVATE_NETWORK_MIN_GBPS))
 
 

@@ -11,6 +11,7 @@ from accounts import services as accounts
 from accounts.models import Environment, Membership, SSHKey
 from api import schemas
 from api.app import context, not_found, ok, page, responses
+from billing.services import budget_remaining, month_to_date_spend
 
 router = Router(tags=["Account"])
 
@@ -35,8 +36,6 @@ def list_workspaces(request: HttpRequest, pages: Query[schemas.PageQuery]) -> di
             description="Send `X-Environment: <name or id>` to act in one; the default otherwise.",
             response=responses({200: schemas.list_envelope(schemas.Environment)}, 400))
 def list_environments(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    from billing.services import budget_remaining, month_to_date_spend
-
     ctx = context(request)
     result = page(Environment.objects.filter(workspace=ctx.workspace), pages)
     spent = month_to_date_spend([e.pk for e in result["data"]])

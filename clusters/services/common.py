@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.models import Cluster, ClusterEvent, NodeHealth
+from webhooks import events as webhook_events
 
 SYSTEM = "system"
 
@@ -24,8 +25,6 @@ def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYS
     """The one place a cluster's events are recorded; the lifecycle's events are also sent to
     the workspace's webhook endpoints that want them (webhooks.events), after commit.
     `data`: what the webhook carries besides the cluster (the node, the network test)."""
-    from webhooks import events as webhook_events
-
     recorded = ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
     webhook_events.cluster_event(cluster, recorded, data)
     return recorded

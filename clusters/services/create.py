@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
 from billing import services as billing
+from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, Software, Status, Volume
@@ -101,7 +102,6 @@ def plan_cluster(
     software: str = Software.NONE, volume: Volume | None = None,
 ) -> ClusterPlan:
     """create_cluster's checks without the locks or the reservation, every refusal collected."""
-    from billing.services import month_to_date_spend, required_balance
     from clusters.queries import committed_rate
 
     workspace = Workspace.objects.get(pk=environment.workspace_id)

@@ -11,7 +11,9 @@ from django import template
 from django.conf import settings
 from django.utils import timezone
 
+from billing.services import machines_cost
 from clusters.models import Cluster, Status
+from offers.inventory import offers_like
 
 register = template.Library()
 
@@ -78,8 +80,6 @@ def cluster_cost(cluster: Cluster) -> dict:
     """{amount, rate, at}: what the machines cost so far as of `at` (billing.services.machines_cost,
     so it is the Billing line's amount to the cent), and the dollars per hour still accruing (0
     once billing ended), so the page can tick it on between pushes."""
-    from billing.services import machines_cost
-
     now = timezone.now()
     usages = list(cluster.usages.all())
     rate = sum((usage.rate for usage in usages if usage.ended_at is None), Decimal("0"))
@@ -92,7 +92,6 @@ def offers_instead(cluster: Cluster) -> list:
     """For a failed cluster: the offers that can start the same cluster now."""
     if cluster.status != Status.FAILED:
         return []
-    from offers.inventory import offers_like
 
     return offers_like(
         cluster.machine_type, cluster.machine_count, software=cluster.software, volume=cluster.volume_id is not None
