@@ -23,7 +23,7 @@ from django.db.models import Prefetch, QuerySet
 from clusters import rules
 from clusters.beats import Beat
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
-from clusters.nodeops.operations import NetworkTestReport, PairMeasurement
+from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES, NetworkTestReport, PairMeasurement
 from clusters.providers import get_provider
 from clusters.services.network_tests import (
     claim_network_test,
@@ -149,8 +149,6 @@ def ring(test: NetworkTest) -> list[NetworkTestPair]:
 
 
 def expected_pairs(test: NetworkTest) -> int:
-    from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES
-
     count = len(test.node_names)
     if test.method == NetworkTest.Method.NCCL:
         return 0

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from clusters import lifecycle
+from clusters import enforcement, health, lifecycle, network_tests
 from clusters.services.lease import claim_for_sweep, mark_queued
 from clusters.services.network_tests import (
     claim_lost_network_tests,
@@ -57,8 +57,6 @@ def sweep_clusters() -> int:
 @shared_task(acks_late=True, soft_time_limit=120, time_limit=150)
 def meter_and_enforce() -> dict:
     """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
-    from clusters import enforcement
-
     return enforcement.meter_and_enforce()
 
 
@@ -66,8 +64,6 @@ def meter_and_enforce() -> dict:
 def check_node_health() -> int:
     """Beat, every NODE_HEALTH_INTERVAL_SECONDS: queue one health round per ready cluster that
     is due and not in a round already."""
-    from clusters import health
-
     queued = 0
     for cluster_id in health.due_clusters():
         if health.is_running(cluster_id):
@@ -83,8 +79,6 @@ def check_node_health() -> int:
 
 @shared_task(soft_time_limit=settings.NODE_HEALTH_ROUND_SECONDS, time_limit=settings.NODE_HEALTH_ROUND_SECONDS + 15)
 def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
-    from clusters import health
-
     if not health.claim(cluster_id):
         return None  # a round is running for it
     try:
@@ -96,8 +90,6 @@ def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
 @shared_task(soft_time_limit=240, time_limit=270)
 def run_network_test(test_id: int) -> str | None:
     """Run one queued network test (clusters.network_tests); not under the cluster's lease."""
-    from clusters import network_tests
-
     return network_tests.run(test_id)
 
 

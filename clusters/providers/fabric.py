@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
 from clusters.nodeops import operations
+from clusters.nodeops.metrics import collect_metrics
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome, StopNotice
+from clusters.services.keys import record_host_keys, save_node_secrets
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -114,8 +116,6 @@ class FabricProvider(Provider):
         self.on_output(name, step, text)
 
     def _secrets(self, cluster: Cluster, spec: ClusterSpec, nodes: list[Node] | None = None) -> ClusterSecrets:
-        from clusters.services.keys import save_node_secrets
-
         stored = cluster.plain_node_secrets
         existing = ClusterSecrets.from_dict(stored) if stored else None
         secrets = operations.generate_secrets(spec, existing)
@@ -140,8 +140,6 @@ class FabricProvider(Provider):
     # -- node steps ------------------------------------------------------------------
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
-        from clusters.services.keys import record_host_keys
-
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
@@ -209,8 +207,6 @@ class FabricProvider(Provider):
 
     def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
         """metrics.sh on `nodes`, over the connections the health rounds keep (no new session setup)."""
-        from clusters.nodeops.metrics import collect_metrics
-
         return collect_metrics(self.spec_for(cluster, nodes), runner=HEALTH_RUNNERS.get(cluster.pk))
 
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from clusters import broadcast
 from clusters.models import Cluster, ClusterEvent, NodeHealth
 from webhooks import events as webhook_events
 
@@ -33,11 +34,10 @@ def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYS
 def after_commit_changed(cluster_id: int, *, advance: bool = False, nodes: Iterable[int] | None = None) -> None:
     """Push the new state to open pages and, when asked, let the reconciler take the next step.
     `nodes`: the ids of the only nodes that changed (None: the cluster or all its nodes did)."""
-    from clusters import tasks
-    from clusters.broadcast import broadcast_cluster
+    from clusters import tasks  # a cycle kept on purpose: docs/architecture.md, "Apps and their layers"
 
     changed = None if nodes is None else list(nodes)
-    transaction.on_commit(lambda: broadcast_cluster(cluster_id, changed))
+    transaction.on_commit(lambda: broadcast.broadcast_cluster(cluster_id, changed))
     if advance:
         # queue_advance logs a broker that is down instead of raising: the change has
         # committed, and the sweep re-drives the cluster once the broker is back.

@@ -18,6 +18,7 @@ from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, Software, Status, Volume
+from clusters.queries import committed_rate
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
 from offers import inventory
 from offers.models import MachineType
@@ -102,8 +103,6 @@ def plan_cluster(
     software: str = Software.NONE, volume: Volume | None = None,
 ) -> ClusterPlan:
     """create_cluster's checks without the locks or the reservation, every refusal collected."""
-    from clusters.queries import committed_rate
-
     workspace = Workspace.objects.get(pk=environment.workspace_id)
     problems = list(rules.request_problems(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from clusters import rules
+from clusters import broadcast, rules
 from clusters.errors import Conflict
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
@@ -47,10 +47,9 @@ def _queue_network_test(cluster: Cluster, trigger: str, actor: str) -> NetworkTe
 
 
 def _after_commit_network_changed(cluster_id: int, *, queue: int | None = None) -> None:
-    from clusters import tasks
-    from clusters.broadcast import broadcast_network
+    from clusters import tasks  # a cycle kept on purpose: docs/architecture.md, "Apps and their layers"
 
-    transaction.on_commit(lambda: broadcast_network(cluster_id))
+    transaction.on_commit(lambda: broadcast.broadcast_network(cluster_id))
     if queue is not None:
         transaction.on_commit(lambda: tasks.queue_network_test(queue))
 

@@ -14,6 +14,7 @@ from accounts.models import Workspace
 from billing import services as billing
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, NodeStep, Reason, Status
+from clusters.nodeops.operations import replacement_key_name
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event
 from clusters.services.create import check_balance
 from clusters.services.keys import save_node_secrets
@@ -143,8 +144,6 @@ def mark_replacement_ready(cluster: Cluster, new: Node) -> None:
 
 def _move_wireguard_key(cluster: Cluster, new: Node) -> None:
     """The key the new machine joined with becomes its name's key (clusters.providers.fabric)."""
-    from clusters.nodeops.operations import replacement_key_name
-
     secrets = dict(cluster.plain_node_secrets)
     keys = dict(secrets.get("wireguard") or {})
     if replacement_key_name(new.pk) in keys:
@@ -154,8 +153,6 @@ def _move_wireguard_key(cluster: Cluster, new: Node) -> None:
 
 
 def _forget_wireguard_key(cluster: Cluster, new: Node) -> None:
-    from clusters.nodeops.operations import replacement_key_name
-
     secrets = dict(cluster.plain_node_secrets)
     keys = dict(secrets.get("wireguard") or {})
     if keys.pop(replacement_key_name(new.pk), None) is not None:
