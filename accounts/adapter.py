@@ -12,6 +12,9 @@ from django.contrib import messages
 from django.http import HttpRequest
 from django.urls import reverse
 
+from accounts import signin_throttle
+from accounts.invitations import invitation_from_token
+
 log = logging.getLogger(__name__)
 
 INVITATION_SESSION_KEY = "invitation_token"
@@ -35,8 +38,6 @@ class AccountAdapter(DefaultAccountAdapter):
     # in the same session is still open: revoking, expiring or accepting it ends every stash it
     # made, in every browser that opened the link, without finding their sessions.
     def _open_invitation_email(self, request: HttpRequest) -> str | None:
-        from accounts.invitations import invitation_from_token
-
         token = request.session.get(INVITATION_SESSION_KEY)
         invitation = invitation_from_token(token) if isinstance(token, str) else None
         if invitation is None or not invitation.is_open:
@@ -62,8 +63,6 @@ class AccountAdapter(DefaultAccountAdapter):
     def pre_authenticate(self, request: HttpRequest, **credentials: Any) -> None:
         from django.core.exceptions import ValidationError
 
-        from accounts import signin_throttle
-
         wait = signin_throttle.wait_seconds(*self._signin_key(request, credentials))
         if wait:
             raise ValidationError(
@@ -73,16 +72,12 @@ class AccountAdapter(DefaultAccountAdapter):
         super().pre_authenticate(request, **credentials)
 
     def authenticate(self, request: HttpRequest, **credentials: Any) -> Any:
-        from accounts import signin_throttle
-
         user = super().authenticate(request, **credentials)
         if user is not None:
             signin_throttle.record_success(*self._signin_key(request, credentials))
         return user
 
     def authentication_failed(self, request: HttpRequest, **credentials: Any) -> None:
-        from accounts import signin_throttle
-
         signin_throttle.record_failure(*self._signin_key(request, credentials))
         super().authentication_failed(request, **credentials)
 

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
+from accounts.signals import invitation_created, membership_ended
 
 # A new workspace's default environment: enough for a few days of a small cluster, low
 # enough that a mistake is noticed. The Owner changes it on the Environments page.
@@ -69,23 +70,14 @@ def remove_member(*, by: Membership, membership: Membership) -> None:
 def _end_membership(membership: Membership) -> None:
     """Membership is the one source of access: what the member held through it ends with it, in
     the same transaction. The invitations they sent close (a link they sent must not grant a
-    role after they are gone) and their API keys here are revoked for good (re-inviting them
-    does not bring the keys back: they make new ones)."""
-    from api.keys import revoke_member_keys
-
+    role after they are gone); through `membership_ended`, their API keys here are revoked for
+    good (api.keys: re-inviting them does not bring the keys back, they make new ones) and
+    their open pages stop receiving this workspace's pushes once this commits (clusters)."""
     Invitation.objects.filter(
         workspace_id=membership.workspace_id, invited_by_id=membership.user_id, status=Invitation.Status.PENDING,
     ).update(status=Invitation.Status.REVOKED)
-    revoke_member_keys(workspace_id=membership.workspace_id, user_id=membership.user_id)
+    membership_ended.send(Membership, workspace_id=membership.workspace_id, user_id=membership.user_id)
     Membership.objects.filter(pk=membership.pk).delete()
-    _close_sockets_on_commit(membership.user_id)
-
-
-def _close_sockets_on_commit(user_id: int) -> None:
-    """Their open pages stop receiving this workspace's pushes as soon as they are out."""
-    from clusters.broadcast import revoke_user_sockets
-
-    transaction.on_commit(lambda: revoke_user_sockets(user_id))
 
 
 @transaction.atomic
@@ -106,10 +98,8 @@ def verified_emails(user: User) -> set[str]:
 
 @transaction.atomic
 def invite_member(*, by: Membership, email: str, role: str) -> Invitation:
-    """Invite an address into by's workspace with a role, and email it the link."""
-    from notifications import services as notifications
-    from notifications.kinds import Kind
-
+    """Invite an address into by's workspace with a role, and email it the link (notifications,
+    through `invitation_created`)."""
     if not by.can_manage_members:
         raise PermissionDenied("Only Owners and Managers invite members.")
     if role == Role.OWNER and by.role != Role.OWNER:
@@ -128,10 +118,7 @@ def invite_member(*, by: Membership, email: str, role: str) -> Invitation:
         workspace_id=by.workspace_id, email=email, role=role, invited_by=by.user,
         expires_at=timezone.now() + dt.timedelta(days=settings.INVITATION_MAX_AGE_DAYS),
     )
-    notifications.notify(
-        Kind.INVITATION, recipients=[email], context={"invitation_id": invitation.pk},
-        dedupe_key=f"invitation:{invitation.pk}", workspace_id=by.workspace_id,
-    )
+    invitation_created.send(Invitation, invitation=invitation)
     return invitation
 
 

@@ -52,6 +52,11 @@ def revoke_member_keys(*, workspace_id: int, user_id: int) -> int:
     )
 
 
+def revoke_keys_of_ended_membership(*, workspace_id: int, user_id: int, **_: object) -> None:
+    """accounts.signals.membership_ended, connected in ApiConfig.ready."""
+    revoke_member_keys(workspace_id=workspace_id, user_id=user_id)
+
+
 def delete_api_key(api_key: ApiKey) -> None:
     api_key.delete()
 

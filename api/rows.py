@@ -26,6 +26,7 @@ from ninja import Schema
 from pydantic import BaseModel, create_model
 
 from api import schemas
+from api.app import api
 from api.schemas import ListMeta, PageQuery
 from clusters import connect, network_tests
 from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, NodeHealth, Status
@@ -62,8 +63,6 @@ def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]],
            **meta: Any) -> HttpResponse:
     """A list envelope validated by the item schema's twin, rendered by ninja's own renderer
     (the same bytes and headers as a validated return value)."""
-    from api.app import api
-
     model = plain(item)
     body = {
         "data": [model.model_validate(row).model_dump(mode="json") for row in rows],

@@ -21,8 +21,10 @@ from pydantic import (
     model_validator,
 )
 
+from clusters import connect, network_tests
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
+from offers.inventory import Offer as PricedOffer
 from offers.models import COMMUNITY_WARNING, Interconnect, MachineKind
 from webhooks.models import SUBSCRIBABLE as _WEBHOOK_EVENTS
 
@@ -185,9 +187,7 @@ class GpuType(Schema):
 
 
 def _machine_type(obj: Any) -> Any:
-    """What an offer's fields are read from: a MachineType, or an offers.services.Offer's one."""
-    from offers.services import Offer as PricedOffer
-
+    """What an offer's fields are read from: a MachineType, or an offers.inventory.Offer's one."""
     return obj.machine_type if isinstance(obj, PricedOffer) else obj
 
 
@@ -231,7 +231,7 @@ class OfferSummary(Schema):
 
 
 class Offer(OfferSummary):
-    """An offers.services.Offer: a machine type priced for a cluster size."""
+    """An offers.inventory.Offer: a machine type priced for a cluster size."""
 
     vcpus: int
     memory_gb: int
@@ -319,8 +319,6 @@ class Node(Schema):
 
     @staticmethod
     def resolve_ssh(node: Any) -> str | None:
-        from clusters import connect
-
         return connect.ssh_line(node)
 
     @staticmethod
@@ -372,20 +370,14 @@ class Cluster(Schema):
 
     @staticmethod
     def resolve_ssh_config(cluster: Any) -> str | None:
-        from clusters import connect
-
         return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_known_hosts(cluster: Any) -> str | None:
-        from clusters import connect
-
         return connect.known_hosts(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_launch(cluster: Any) -> dict[str, str] | None:
-        from clusters import connect
-
         return connect.launch_lines(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
@@ -783,8 +775,6 @@ class NetworkTestItem(Schema):
 
     @staticmethod
     def resolve_summary(test: Any) -> dict[str, Any]:
-        from clusters import network_tests
-
         return network_tests.summary(test)
 
 

@@ -219,8 +219,10 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
     from django.utils import timezone
 
     from accounts.models import Environment, Workspace
-    from clusters import lifecycle, services
+    from clusters import lifecycle
     from clusters.models import Cluster, Node, Status
+    from clusters.services.create import create_cluster
+    from clusters.services.terminate import terminate_cluster
     from offers.models import GPUModel, Host, Location, MachineType
 
     settings.SIMULATED_JOIN_WORK_SECONDS = join_seconds
@@ -236,7 +238,7 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
     for run in range(runs):
         Host.objects.bulk_create([Host(machine_type=offer, name=f"wake-{time.time_ns()}-{i}", boot_seconds=3600)
                                   for i in range(2)])
-        cluster = services.create_cluster(environment=environment, name=f"wake-{run}", machine_type=offer, machine_count=2)
+        cluster = create_cluster(environment=environment, name=f"wake-{run}", machine_type=offer, machine_count=2)
         Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - timedelta(hours=2))
 
         def holder() -> None:
@@ -250,7 +252,7 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
         while not Node.objects.filter(cluster=cluster, state=Node.State.UP).exists():
             time.sleep(0.01)
         join_started = time.monotonic()
-        services.terminate_cluster(Cluster.objects.get(pk=cluster.pk))
+        terminate_cluster(Cluster.objects.get(pk=cluster.pk))
         while Cluster.objects.get(pk=cluster.pk).status != Status.TERMINATED:
             if time.monotonic() - join_started > 60:
                 break

@@ -37,7 +37,7 @@ from fabric import Connection
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import start_endpoints
+from clusters.providers.local.sandbox import start_endpoints
 
 
 class Counted:
@@ -107,8 +107,8 @@ def record_cost(nodes: int) -> tuple[float, int] | None:
     from django.utils import timezone
 
     from accounts.models import Environment, Workspace
-    from clusters import services
     from clusters.models import Cluster, Node, NodeHealth, Status
+    from clusters.services.health import record_node_health
     from offers.models import GPUModel, Host, Location, MachineType
 
     with own_database("health"):
@@ -133,12 +133,12 @@ def record_cost(nodes: int) -> tuple[float, int] | None:
             [Node(cluster=cluster, index=i, host=host, state=Node.State.READY) for i, host in enumerate(hosts)]
         )
         found = {node.pk: (NodeHealth.HEALTHY, "reaches 63 peers over wg0; slurmd running; idle in sinfo") for node in rows}
-        services.record_node_health(cluster.pk, found)  # unknown -> healthy: every row changes once
+        record_node_health(cluster.pk, found)  # unknown -> healthy: every row changes once
         times, statements = [], 0
         for _ in range(3):
             with CaptureQueriesContext(connection) as queries:
                 started = time.perf_counter()
-                services.record_node_health(cluster.pk, found)
+                record_node_health(cluster.pk, found)
                 times.append(time.perf_counter() - started)
             statements = len(queries.captured_queries)
         return statistics.median(times), statements

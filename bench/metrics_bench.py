@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clusters.nodeops import operations as ops
 from clusters.nodeops.metrics import NodeReading, collect_metrics
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import start_endpoints
+from clusters.providers.local.sandbox import start_endpoints
 
 
 def collection(nodes: int, rounds: int) -> dict[str, float]:

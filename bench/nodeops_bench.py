@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy, build_payload, load_script
-from clusters.nodeops.sandbox import start_endpoints
+from clusters.providers.local.sandbox import start_endpoints
 
 CHECK = """\
 set -euo pipefail

@@ -1,6 +1,6 @@
 """What one node health round costs on real nodes, at 8 and 64 nodes.
 
-N real nodes (clusters.nodeops.realnodes: namespaces, their own sshd, wireguard-go) are booted
+N real nodes (clusters.providers.local.realnodes: namespaces, their own sshd, wireguard-go) are booted
 and joined to the private network as the `local` provider does, then health rounds
 (operations.check_health) run as the beat's per-cluster task runs them: a cold round on a
 fresh runner (a new SSH connection per node) and warm rounds over kept connections.
@@ -33,13 +33,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusters.nodeops import operations, realnodes
+from clusters.nodeops import operations
 from clusters.nodeops import runner as runner_module
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import write_ed25519_keypair
 from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import write_ed25519_keypair
 
-BOOT_THREADS = 16  # clusters.providers.local.BOOT_THREADS (importing it needs Django)
+BOOT_THREADS = 16  # clusters.providers.local.provider.BOOT_THREADS (importing it needs Django)
 TICK = os.sysconf("SC_CLK_TCK")
 
 

@@ -1,7 +1,7 @@
 """Real nodes on this computer: time to ready and what each node costs in memory.
 
 For N = 2, 8, 32 and software none / Slurm (and Ray at 2 with --ray): boot N real nodes
-(clusters.nodeops.realnodes), then run the node path exactly as the `local` provider does
+(clusters.providers.local.realnodes), then run the node path exactly as the `local` provider does
 (set_names, join_network over WireGuard, setup_shared, install, check_ready until ready,
 Slurm's acceptance job included), and release them. Memory per node is the proportional set
 size (PSS) of every process in the node's PID namespace once it is ready. Prints figures,
@@ -21,12 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusters.nodeops import operations, realnodes
+from clusters.nodeops import operations
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import write_ed25519_keypair
 from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import write_ed25519_keypair
 
-BOOT_THREADS = 16  # clusters.providers.local.BOOT_THREADS (importing it needs Django)
+BOOT_THREADS = 16  # clusters.providers.local.provider.BOOT_THREADS (importing it needs Django)
 
 
 def pss_kib(pids: list[int]) -> int:

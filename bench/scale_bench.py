@@ -49,8 +49,8 @@ from api.keys import create_api_key  # noqa: E402
 from billing import services as billing  # noqa: E402
 from billing.models import MachineUsage  # noqa: E402
 from billing.months import month_start  # noqa: E402
-from clusters import services  # noqa: E402
 from clusters.models import Cluster, ClusterEvent, Node, Software, Status  # noqa: E402
+from clusters.services.progress import append_node_logs, mark_degraded, retry_install, update_nodes  # noqa: E402
 from config.celery import app as celery_app  # noqa: E402
 from offers.models import Host  # noqa: E402
 from tests.factories import HostFactory, MachineTypeFactory, MembershipFactory, UserFactory, WorkspaceFactory  # noqa: E402
@@ -231,10 +231,10 @@ def degrade_and_retry(cluster: Cluster, listener: Listener, pushes: int) -> tupl
         fresh = Cluster.objects.get(pk=cluster.pk)
         started = time.perf_counter()
         if fresh.status == Status.DEGRADED:
-            services.retry_install(fresh, actor="bench")
+            retry_install(fresh, actor="bench")
             needle = 'data-testid="cluster-status">Installing<'
         else:
-            services.mark_degraded(fresh, {"node-0": f"bench attempt {i}"})
+            mark_degraded(fresh, {"node-0": f"bench attempt {i}"})
             needle = 'data-testid="cluster-status">Degraded<'
         returned = time.perf_counter()
         arrived, size = listener.wait_for(needle)
@@ -305,10 +305,10 @@ def change_nodes(cluster: Cluster, listener: Listener, kind: str, changing: int,
         last = nodes[-1]
         started = time.perf_counter()
         if kind == "detail":
-            services.update_nodes(cluster.pk, [(node, {"detail": f"Bench pass {i} on {node.name}."}) for node in nodes])
+            update_nodes(cluster.pk, [(node, {"detail": f"Bench pass {i} on {node.name}."}) for node in nodes])
             needle = f"Bench pass {i} on {last.name}."
         else:
-            services.append_node_logs(cluster.pk, {node.pk: [("install", f"bench line {i} on {node.name}")] for node in nodes})
+            append_node_logs(cluster.pk, {node.pk: [("install", f"bench line {i} on {node.name}")] for node in nodes})
             needle = f"bench line {i} on {last.name}"
         SERVICE_MS.append((time.perf_counter() - started) * 1000)
         arrived, size = listener.wait_for(needle)

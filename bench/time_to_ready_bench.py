@@ -37,9 +37,11 @@ _support.setup_django()
 from django.conf import settings  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
-from clusters import lifecycle, services  # noqa: E402
+from clusters import lifecycle  # noqa: E402
 from clusters.models import Cluster, Status  # noqa: E402
-from clusters.providers import local  # noqa: E402
+from clusters.providers.local import provider as local  # noqa: E402
+from clusters.services.create import create_cluster  # noqa: E402
+from clusters.services.terminate import terminate_cluster  # noqa: E402
 from offers.models import Host  # noqa: E402
 from tests.factories import MachineTypeFactory, WorkspaceFactory  # noqa: E402
 
@@ -73,7 +75,7 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
     )
     BOOT_CPU[0] = 0.0
     started, cpu, machine_cpu = time.monotonic(), time.process_time(), _support.machine_cpu_seconds()
-    cluster = services.create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
+    cluster = create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
                                       machine_count=count, software=software)
     deadline = started + 300
     while True:
@@ -87,7 +89,7 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
     machine_cpu = _support.machine_cpu_seconds() - machine_cpu
     outcome = cluster.status
     stopping = time.monotonic()
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     lifecycle.advance(cluster.pk)
     return seconds, cpu, boot_cpu, machine_cpu, f"{outcome}; terminated in {time.monotonic() - stopping:.1f}s"
 

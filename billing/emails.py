@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from accounts.models import billing_contact_ids
 from billing.models import BillingNotice
 from notifications.kinds import Kind
+from notifications.services import notify
 
 # Each notice is one email of this kind.
 NOTICE_KINDS: dict[str, Kind] = {
@@ -22,9 +24,6 @@ def queue_notice(notice_id: int) -> None:
     members who turned the kind off (see docs/notifications.md). A cluster stopped for its
     balance or budget gets the lifecycle's critical "stopped" email; billing keeps no notice
     of its own for that."""
-    from accounts.models import billing_contact_ids
-    from notifications.services import notify
-
     notice = BillingNotice.objects.get(pk=notice_id)
     notify(
         NOTICE_KINDS[notice.kind], user_ids=billing_contact_ids(notice.workspace_id),

@@ -25,6 +25,7 @@ from accounts.models import Environment, Workspace
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start, next_month_start
 from config.errors import PaymentRequired
+from webhooks import events as webhook_events
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -396,7 +397,6 @@ def over_budget_environment_ids(environment_ids: list[int], at: dt.datetime | No
 def warn_low_balances() -> list[str]:
     """Email (and webhook) once per threshold crossing when few hours are left at the current spend."""
     from billing import emails
-    from webhooks import events as webhook_events
 
     rates = dict(
         MachineUsage.objects.filter(ended_at__isnull=True).values_list("workspace_id").annotate(rate=Sum("rate"))

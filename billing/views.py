@@ -19,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest, page_redirect
+from accounts.tenancy import require_tenancy
 from billing import payments, queries
 from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
@@ -148,8 +149,6 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_GET
 def header_money(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The top bar's balance and runway, which every member sees: polled by each page."""
-    from accounts.tenancy import require_tenancy
-
     require_tenancy(request)
     return render(request, "billing/_header_money.html")
 

@@ -2,8 +2,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from clusters import services
 from clusters.models import Cluster, ClusterEvent, Node, Reason, Volume
+from clusters.services.terminate import terminate_cluster
 
 
 class NodeInline(admin.TabularInline):
@@ -33,7 +33,7 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.action(description="Terminate selected clusters (operator)")
     def terminate(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
         count = sum(
-            services.terminate_cluster(c, actor=f"operator {request.user.get_username()}", reason=Reason.OPERATOR)
+            terminate_cluster(c, actor=f"operator {request.user.get_username()}", reason=Reason.OPERATOR)
             for c in queryset
         )
         self.message_user(request, f"Terminating {count} cluster(s).", messages.SUCCESS)

@@ -17,6 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
+from billing.models import MachineUsage
+from billing.services import machines_cost
 from clusters.models import Cluster, Node, NodeHealth, Reason
 from notifications.kinds import Kind
 from notifications.services import notify
@@ -85,9 +87,6 @@ def notify_terminated(cluster: Cluster) -> None:
 def total_cost(cluster: Cluster) -> Decimal:
     """What the cluster's machines cost, as the ledger has (or, once metering catches up,
     will have) it: each machine's accrual rounded to cents, as billing posts it."""
-    from billing.models import MachineUsage
-    from billing.services import machines_cost
-
     return machines_cost(MachineUsage.objects.filter(cluster=cluster), timezone.now())
 
 

@@ -11,9 +11,12 @@ import logging
 
 from django.utils import timezone
 
+from accounts.models import Environment
 from billing import services as billing
-from clusters import services
+from billing.months import month_start
 from clusters.models import Cluster, Reason
+from clusters.services.terminate import terminate_cluster
+from webhooks import events as webhook_events
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +24,7 @@ log = logging.getLogger(__name__)
 def _stop(cluster: Cluster, reason: str) -> bool:
     # The owner's "stopped" email comes from terminate_cluster (clusters.emails.notify_terminated).
     try:
-        return services.terminate_cluster(cluster, reason=reason)
+        return terminate_cluster(cluster, reason=reason)
     except Exception:
         log.exception("Could not stop cluster %s (%s); the next pass tries again", cluster.pk, reason)
         return False
@@ -48,10 +51,6 @@ def stop_over_budget_environments(at: dt.datetime | None = None) -> list[int]:
 
 def _announce_budget_reached(over: set[int], live: list[Cluster], stopped: list[int], at: dt.datetime | None) -> None:
     """One `budget.reached` webhook per environment and budget a month (webhooks.events)."""
-    from accounts.models import Environment
-    from billing.months import month_start
-    from webhooks import events as webhook_events
-
     moment = at or timezone.now()
     spent = billing.month_to_date_spend(sorted(over), moment)
     for environment in Environment.objects.filter(pk__in=over):

@@ -8,8 +8,8 @@ from django.db.models import Q
 from accounts.models import Environment, SSHKey
 from clusters.models import Software, Volume
 from clusters.rules import NAME_MAX_LENGTH
+from offers.inventory import machine_types_with_availability
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
-from offers.services import machine_types_with_availability
 
 
 def is_id(value: str) -> bool:

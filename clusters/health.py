@@ -19,9 +19,9 @@ from django.core.cache import cache
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from clusters import services
 from clusters.models import Cluster, Node, NodeHealth, Status
 from clusters.providers import get_provider
+from clusters.services.health import record_node_health
 
 log = logging.getLogger(__name__)
 
@@ -95,5 +95,5 @@ def check_cluster(cluster_id: int) -> dict[str, str] | None:
         if report is None or report.health not in NodeHealth.values:
             continue
         found[node.pk] = (report.health, report.detail)
-    services.record_node_health(cluster.pk, found, checked_at=started)
+    record_node_health(cluster.pk, found, checked_at=started)
     return {node.name: found[node.pk][0] for node in nodes if node.pk in found}

@@ -18,11 +18,29 @@ from django.db import connections as db_connections
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters import services
 from clusters.beats import Beat
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
+from clusters.services.common import record_event
+from clusters.services.lease import Lease, claim_lease, lease_length, release_lease, renew_lease, request_wake
+from clusters.services.progress import (
+    append_node_logs,
+    fail_cluster,
+    mark_degraded,
+    mark_joined,
+    mark_ready,
+    update_nodes,
+)
+from clusters.services.replace import (
+    fail_replacement,
+    finish_replacement,
+    mark_replacement_joined,
+    mark_replacement_ready,
+    record_drain,
+)
+from clusters.services.terminate import finish_termination
+from clusters.services.workers import mark_workers_joined, mark_workers_ready, release_worker
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +108,7 @@ class NodeOutput:
             for line in text.splitlines() or [""]:
                 pending.setdefault(node_id, []).append((step, line))
         self.written_at = time.monotonic()
-        services.append_node_logs(self.cluster_id, pending)
+        append_node_logs(self.cluster_id, pending)
 
     def close(self) -> None:
         """Stop the flusher and write whatever is left; the pass's thread calls it at step end."""
@@ -104,8 +122,8 @@ class Heartbeat(Beat):
     """Renews a pass's lease every third of its length, so the lease can be short: a worker
     that dies stops renewing, and its cluster is free within seconds."""
 
-    def __init__(self, lease: services.Lease) -> None:
-        super().__init__(services.lease_length().total_seconds() / 3, name=f"lease-{lease.cluster_id}", beat=self._renew)
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(lease_length().total_seconds() / 3, name=f"lease-{lease.cluster_id}", beat=self._renew)
         self.lease = lease
         self.lost = False
         # Renewing and releasing both compare-and-set on the lease's expiry: never both at once.
@@ -115,7 +133,7 @@ class Heartbeat(Beat):
         with self._lock:
             if self._stopped.is_set():
                 return False
-            if not services.renew_lease(self.lease):
+            if not renew_lease(self.lease):
                 log.warning("cluster %s: the lease was lost mid-pass", self.lease.cluster_id)
                 self.lost = True
                 return False
@@ -124,7 +142,7 @@ class Heartbeat(Beat):
     def release(self) -> bool:
         """Let go of the lease; False when a wake-up was asked for and the pass must go on."""
         with self._lock:
-            released = services.release_lease(self.lease)
+            released = release_lease(self.lease)
             if released:
                 self._stopped.set()
             return released
@@ -132,12 +150,12 @@ class Heartbeat(Beat):
 
 def advance(cluster_id: int) -> bool:
     """Take every step that is possible now; True when the cluster needs another look soon."""
-    lease = services.claim_lease(cluster_id)
+    lease = claim_lease(cluster_id)
     if lease is None:
         # Another pass holds it: ask that holder to look again before it lets go. Claim once
         # more, in case it let go between our claim and the mark.
-        services.request_wake(cluster_id)
-        lease = services.claim_lease(cluster_id)
+        request_wake(cluster_id)
+        lease = claim_lease(cluster_id)
         if lease is None:
             return False
     with Heartbeat(lease) as heartbeat:
@@ -176,13 +194,13 @@ def _record_step_error(cluster: Cluster, exc: Exception) -> None:
     message = f"The control plane hit an error and will retry: {type(exc).__name__}: {exc}"[:500]
     last = cluster.events.order_by("-created_at", "-id").first()
     if last is None or last.message != message:
-        services.record_event(cluster, "step_error", message, reason=Reason.PROVIDER_ERROR)
+        record_event(cluster, "step_error", message, reason=Reason.PROVIDER_ERROR)
 
 
 def _fail(cluster: Cluster, nodes: list[Node], provider: Provider, reason: str, message: str, details: dict[str, str]) -> Next:
     # Give the machines back before the cluster is marked failed: nothing may keep running.
     _stop_machines(cluster, nodes, provider)
-    services.fail_cluster(cluster, reason, message, details)
+    fail_cluster(cluster, reason, message, details)
     return Next.DONE
 
 
@@ -190,10 +208,10 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
     try:
         provider.stop(cluster, nodes)
     except StopNotice as notice:
-        services.record_event(cluster, "stop_notice", str(notice))
+        record_event(cluster, "stop_notice", str(notice))
     except Exception as exc:  # a stop error must not keep machines reserved
         log.exception("stopping cluster %s failed", cluster.pk)
-        services.record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
+        record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
     provider.release_all(nodes)
 
 
@@ -213,7 +231,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     now = timezone.now()
     pending = [node for node in nodes if node.state == Node.State.PENDING]
     provider.boot_all(pending)
-    services.update_nodes(
+    update_nodes(
         cluster.pk, [(node, {"state": Node.State.BOOTING, "boot_requested_at": now, "step": NodeStep.BOOTING}) for node in pending]
     )
     came_up = []
@@ -229,7 +247,7 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
             came_up.append(
                 (node, {"state": Node.State.UP, "up_at": timezone.now(), "address": report.address, "step": NodeStep.JOINING})
             )
-    services.update_nodes(cluster.pk, came_up)
+    update_nodes(cluster.pk, came_up)
     return failed
 
 
@@ -273,9 +291,9 @@ def provision(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
                 fields.update(peers_reached_at=node.peers_reached_at or now, step=NodeStep.REACHES_EVERY_PEER)
             if any(getattr(node, key) != value for key, value in fields.items()):
                 changes.append((node, fields))
-        services.update_nodes(cluster.pk, changes)
+        update_nodes(cluster.pk, changes)
         return Next.WAIT
-    return Next.AGAIN if services.mark_joined(cluster, nodes) else Next.DONE
+    return Next.AGAIN if mark_joined(cluster, nodes) else Next.DONE
 
 
 def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> StepOutcome:
@@ -287,7 +305,7 @@ def _install_once(cluster: Cluster, nodes: list[Node], provider: Provider) -> St
     outcome = provider.install_software(cluster, nodes)
     if outcome.ok:
         now = timezone.now()
-        services.update_nodes(
+        update_nodes(
             cluster.pk, [(n, {"installed_at": now, "step": NodeStep.CHECKING_READINESS}) for n in nodes]
         )
     return outcome
@@ -299,19 +317,19 @@ def install(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     if outcome.ok:
         outcome = provider.check_ready(cluster, nodes)
     if outcome.failed:
-        services.mark_degraded(cluster, outcome.failed)
+        mark_degraded(cluster, outcome.failed)
         return Next.DONE
     if outcome.pending:
         if timezone.now() - cluster.status_changed_at > INSTALL_TIMEOUT:
-            services.mark_degraded(cluster, dict.fromkeys(outcome.pending, "not ready within 30 minutes"))
+            mark_degraded(cluster, dict.fromkeys(outcome.pending, "not ready within 30 minutes"))
             return Next.DONE
         return Next.WAIT
-    services.mark_ready(cluster)
+    mark_ready(cluster)
     return Next.DONE
 
 
 def _mark_installing(cluster: Cluster, nodes: list[Node]) -> None:
-    services.update_nodes(
+    update_nodes(
         cluster.pk,
         [(n, {"state": Node.State.INSTALLING, "step": NodeStep.installing(cluster.software)})
          for n in nodes if n.state == Node.State.JOINED],
@@ -345,7 +363,7 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     if arriving:
         if not provider.join_network(cluster, nodes).ok:
             return Next.WAIT
-        services.mark_workers_joined(cluster, arriving)
+        mark_workers_joined(cluster, arriving)
         return Next.AGAIN
     installing = [n for n in workers if n.state in (Node.State.JOINED, Node.State.INSTALLING)]
     _mark_installing(cluster, installing)
@@ -354,11 +372,11 @@ def grow(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         # Only the arriving workers must be idle: the others may be running jobs.
         outcome = provider.check_ready(cluster, installing)
     if outcome.failed:
-        services.mark_degraded(cluster, outcome.failed, from_status=Status.READY)
+        mark_degraded(cluster, outcome.failed, from_status=Status.READY)
         return Next.DONE
     if outcome.pending:
         return Next.WAIT
-    services.mark_workers_ready(cluster, installing)
+    mark_workers_ready(cluster, installing)
     return Next.DONE
 
 
@@ -380,7 +398,7 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     in_service = [n for n in nodes if n.replacing_id is None]
     if old is None:
         # The old machine is gone already (a pass died between its release and the swap).
-        services.finish_replacement(cluster, new)
+        finish_replacement(cluster, new)
         return Next.DONE
     with_new = [new if n.pk == old.pk else n for n in in_service]
     now = timezone.now()
@@ -388,12 +406,12 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     if new.state == Node.State.READY:
         # Ready and billed: the old machine stops now and its billing ends with it.
         _stop_machines(cluster, [old], provider)
-        services.finish_replacement(cluster, new)
+        finish_replacement(cluster, new)
         return Next.DONE
     if new.state == Node.State.PENDING:
         # First pass of the swap: the old node takes no new work from now on (Slurm DRAIN), and
         # keeps what it runs until the new machine takes its name.
-        services.record_drain(cluster, old, provider.drain(cluster, in_service, old))
+        record_drain(cluster, old, provider.drain(cluster, in_service, old))
     if new.state in (Node.State.PENDING, Node.State.BOOTING, Node.State.UP):
         if new.boot_requested_at is not None and now - new.boot_requested_at > boot_deadline:
             return _fail_replacement(
@@ -409,12 +427,12 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         if not outcome.ok:
             waiting = outcome.failed.get(new.name) or "waiting for peers"
             if new.detail != waiting[:255]:
-                services.update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": NodeStep.WAITING_FOR_PEERS})])
+                update_nodes(cluster.pk, [(new, {"detail": waiting[:255], "step": NodeStep.WAITING_FOR_PEERS})])
             return Next.WAIT
-        services.mark_replacement_joined(cluster, new)
+        mark_replacement_joined(cluster, new)
         return Next.AGAIN
     if cluster.software == Software.NONE:
-        services.mark_replacement_ready(cluster, new)
+        mark_replacement_ready(cluster, new)
         return Next.AGAIN
     _mark_installing(cluster, [new])
     outcome = _install_once(cluster, [new], provider)
@@ -426,14 +444,14 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         if new.joined_at is not None and now - new.joined_at > INSTALL_TIMEOUT:
             return _fail_replacement(cluster, new, in_service, provider, "not ready within 30 minutes")
         return Next.WAIT
-    services.mark_replacement_ready(cluster, new)
+    mark_replacement_ready(cluster, new)
     return Next.AGAIN
 
 
 def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provider: Provider, detail: str) -> Next:
     joined = new.state not in (Node.State.PENDING, Node.State.BOOTING)
     _stop_machines(cluster, [new], provider)
-    services.fail_replacement(cluster, new, detail)
+    fail_replacement(cluster, new, detail)
     if joined:
         # The peers may have taken the new machine's key and address for the node: give them
         # the old machine's back (best effort: the old one may be why it was being replaced).
@@ -453,12 +471,12 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
 
 def _release_worker(cluster: Cluster, node: Node, provider: Provider, detail: str) -> None:
     _stop_machines(cluster, [node], provider)
-    services.release_worker(cluster, node, detail)
+    release_worker(cluster, node, detail)
 
 
 def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     _stop_machines(cluster, nodes, provider)
-    services.finish_termination(cluster)
+    finish_termination(cluster)
     return Next.DONE
 
 

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from accounts.models import Environment, SSHKey, Workspace
+from config.sealing import unseal
 from offers.models import MAX_MACHINES, MIN_MACHINES, Host, MachineType
 
 
@@ -153,9 +154,7 @@ class Cluster(models.Model):
 
     @property
     def plain_node_secrets(self) -> dict:
-        """node_secrets decrypted (they are stored sealed: clusters.sealing)."""
-        from clusters.sealing import unseal
-
+        """node_secrets decrypted (they are stored sealed: config.sealing)."""
         return unseal(self.node_secrets)
 
     @property

@@ -20,11 +20,19 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 
-from clusters import rules, services
+from clusters import rules
 from clusters.beats import Beat
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
-from clusters.nodeops.operations import NetworkTestReport, PairMeasurement
+from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES, NetworkTestReport, PairMeasurement
 from clusters.providers import get_provider
+from clusters.services.network_tests import (
+    claim_network_test,
+    fail_network_test_of_ended_cluster,
+    finish_network_test,
+    record_network_pairs,
+    renew_network_test,
+    set_network_test_method,
+)
 from offers.models import PRIVATE_NETWORK_SPEED
 
 log = logging.getLogger(__name__)
@@ -37,10 +45,10 @@ class _Recorder(NetworkTestReport):
         self.test = test
 
     def started(self, method: str) -> None:
-        services.set_network_test_method(self.test, method)
+        set_network_test_method(self.test, method)
 
     def measured(self, pairs: list[PairMeasurement]) -> None:
-        services.record_network_pairs(self.test, pairs)
+        record_network_pairs(self.test, pairs)
 
     def keep_going(self) -> bool:
         return NetworkTest.objects.filter(
@@ -59,17 +67,17 @@ class Heartbeat(Beat):
 
     def _renew(self) -> bool:
         # False once finished, or failed by the sweep: nothing left to keep alive.
-        return services.renew_network_test(self.test_id)
+        return renew_network_test(self.test_id)
 
 
 def run(test_id: int) -> str | None:
     """Run a queued test to its end; the outcome, or None when it was not this worker's to run."""
-    test = services.claim_network_test(test_id)
+    test = claim_network_test(test_id)
     if test is None:
         return None
     cluster = test.cluster
     if cluster.status != Status.READY:
-        services.fail_network_test_of_ended_cluster(test)
+        fail_network_test_of_ended_cluster(test)
         return NetworkTest.Status.FAILED
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True)
                  .order_by("index"))
@@ -78,9 +86,9 @@ def run(test_id: int) -> str | None:
             result = get_provider(cluster.provider).network_test(cluster, nodes, _Recorder(test))
     except Exception as exc:  # the test fails with the reason, the cluster is untouched
         log.exception("network test %s of cluster %s failed", test.pk, cluster.pk)
-        services.finish_network_test(test, error=f"The control plane hit an error: {type(exc).__name__}: {exc}"[:500])
+        finish_network_test(test, error=f"The control plane hit an error: {type(exc).__name__}: {exc}"[:500])
         return NetworkTest.Status.FAILED
-    services.finish_network_test(
+    finish_network_test(
         test, error=result.error, notes=result.notes, nccl_rows=[asdict(row) for row in result.nccl_rows],
     )
     test.refresh_from_db(fields=["status"])
@@ -141,8 +149,6 @@ def ring(test: NetworkTest) -> list[NetworkTestPair]:
 
 
 def expected_pairs(test: NetworkTest) -> int:
-    from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES
-
     count = len(test.node_names)
     if test.method == NetworkTest.Method.NCCL:
         return 0

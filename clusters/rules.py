@@ -1,6 +1,6 @@
 """The product's rules for a cluster request, written once. The create form, the plan endpoint,
 the API, the CLI's --dry-run and the MCP server's plan all reach these through
-clusters.services (`create_cluster`, `plan_cluster`); forms, templates and API schemas import
+clusters.services.create (`create_cluster`, `plan_cluster`); forms, templates and API schemas import
 the bounds from here instead of restating them.
 
 - a cluster has MIN_MACHINES..MAX_MACHINES machines (more is a quote);
@@ -21,10 +21,11 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import Environment
+from billing.services import required_balance
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
 from clusters.providers import kubernetes_unpinned
-from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
+from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, PRIVATE_NETWORK_MIN_GBPS, MachineType
 
 __all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them
 NAME_MAX_LENGTH = 63
@@ -118,8 +119,6 @@ def worker_count_problem(cluster: Cluster, adding: int) -> ClusterError | None:
 
 def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCredits | None:
     """The money rule: the balance covers one hour of the whole cluster, never less than $10."""
-    from billing.services import required_balance
-
     required = required_balance(price_per_hour)
     if balance >= required:
         return None
@@ -135,8 +134,6 @@ def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCr
 def network_test_floor_gbps() -> float:
     """What a pair of nodes must carry in a network test not to be marked slow: the low end of
     the offer's promise (offers.models.PRIVATE_NETWORK_MIN_GBPS), unless settings say otherwise."""
-    from offers.models import PRIVATE_NETWORK_MIN_GBPS
-
     return float(getattr(settings, "NETWORK_TEST_SLOW_BELOW_GBPS", PRIVATE_NETWORK_MIN_GBPS))
 
 

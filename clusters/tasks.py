@@ -9,7 +9,13 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from clusters import lifecycle, services
+from clusters import enforcement, health, lifecycle, network_tests
+from clusters.services.lease import claim_for_sweep, mark_queued
+from clusters.services.network_tests import (
+    claim_lost_network_tests,
+    fail_stale_network_tests,
+    mark_network_test_unqueued,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +30,7 @@ def advance_cluster(cluster_id: int) -> None:
 def queue_advance(cluster_id: int, *, countdown: float = 0) -> bool:
     """Queue a pass over the cluster. A broker that is down is logged, not raised: callers run
     after a commit, which must stand, and the sweep re-drives the cluster once it is back."""
-    services.mark_queued([cluster_id], timezone.now() + dt.timedelta(seconds=countdown))
+    mark_queued([cluster_id], timezone.now() + dt.timedelta(seconds=countdown))
     return _publish(cluster_id, countdown)
 
 
@@ -33,7 +39,7 @@ def _publish(cluster_id: int, countdown: float = 0) -> bool:
         advance_cluster.apply_async((cluster_id,), countdown=countdown or None)
     except Exception:  # any broker failure; the sweep is the retry
         log.exception("could not queue a pass over cluster %s; the sweep will re-drive it", cluster_id)
-        services.mark_queued([cluster_id], None)
+        mark_queued([cluster_id], None)
         return False
     return True
 
@@ -42,7 +48,7 @@ def _publish(cluster_id: int, countdown: float = 0) -> bool:
 def sweep_clusters() -> int:
     """Re-drive whatever is stuck (a lost task, a dead worker) and enforce deadlines; a
     cluster whose pass is already queued is left to it."""
-    ids = services.claim_for_sweep(lifecycle.needs_driving())
+    ids = claim_for_sweep(lifecycle.needs_driving())
     for cluster_id in ids:
         _publish(cluster_id)
     return len(ids)
@@ -51,8 +57,6 @@ def sweep_clusters() -> int:
 @shared_task(acks_late=True, soft_time_limit=120, time_limit=150)
 def meter_and_enforce() -> dict:
     """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
-    from clusters import enforcement
-
     return enforcement.meter_and_enforce()
 
 
@@ -60,8 +64,6 @@ def meter_and_enforce() -> dict:
 def check_node_health() -> int:
     """Beat, every NODE_HEALTH_INTERVAL_SECONDS: queue one health round per ready cluster that
     is due and not in a round already."""
-    from clusters import health
-
     queued = 0
     for cluster_id in health.due_clusters():
         if health.is_running(cluster_id):
@@ -77,8 +79,6 @@ def check_node_health() -> int:
 
 @shared_task(soft_time_limit=settings.NODE_HEALTH_ROUND_SECONDS, time_limit=settings.NODE_HEALTH_ROUND_SECONDS + 15)
 def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
-    from clusters import health
-
     if not health.claim(cluster_id):
         return None  # a round is running for it
     try:
@@ -90,8 +90,6 @@ def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
 @shared_task(soft_time_limit=240, time_limit=270)
 def run_network_test(test_id: int) -> str | None:
     """Run one queued network test (clusters.network_tests); not under the cluster's lease."""
-    from clusters import network_tests
-
     return network_tests.run(test_id)
 
 
@@ -101,7 +99,7 @@ def queue_network_test(test_id: int) -> bool:
         run_network_test.delay(test_id)
     except Exception:  # any broker failure; the sweep is the retry
         log.exception("could not queue network test %s; the sweep will", test_id)
-        services.mark_network_test_unqueued(test_id)
+        mark_network_test_unqueued(test_id)
         return False
     return True
 
@@ -110,8 +108,8 @@ def queue_network_test(test_id: int) -> bool:
 def sweep_network_tests() -> dict:
     """Beat, every SWEEP_INTERVAL_SECONDS: fail running tests whose heartbeat stopped (their
     worker died); queue again those whose task never reached the broker or never started."""
-    failed = services.fail_stale_network_tests()
-    lost = services.claim_lost_network_tests()
+    failed = fail_stale_network_tests()
+    lost = claim_lost_network_tests()
     for test_id in lost:
         queue_network_test(test_id)
     return {"failed": failed, "queued_again": len(lost)}

@@ -13,14 +13,21 @@ from django.views.decorators.http import require_POST
 from accounts.http import AuthenticatedHttpRequest, page_redirect
 from accounts.models import Environment
 from accounts.tenancy import require_tenancy
-from clusters import connect, queries, rules, services
+from clusters import connect, queries, rules
 from clusters.access import get_cluster_for_user
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
 from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
+from clusters.services.create import create_cluster, plan_cluster, recreate_cluster
+from clusters.services.network_tests import start_network_test
+from clusters.services.progress import retry_install
+from clusters.services.replace import replace_node
+from clusters.services.terminate import refuse_node_termination, terminate_cluster, terminate_instance
+from clusters.services.volumes import create_volume, delete_volume
+from clusters.services.workers import add_workers
 from config.errors import DomainError, add_to_form, flash
+from offers.inventory import find_offer
 from offers.models import MAX_MACHINES, MIN_MACHINES, NETWORK_CAVEAT
-from offers.services import find_offer
 
 
 def actor_label(request: AuthenticatedHttpRequest) -> str:
@@ -79,7 +86,7 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any) 
         if machine_type is not None and machine_type.community:
             volume = form.initial["volume"] = None
             form.fields["volume"].disabled = True
-    plan = services.plan_cluster(
+    plan = plan_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
         volume=volume,
     )
@@ -114,7 +121,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
         # create, whose cluster the plan would otherwise count twice.
         warnings = create_plan(tenancy.environment, form, request.POST)["plan"].money_warnings
         try:
-            cluster = services.create_cluster(
+            cluster = create_cluster(
                 environment=tenancy.environment, name=cleaned["name"], machine_type=cleaned["offer"],
                 machine_count=cleaned["machines"], software=cleaned["software"], volume=cleaned["volume"],
                 ssh_keys=cleaned["ssh_keys"], created_by=request.user, actor=actor_label(request),
@@ -171,7 +178,7 @@ def cluster_terminate(request: AuthenticatedHttpRequest, cluster_id: int) -> Htt
     cluster = get_cluster_for_user(request, cluster_id)
     if request.POST.get("confirm_name", "").strip() != cluster.name:
         messages.error(request, f"Type the cluster's name ({cluster.name}) to confirm termination.")
-    elif services.terminate_cluster(cluster, actor=actor_label(request)):
+    elif terminate_cluster(cluster, actor=actor_label(request)):
         messages.success(request, f"Terminating {cluster.name}: every machine stops and billing has ended.")
     else:
         messages.info(request, f"{cluster.name} is already {cluster.get_status_display().lower()}.")
@@ -185,7 +192,7 @@ def cluster_recreate(request: AuthenticatedHttpRequest, cluster_id: int) -> Http
     failed = get_cluster_for_user(request, cluster_id)
     machine_type = find_offer(request.POST.get("offer", ""))
     try:
-        cluster = services.recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
+        cluster = recreate_cluster(failed, machine_type, created_by=request.user, actor=actor_label(request))
     except DomainError as error:
         flash(request, error)
         return _back_to(request, failed)
@@ -201,7 +208,7 @@ def cluster_recreate(request: AuthenticatedHttpRequest, cluster_id: int) -> Http
 def cluster_retry_install(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     try:
-        services.retry_install(cluster, actor=actor_label(request))
+        retry_install(cluster, actor=actor_label(request))
         messages.success(request, "Retrying the install on every node.")
     except DomainError as error:
         flash(request, error)
@@ -217,7 +224,7 @@ def cluster_add_workers(request: AuthenticatedHttpRequest, cluster_id: int) -> H
     except ValueError:
         count = 0
     try:
-        workers = services.add_workers(cluster, count, actor=actor_label(request))
+        workers = add_workers(cluster, count, actor=actor_label(request))
         messages.success(request, f"Adding {len(workers)} worker(s); each is billed from the moment it is up.")
     except DomainError as error:
         flash(request, error)
@@ -229,7 +236,7 @@ def cluster_add_workers(request: AuthenticatedHttpRequest, cluster_id: int) -> H
 def cluster_network_test(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
     cluster = get_cluster_for_user(request, cluster_id)
     try:
-        test = services.start_network_test(cluster, actor=actor_label(request))
+        test = start_network_test(cluster, actor=actor_label(request))
         messages.success(request, f"Network test {test.pk} queued: the Network card fills in as each pair is measured.")
     except DomainError as error:
         flash(request, error)
@@ -243,7 +250,7 @@ def node_terminate(request: AuthenticatedHttpRequest, cluster_id: int, node_name
     if node_name not in {node.name for node in cluster.nodes.all()}:
         raise Http404(f"{cluster.name} has no node {node_name}.")
     try:
-        services.refuse_node_termination(cluster, node_name)
+        refuse_node_termination(cluster, node_name)
     except DomainError as error:
         flash(request, error)
     return _back_to(request, cluster)
@@ -256,7 +263,7 @@ def node_replace(request: AuthenticatedHttpRequest, cluster_id: int, node_name: 
     if node_name not in {node.name for node in cluster.nodes.all() if node.released_at is None}:
         raise Http404(f"{cluster.name} has no node {node_name}.")
     try:
-        new = services.replace_node(cluster, node_name, actor=actor_label(request))
+        new = replace_node(cluster, node_name, actor=actor_label(request))
     except DomainError as error:
         flash(request, error)
     else:
@@ -283,7 +290,7 @@ def instance_terminate(request: AuthenticatedHttpRequest, instance_id: int) -> H
     if instance is None:
         raise Http404("No such instance in this workspace.")
     try:
-        services.terminate_instance(instance)
+        terminate_instance(instance)
     except DomainError as error:
         flash(request, error)
     return page_redirect(request, "clusters:instances")
@@ -299,7 +306,7 @@ def volumes(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = VolumeForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            volume = services.create_volume(environment=tenancy.environment, **form.cleaned_data)
+            volume = create_volume(environment=tenancy.environment, **form.cleaned_data)
         except DomainError as error:
             add_to_form(form, error)
         else:
@@ -319,7 +326,7 @@ def volume_delete(request: AuthenticatedHttpRequest, volume_id: int) -> HttpResp
     tenancy = require_tenancy(request)
     volume = get_object_or_404(Volume, pk=volume_id, environment__workspace=tenancy.workspace)
     try:
-        services.delete_volume(volume)
+        delete_volume(volume)
         messages.success(request, f"Deleted volume {volume.name}.")
     except DomainError as error:
         flash(request, error)

@@ -414,7 +414,7 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # Node secrets (WireGuard keys, munge key, join tokens) are encrypted at rest with this Fernet
-# key (clusters.sealing). Production must set it (`python -c "from cryptography.fernet import
+# key (config.sealing). Production must set it (`python -c "from cryptography.fernet import
 # Fernet; print(Fernet.generate_key().decode())"`); development derives one from SECRET_KEY.
 NODE_SECRETS_KEY = env_str("NODE_SECRETS_KEY", "")
 if not NODE_SECRETS_KEY:

@@ -13,9 +13,15 @@ from typing import Any
 
 from django.db import transaction
 
+from clusters.emails import cluster_context, recipient_ids
 from clusters.models import Cluster, Node
 from metrics.models import IdleState, NodeSample
 from metrics.services import is_idle
+from notifications.kinds import Kind
+from notifications.services import notify
+from webhooks.events import cluster_summary
+from webhooks.models import EventType
+from webhooks.services import emit
 
 REPEAT_AFTER = dt.timedelta(days=1)
 
@@ -52,13 +58,6 @@ def check(cluster: Cluster, nodes: list[Node], samples: list[NodeSample], at: dt
 
 
 def notify_idle(cluster: Cluster, idle_seconds: float, at: dt.datetime) -> None:
-    from clusters.emails import recipient_ids
-    from notifications.kinds import Kind
-    from notifications.services import notify
-    from webhooks.events import cluster_summary
-    from webhooks.models import EventType
-    from webhooks.services import emit
-
     price = str(cluster.price_per_hour.quantize(Decimal("0.01")))
     key = f"cluster:{cluster.pk}:idle:{at.date().isoformat()}"
     notify(Kind.CLUSTER_IDLE, user_ids=recipient_ids(cluster), workspace_id=cluster.workspace_id, dedupe_key=key,
@@ -70,8 +69,6 @@ def notify_idle(cluster: Cluster, idle_seconds: float, at: dt.datetime) -> None:
 
 
 def idle_context(stored: dict[str, Any]) -> dict[str, Any]:
-    from clusters.emails import cluster_context
-
     context = cluster_context(stored)
     context["idle_for"] = _hours(stored.get("idle_seconds", 0))
     context["price_per_hour"] = stored.get("price_per_hour", "")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django import forms
 
+from offers.inventory import SORTS
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineKind
-from offers.services import SORTS
 
 
 class OffersFilterForm(forms.Form):

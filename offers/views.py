@@ -7,8 +7,8 @@ from django.shortcuts import render
 from accounts.http import AuthenticatedHttpRequest
 from accounts.tenancy import require_tenancy
 from offers.forms import OffersFilterForm
+from offers.inventory import SORTS, list_offers
 from offers.models import NETWORK_CAVEAT, GPUModel, Location, MachineKind
-from offers.services import SORTS, list_offers
 
 
 @login_required

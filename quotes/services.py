@@ -10,6 +10,8 @@ from django.db import transaction
 
 from config import ratelimit
 from config.errors import DomainError
+from notifications import services as notifications
+from notifications.kinds import Kind
 from quotes.forms import QuoteRequestForm
 from quotes.models import QuoteRequest
 
@@ -45,8 +47,6 @@ def create_quote_request(
     )
     if not form.is_valid():
         raise InvalidQuoteRequest({field: [str(m) for m in msgs] for field, msgs in form.errors.items()})
-    from notifications import services as notifications
-    from notifications.kinds import Kind
 
     with transaction.atomic():
         quote = form.save(commit=False)

@@ -122,10 +122,10 @@ def machine_type_with_hosts(count: int = 4, **kwargs) -> MachineType:
 
 def ready_cluster(environment: Environment, machine_type: MachineType, owner: User, count: int = 3) -> Any:
     """A cluster named "train" on the simulated provider, driven to ready by the eager tasks."""
-    from clusters import services
     from clusters.models import Status
+    from clusters.services.create import create_cluster
 
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=count, created_by=owner,
     )
     cluster.refresh_from_db()

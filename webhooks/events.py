@@ -1,7 +1,7 @@
 """What each product event sends: the hooks the other apps call, inside their transactions.
 
 Cluster events come from the one place the product records them,
-clusters.services.record_event: an event named in CLUSTER_EVENTS is also a webhook, keyed by
+clusters.services.common.record_event: an event named in CLUSTER_EVENTS is also a webhook, keyed by
 the ClusterEvent row, so a transition that is recorded once is sent once. Billing calls
 `balance_low` and `budget_reached`; the idle check calls `cluster_idle`."""
 

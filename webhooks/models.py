@@ -9,6 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from config.sealing import unseal
+
 
 class EventType(models.TextChoices):
     CLUSTER_CREATED = "cluster.created", "Cluster created"
@@ -42,7 +44,7 @@ class Endpoint(models.Model):
     url = models.URLField(max_length=2000)
     description = models.CharField(max_length=200, blank=True)
     events = models.JSONField(default=list, help_text="The event types this endpoint gets.")
-    # Sealed like node secrets (clusters.sealing): the signing key is needed in the clear to
+    # Sealed like node secrets (config.sealing): the signing key is needed in the clear to
     # sign, so it is encrypted at rest rather than hashed.
     sealed_secret = models.JSONField(default=dict, editable=False)
     is_active = models.BooleanField(default=True)
@@ -57,8 +59,6 @@ class Endpoint(models.Model):
 
     @property
     def secret(self) -> str:
-        from clusters.sealing import unseal
-
         return str(unseal(self.sealed_secret).get("secret", ""))
 
     def wants(self, event_type: str) -> bool:

@@ -24,8 +24,8 @@ from django.db.models import Count, Max, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import Workspace
-from clusters.sealing import seal
 from config.errors import DomainError
+from config.sealing import seal
 from webhooks import signing, targets
 from webhooks.models import SUBSCRIBABLE, Attempt, Delivery, Endpoint, Event, EventType, new_event_id, new_secret
 

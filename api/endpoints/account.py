@@ -12,6 +12,7 @@ from accounts.forms import BudgetForm, EnvironmentForm, IdleNoticeForm
 from accounts.models import Environment, Membership, SSHKey
 from api import schemas
 from api.app import ApiContext, context, form_data, invalid, not_found, ok, page, responses
+from billing.services import budget_remaining, month_to_date_spend
 
 router = Router(tags=["Account"])
 
@@ -43,7 +44,6 @@ def list_environments(request: HttpRequest, pages: Query[schemas.PageQuery]) -> 
 
 
 def environment_rows(ctx: ApiContext, environments: list[Environment]) -> list[dict[str, Any]]:
-    from billing.services import budget_remaining, month_to_date_spend
 
     spent = month_to_date_spend([e.pk for e in environments])
     return [

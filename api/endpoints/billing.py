@@ -10,6 +10,7 @@ from ninja import Query, Router
 
 from api import schemas
 from api.app import context, invalid, not_found, ok, page, responses
+from billing import queries as billing_queries
 from billing import services as billing_services
 from billing.months import BadMonth, parse_month
 
@@ -19,8 +20,6 @@ router = Router(tags=["Billing"])
 @router.get("billing/balance", operation_id="getBalance", summary="Credits, burn rate and the environment's budget",
             response=responses({200: schemas.envelope(schemas.Balance)}, 403))
 def billing_balance(request: HttpRequest) -> dict[str, Any]:
-    from billing import queries as billing_queries
-
     ctx = context(request)
     # Anyone who may create clusters may see whether the balance covers one: the
     # dashboard shows it to every member too. Usage and money movements stay Owner/Manager.
@@ -56,8 +55,6 @@ def _month(raw: str) -> tuple[int, int]:
                         "or for every line of the page with `?rows=true`.",
             response=responses({200: schemas.list_envelope(schemas.UsageItem, schemas.UsageMeta)}, 400, 403))
 def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], pages: Query[schemas.PageQuery]) -> dict[str, Any]:
-    from billing import queries as billing_queries
-
     ctx = context(request)
     ctx.require_billing()
     year, month = _month(filters.month)
@@ -74,8 +71,6 @@ def billing_usage(request: HttpRequest, filters: Query[schemas.UsageQuery], page
                         "usage that month.",
             response=responses({200: schemas.envelope(schemas.UsageItem)}, 400, 403))
 def billing_usage_line(request: HttpRequest, cluster_id: schemas.PathId, filters: Query[schemas.UsageLineQuery]) -> dict[str, Any]:
-    from billing import queries as billing_queries
-
     ctx = context(request)
     ctx.require_billing()
     year, month = _month(filters.month)

@@ -9,8 +9,8 @@ from ninja import Query, Router
 
 from api import schemas
 from api.app import page, responses
+from offers.inventory import list_offers
 from offers.models import NETWORK_CAVEAT, GPUModel
-from offers.services import list_offers
 
 router = Router(tags=["Catalogue"])
 

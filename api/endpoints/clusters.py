@@ -14,13 +14,13 @@ from accounts.models import SSHKey
 from api import rows, schemas
 from api.app import API_FIELD_NAMES, ApiContext, ApiError, context, invalid, not_found, ok, responses
 from api.models import IdempotentRequest
-from clusters import services
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.models import FINAL_STATUSES, Cluster, Volume
 from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status
-from offers.services import find_offer
+from clusters.services import create, progress, replace, terminate, workers
+from offers.inventory import find_offer
 
 router = Router(tags=["Clusters"])
 
@@ -106,7 +106,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
         # The cluster and the record of its creation commit together: a concurrent retry with
         # the same key either sees the record or fails on its unique constraint and rolls back.
         with transaction.atomic():
-            cluster = services.create_cluster(
+            cluster = create.create_cluster(
                 environment=ctx.environment, name=payload.name, machine_type=machine_type,
                 machine_count=payload.machines, software=payload.software, volume=volume, ssh_keys=ssh_keys,
                 created_by=ctx.api_key.created_by, actor=ctx.actor,
@@ -129,7 +129,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
     return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
 
 
-def _plan_data(plan: services.ClusterPlan, problems: list[ClusterError]) -> dict[str, Any]:
+def _plan_data(plan: create.ClusterPlan, problems: list[ClusterError]) -> dict[str, Any]:
     everything = [*problems, *plan.problems]
     return {
         "can_create": not everything,
@@ -175,7 +175,7 @@ def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[s
     known_keys = set(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids).values_list("pk", flat=True))
     problems += [ClusterError("ssh_key_not_found", f"No SSH key {i} in this workspace.", field="ssh_key_ids")
                  for i in payload.ssh_key_ids if i not in known_keys]
-    plan = services.plan_cluster(
+    plan = create.plan_cluster(
         environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
         software=payload.software, volume=volume,
     )
@@ -193,7 +193,7 @@ def cluster_detail(request: HttpRequest, cluster_id: schemas.PathId) -> dict[str
                response=responses({202: CLUSTER}, 409))
 def terminate_cluster(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
     cluster = get_cluster(request, cluster_id)
-    if not services.terminate_cluster(cluster, actor=context(request).actor):
+    if not terminate.terminate_cluster(cluster, actor=context(request).actor):
         cluster.refresh_from_db(fields=["status"])
         if cluster.status in FINAL_STATUSES:
             raise ApiError(409, "already_terminated", f"{cluster.name} is already {cluster.status}: it holds no machines.")
@@ -213,7 +213,7 @@ def cluster_events(request: HttpRequest, cluster_id: schemas.PathId, pages: Quer
              summary="Retry the software install of a degraded cluster", response=responses({202: CLUSTER}, 409))
 def retry_install(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
     cluster = get_cluster(request, cluster_id)
-    services.retry_install(cluster, actor=context(request).actor)
+    progress.retry_install(cluster, actor=context(request).actor)
     return Status(202, ok(fresh(cluster)))
 
 
@@ -222,7 +222,7 @@ def retry_install(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
              response=responses({202: CLUSTER}, 400, 402, 409))
 def add_workers(request: HttpRequest, cluster_id: schemas.PathId, payload: schemas.AddWorkers | None = None) -> Status:
     cluster = get_cluster(request, cluster_id)
-    services.add_workers(cluster, payload.count if payload else 1, actor=context(request).actor)
+    workers.add_workers(cluster, payload.count if payload else 1, actor=context(request).actor)
     return Status(202, ok(fresh(cluster)))
 
 
@@ -234,7 +234,7 @@ def terminate_node(request: HttpRequest, cluster_id: schemas.PathId, node_name: 
     cluster = get_cluster(request, cluster_id)
     if node_name not in {n.name for n in cluster.nodes.all()}:
         raise not_found(f"Node {node_name!r} of cluster {cluster.name}")
-    services.refuse_node_termination(cluster, node_name)
+    terminate.refuse_node_termination(cluster, node_name)
     raise AssertionError("refuse_node_termination always refuses")  # pragma: no cover
 
 
@@ -252,5 +252,5 @@ def replace_node(request: HttpRequest, cluster_id: schemas.PathId, node_name: sc
     cluster = get_cluster(request, cluster_id)
     if node_name not in {n.name for n in cluster.nodes.all() if n.released_at is None}:
         raise not_found(f"Node {node_name!r} of cluster {cluster.name}")
-    services.replace_node(cluster, node_name, actor=context(request).actor)
+    replace.replace_node(cluster, node_name, actor=context(request).actor)
     return Status(202, ok(fresh(cluster)))

@@ -8,8 +8,8 @@ from ninja import Query, Router
 
 from api import rows, schemas
 from api.app import context, not_found, responses
-from clusters import services
 from clusters.queries import count_instances, workspace_instance, workspace_instances
+from clusters.services import terminate
 
 router = Router(tags=["Instances"])
 
@@ -36,5 +36,5 @@ def terminate_instance(request: HttpRequest, instance_id: schemas.PathId) -> Non
     instance = workspace_instance(context(request).workspace.pk, instance_id)
     if instance is None:
         raise not_found("That instance")
-    services.terminate_instance(instance)
+    terminate.terminate_instance(instance)
     raise AssertionError("terminate_instance always refuses")  # pragma: no cover

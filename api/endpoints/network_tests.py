@@ -10,8 +10,9 @@ from ninja import Query, Router, Status
 from api import rows, schemas
 from api.app import context, not_found, ok, responses
 from api.endpoints.clusters import get_cluster
-from clusters import network_tests, services
+from clusters import network_tests
 from clusters.models import NetworkTest
+from clusters.services import network_tests as network_test_services
 
 router = Router(tags=["Network tests"])
 
@@ -31,7 +32,7 @@ def _fresh(test_id: int) -> NetworkTest:
              response=responses({202: NETWORK_TEST}, 409))
 def start_network_test(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
     cluster = get_cluster(request, cluster_id)
-    test = services.start_network_test(cluster, actor=context(request).actor)
+    test = network_test_services.start_network_test(cluster, actor=context(request).actor)
     return Status(202, ok(_fresh(test.pk)))
 
 

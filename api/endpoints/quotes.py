@@ -7,6 +7,7 @@ from ninja import Router, Status
 
 from api import schemas
 from api.app import ApiError, context, ok, responses
+from quotes.services import allow_quote_request, create_quote_request
 
 router = Router(tags=["Quotes"])
 
@@ -16,8 +17,6 @@ router = Router(tags=["Quotes"])
                          "form's limit per client address.",
              response=responses({201: schemas.envelope(schemas.Quote)}, 400))
 def create_quote(request: HttpRequest, payload: schemas.CreateQuote) -> Status:
-    from quotes.services import allow_quote_request, create_quote_request
-
     ctx = context(request)
     if not allow_quote_request(request.META.get("REMOTE_ADDR")):
         raise ApiError(429, "rate_limited", "Too many quote requests from this address; try again later or write to sales.")

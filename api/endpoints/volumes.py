@@ -10,8 +10,8 @@ from ninja import Query, Router, Status
 
 from api import schemas
 from api.app import ApiContext, context, not_found, ok, page, responses
-from clusters import services
 from clusters.models import Volume
+from clusters.services import volumes
 
 router = Router(tags=["Volumes"])
 
@@ -31,7 +31,7 @@ def list_volumes(request: HttpRequest, pages: Query[schemas.PageQuery]) -> dict[
              response=responses({201: schemas.envelope(schemas.Volume)}, 400, 409))
 def create_volume(request: HttpRequest, payload: schemas.CreateVolume) -> Status:
     ctx = context(request)
-    created = services.create_volume(environment=ctx.environment, name=payload.name, size_gb=payload.size_gb)
+    created = volumes.create_volume(environment=ctx.environment, name=payload.name, size_gb=payload.size_gb)
     return Status(201, ok(_volumes(ctx).get(pk=created.pk)))
 
 
@@ -41,6 +41,6 @@ def delete_volume(request: HttpRequest, volume_id: schemas.PathId) -> dict[str, 
     volume = _volumes(context(request)).filter(pk=volume_id).first()
     if volume is None:
         raise not_found("That volume")
-    services.delete_volume(volume)
+    volumes.delete_volume(volume)
     volume.pk = volume_id  # the answer describes what was deleted; delete() cleared the id
     return ok(volume)

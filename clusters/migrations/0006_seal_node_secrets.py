@@ -4,8 +4,8 @@ from django.db import migrations
 
 
 def seal_existing(apps, schema_editor):
-    """Encrypt the node secrets stored in plain JSON before clusters.sealing existed."""
-    from clusters.sealing import seal
+    """Encrypt the node secrets stored in plain JSON before config.sealing existed."""
+    from config.sealing import seal
 
     Cluster = apps.get_model("clusters", "Cluster")
     for cluster in Cluster.objects.exclude(node_secrets={}).only("pk", "node_secrets").iterator():

@@ -297,7 +297,7 @@ def _names(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be split by phase again
+def judge_health(
     reports: dict[str, HealthReport | str], software: str, head: str | None = None
 ) -> dict[str, NodeHealthVerdict]:
     """Each node's health from every node's report (a str: why the node could not be asked).
@@ -305,17 +305,35 @@ def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be 
     Unreachable over SSH, then the private network (its own wg0 and wireguard-go, then the
     pings: a lost link counts against the end that loses most of its links, so one broken
     node does not take its healthy peers down with it), then the software (its own
-    daemons, then the head's view of it: sinfo, kubectl, ray status)."""
+    daemons, then the head's view of it: sinfo, kubectl, ray status). Each phase judges only
+    the nodes no earlier phase has."""
     verdicts: dict[str, NodeHealthVerdict] = {}
     notes: dict[str, list[str]] = {name: [] for name in reports}
     answered = {name: report for name, report in reports.items() if isinstance(report, HealthReport)}
+    _judge_answers(reports, verdicts)
+    _judge_interfaces(answered, verdicts)
+    _judge_links(answered, verdicts, notes)
+    _judge_daemons(answered, verdicts)
+    head_report = answered.get(head) if head else None
+    if head is not None and head_report is not None and software != "none":
+        _judge_status(head, head_report, software, answered, verdicts, notes)
+    for name in reports:
+        if name not in verdicts:
+            verdicts[name] = _healthy(name, answered[name], notes[name])
+    return {name: verdicts[name] for name in reports}
+
+
+def _judge_answers(reports: dict[str, HealthReport | str], verdicts: dict[str, NodeHealthVerdict]) -> None:
+    """Unreachable: no SSH session, or a session in which the check printed nothing."""
     for name, report in reports.items():
         if not isinstance(report, HealthReport):
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, f"Does not answer over SSH: {report}"[:255])
         elif not report.printed_anything:
             verdicts[name] = NodeHealthVerdict(name, UNREACHABLE, "The health check did not run on it")
 
-    # The private network: first what each node says of its own interface.
+
+def _judge_interfaces(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
+    """The private network, first as each node says of its own interface."""
     for name, report in answered.items():
         if name in verdicts:
             continue
@@ -324,18 +342,23 @@ def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be 
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, f"wg0 is down{why}")
         elif report.wg_daemon == "stopped":
             verdicts[name] = NodeHealthVerdict(name, NETWORK_DOWN, "wireguard-go is not running")
-    # Then the links, both directions, between nodes whose own checks pass. A lost link has
-    # two ends; it is put on the end that loses more than half of the links it has evidence
-    # of, the worst such end first (a node cut off fails with every peer that checks it,
-    # each peer only with it), one at a time, so a broken node never takes its healthy
-    # peers down with it. Evidence of a link is a ping from either end (each node pings its
-    # two ring neighbours) or a stale handshake; a fresh handshake says the link worked
-    # lately, which does not outweigh a ping that failed now. Links to a node whose own
-    # checks already failed are its own, above. Only when every node left is equally cut off
-    # (two nodes whose link is down, and nothing says which end) are all of them down.
-    # A link is lost when neither end reached the other: an echo crosses the link both ways,
-    # so one end's answer proves it, and a failure at the other end was that end's own (its
-    # probe timed out under the round's load, say) — no verdict from that.
+
+
+def _judge_links(
+    answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict], notes: dict[str, list[str]]
+) -> None:
+    """Then the links, both directions, between nodes whose own checks pass. A lost link has
+    two ends; it is put on the end that loses more than half of the links it has evidence
+    of, the worst such end first (a node cut off fails with every peer that checks it,
+    each peer only with it), one at a time, so a broken node never takes its healthy
+    peers down with it. Evidence of a link is a ping from either end (each node pings its
+    two ring neighbours) or a stale handshake; a fresh handshake says the link worked
+    lately, which does not outweigh a ping that failed now. Links to a node whose own
+    checks already failed are its own, above. Only when every node left is equally cut off
+    (two nodes whose link is down, and nothing says which end) are all of them down.
+    A link is lost when neither end reached the other: an echo crosses the link both ways,
+    so one end's answer proves it, and a failure at the other end was that end's own (its
+    probe timed out under the round's load, say) — no verdict from that."""
     meshed = [name for name in answered if name not in verdicts]
     lost = {
         name: [
@@ -352,6 +375,17 @@ def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be 
         name: {peer for peer in meshed if peer != name and (peer in lost[name] or pinged(name, peer) or pinged(peer, name))}
         for name in meshed
     }
+    pool = _blame_lost_links(meshed, lost, checked, verdicts)
+    own_fault = [name for name in answered if name not in meshed]
+    for name in pool:
+        notes[name].extend(_link_notes(answered[name], lost[name], meshed, own_fault))
+
+
+def _blame_lost_links(
+    meshed: list[str], lost: dict[str, list[str]], checked: dict[str, set[str]], verdicts: dict[str, NodeHealthVerdict]
+) -> list[str]:
+    """Put each lost link on the end that loses most of its links, one round at a time (see
+    _judge_links); the nodes left unblamed."""
     pool = list(meshed)
     while len(pool) > 1:
         counts = {name: sum(1 for peer in lost[name] if peer in pool) for name in pool}
@@ -370,45 +404,45 @@ def judge_health(  # noqa: C901 - the ring and handshake rules, one pass; to be 
         if len(blamed) == len(pool):
             break
         pool = [name for name in pool if name not in blamed]
-    own_fault = [name for name in answered if name not in meshed]
-    for name in pool:
-        report = answered[name]
-        failed = lost[name]
-        if failed:
-            notes[name].append(f"cannot reach {_names(failed)}")
-        if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
-            notes[name].append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
-        stale = [
-            peer for peer, age in report.handshakes.items()
-            if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
-        ]
-        if stale:
-            notes[name].append(f"no recent WireGuard handshake with {_names(stale)}")
+    return pool
 
-    # The software: each node's own daemons, then the head's view.
+
+def _link_notes(report: HealthReport, failed: list[str], meshed: list[str], own_fault: list[str]) -> list[str]:
+    """What a node not blamed for its links still says of them."""
+    found = []
+    if failed:
+        found.append(f"cannot reach {_names(failed)}")
+    if gone := [peer for peer in own_fault if peer in report.peers and not report.peers[peer]]:
+        found.append(f"cannot reach {_names(gone)} (down on {'its' if len(gone) == 1 else 'their'} own)")
+    stale = [
+        peer for peer, age in report.handshakes.items()
+        if peer in meshed and peer not in failed and (age is None or age > STALE_HANDSHAKE_SECONDS)
+    ]
+    if stale:
+        found.append(f"no recent WireGuard handshake with {_names(stale)}")
+    return found
+
+
+def _judge_daemons(answered: dict[str, HealthReport], verdicts: dict[str, NodeHealthVerdict]) -> None:
+    """The software, first as each node's own daemons say (the head's view comes after)."""
     for name, report in answered.items():
         if name in verdicts:
             continue
         stopped = sorted(daemon for daemon, running in report.daemons.items() if not running)
         if stopped:
             verdicts[name] = NodeHealthVerdict(name, SOFTWARE_DOWN, f"{_names(stopped)} not running")
-    head_report = answered.get(head) if head else None
-    if head is not None and head_report is not None and software != "none":
-        _judge_status(head, head_report, software, answered, verdicts, notes)
 
-    for name in reports:
-        if name not in verdicts:
-            report = answered[name]
-            peers = sum(report.peers.values())
-            if report.peers:
-                parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
-            else:
-                parts = ["wg0 up, no peer checked this round"]
-            running = sorted(daemon for daemon, up in report.daemons.items() if up)
-            if running:
-                parts.append(f"{_names(running)} running")
-            verdicts[name] = NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes[name])[:255])
-    return {name: verdicts[name] for name in reports}
+
+def _healthy(name: str, report: HealthReport, notes: list[str]) -> NodeHealthVerdict:
+    peers = sum(report.peers.values())
+    if report.peers:
+        parts = [f"reaches {peers} peer{'s' if peers != 1 else ''} over wg0"]
+    else:
+        parts = ["wg0 up, no peer checked this round"]
+    running = sorted(daemon for daemon, up in report.daemons.items() if up)
+    if running:
+        parts.append(f"{_names(running)} running")
+    return NodeHealthVerdict(name, HEALTHY, "; ".join(parts + notes)[:255])
 
 
 def _judge_status(

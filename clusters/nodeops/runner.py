@@ -93,7 +93,7 @@ CONNECT_ERRORS: tuple[type[BaseException], ...] = (
 # The stand-in overlay (sandbox nodes; real nodes that cannot run a kubelet): streamed between
 # the helpers and the script only where the machine cannot run the real software, so the
 # scripts production machines receive carry no stand-in.
-STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "standins" / "overlay.sh"
+STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "local" / "standins" / "overlay.sh"
 
 
 def load_script(name: str, *, standins: bool = False) -> str:

@@ -10,7 +10,7 @@ from clusters.providers.base import BootReport, BootState, NodeHealthReport, Out
 
 DRIVERS = {
     "simulated": "clusters.providers.simulated.SimulatedProvider",
-    "local": "clusters.providers.local.LocalProvider",
+    "local": "clusters.providers.local.provider.LocalProvider",
     "ssh": "clusters.providers.ssh.SSHPoolProvider",
 }
 

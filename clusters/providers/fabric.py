@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 from accounts.sshkeys import node_payload
 from clusters.models import Software
 from clusters.nodeops import operations
+from clusters.nodeops.metrics import collect_metrics
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers import kubernetes_pins
 from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome, StopNotice
+from clusters.services.keys import record_host_keys, save_node_secrets
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -117,8 +119,6 @@ class FabricProvider(Provider):
         self.on_output(name, step, text)
 
     def _secrets(self, cluster: Cluster, spec: ClusterSpec, nodes: list[Node] | None = None) -> ClusterSecrets:
-        from clusters import services
-
         stored = cluster.plain_node_secrets
         existing = ClusterSecrets.from_dict(stored) if stored else None
         secrets = operations.generate_secrets(spec, existing)
@@ -126,7 +126,7 @@ class FabricProvider(Provider):
         swapping = {n.name: n.pk for n in nodes or () if n.replacing_id is not None}
         secrets = operations.with_replacement_keys(secrets, swapping)
         if secrets.to_dict() != stored:
-            services.save_node_secrets(cluster, secrets.to_dict())
+            save_node_secrets(cluster, secrets.to_dict())
         return operations.keys_as_used(secrets, swapping)
 
     def _runner(self) -> NodeRunner:
@@ -143,13 +143,11 @@ class FabricProvider(Provider):
     # -- node steps ------------------------------------------------------------------
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
-        from clusters import services
-
         spec = self.spec_for(cluster, nodes)
         secrets = self._secrets(cluster, spec, nodes)
         with self._runner() as runner:
             names = operations.set_names(spec, secrets=secrets, runner=runner, on_output=self._emit)
-            services.record_host_keys(cluster, nodes, names.host_keys)
+            record_host_keys(cluster, nodes, names.host_keys)
             if not names.ok:
                 return _pending(names)
             joined = operations.join_network(
@@ -212,8 +210,6 @@ class FabricProvider(Provider):
 
     def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
         """metrics.sh on `nodes`, over the connections the health rounds keep (no new session setup)."""
-        from clusters.nodeops.metrics import collect_metrics
-
         return collect_metrics(self.spec_for(cluster, nodes), runner=HEALTH_RUNNERS.get(cluster.pk))
 
     def stop(self, cluster: Cluster, nodes: list[Node]) -> None:

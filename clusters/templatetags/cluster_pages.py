@@ -13,7 +13,9 @@ from django import template
 from django.conf import settings
 from django.utils import timezone
 
+from billing.services import machines_cost
 from clusters.models import Cluster, Status
+from offers.inventory import offers_like
 
 if TYPE_CHECKING:
     from billing.models import MachineUsage
@@ -93,8 +95,6 @@ def cluster_cost(cluster: Cluster) -> dict:
     """{amount, rate, at}: what the machines cost so far as of `at` (billing.services.machines_cost,
     so it is the Billing line's amount to the cent), and the dollars per hour still accruing (0
     once billing ended), so the page can tick it on between pushes."""
-    from billing.services import machines_cost
-
     now = timezone.now()
     # Three columns as plain values: every push renders this, and 64 model instances were
     # most of a status card's time.
@@ -109,7 +109,6 @@ def offers_instead(cluster: Cluster) -> list:
     """For a failed cluster: the offers that can start the same cluster now."""
     if cluster.status != Status.FAILED:
         return []
-    from offers.services import offers_like
 
     return offers_like(
         cluster.machine_type, cluster.machine_count, software=cluster.software, volume=cluster.volume_id is not None

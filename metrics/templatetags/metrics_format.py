@@ -5,7 +5,7 @@ from typing import Any
 from django import template
 from django.conf import settings
 
-from metrics.services import TopRow, busy_percent
+from metrics.services import TopRow, busy_percent, top
 
 register = template.Library()
 
@@ -55,8 +55,6 @@ def idle_nodes(rows: list[TopRow]) -> list[str]:
 
 @register.simple_tag(takes_context=True)
 def metrics_top(context: Any, cluster: Any) -> list[TopRow]:
-    from metrics.services import top
-
     return top(cluster)
 
 

@@ -106,7 +106,7 @@ class TestFirstMinutes:
     def test_the_checklist_ticks_itself_off_and_disappears(self, machine_type):
         from billing import services as billing
         from billing.models import LedgerEntry
-        from clusters import services as clusters
+        from clusters.services.create import create_cluster
         from tests.web.test_accounts import public_key
 
         user = UserFactory(username="newbie")
@@ -123,7 +123,7 @@ class TestFirstMinutes:
         assert done() == 1
         services.add_ssh_key(workspace=workspace, name="laptop", public_key=public_key(), created_by=user)
         assert done() == 2
-        clusters.create_cluster(environment=workspace.default_environment, name="one", machine_type=machine_type,
+        create_cluster(environment=workspace.default_environment, name="one", machine_type=machine_type,
                                 machine_count=2, created_by=user)
         assert done() == -1  # all three done: the checklist is gone
 

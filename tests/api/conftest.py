@@ -84,9 +84,9 @@ def error_of(body: dict) -> dict:
 
 
 def make_cluster(environment, machine_type, name: str = "train", machines: int = 2, software: str = "none"):
-    from clusters import services
+    from clusters.services.create import create_cluster
 
-    return services.create_cluster(
+    return create_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
     )
 

@@ -7,9 +7,17 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from clusters import services, tasks
+from clusters import tasks
 from clusters.models import NetworkTest
 from clusters.nodeops.operations import PairMeasurement
+from clusters.services.network_tests import (
+    claim_network_test,
+    finish_network_test,
+    record_network_pairs,
+    start_network_test,
+)
+from clusters.services.replace import replace_node
+from clusters.services.terminate import terminate_cluster
 from tests.api.conftest import drive, error_of, make_cluster
 
 pytestmark = pytest.mark.django_db
@@ -78,14 +86,14 @@ def test_simulated_machines_have_no_network_to_measure_and_the_test_says_so(api,
 
 def test_pairs_read_back_as_measured_and_slow_ones_are_marked_against_the_floor(api, environment, machine_type):
     cluster = ready_cluster(environment, machine_type, machines=2)
-    claimed = services.claim_network_test(services.start_network_test(cluster, actor="alice").pk)
-    assert claimed is not None and services.claim_network_test(claimed.pk) is None, "claimed once"
+    claimed = claim_network_test(start_network_test(cluster, actor="alice").pk)
+    assert claimed is not None and claim_network_test(claimed.pk) is None, "claimed once"
     test = claimed
-    services.record_network_pairs(test, [
+    record_network_pairs(test, [
         PairMeasurement("ring", "node-0", "node-1", 1.8, None), PairMeasurement("ring", "node-1", "node-0", 0.4, None),
     ])
-    services.record_network_pairs(test, [PairMeasurement("pairs", "node-0", "node-1", 1.9, 0.31)])
-    services.record_network_pairs(test, [PairMeasurement("pairs", "node-1", "node-0", None, 0.3, "iperf3: unable to connect")])
+    record_network_pairs(test, [PairMeasurement("pairs", "node-0", "node-1", 1.9, 0.31)])
+    record_network_pairs(test, [PairMeasurement("pairs", "node-1", "node-0", None, 0.3, "iperf3: unable to connect")])
     status, body = api.get(f"/clusters/{cluster.pk}/network-tests/{test.pk}")
     data = body["data"]
     assert data["status"] == "running" and data["summary"]["pairs_measured"] == 4
@@ -95,7 +103,7 @@ def test_pairs_read_back_as_measured_and_slow_ones_are_marked_against_the_floor(
         "phase": "pairs", "source": "node-0", "target": "node-1", "gbps": 1.9, "latency_ms": 0.31, "slow": False,
         "error": None, "measured_at": None,
     }
-    assert services.finish_network_test(test)
+    assert finish_network_test(test)
     test.refresh_from_db()
     assert test.status == "failed", "a pair that could not be measured fails the run"
     assert "1 pair(s) could not be measured" in test.detail and "1 slow pair(s)" in test.detail
@@ -107,10 +115,10 @@ def test_the_list_is_newest_first_and_paginated(api, environment, machine_type):
     cluster = ready_cluster(environment, machine_type, machines=2)
     ids = []
     for _ in range(3):
-        test = services.start_network_test(cluster, actor="alice")
+        test = start_network_test(cluster, actor="alice")
         ids.append(test.pk)
-        services.claim_network_test(test.pk)
-        services.finish_network_test(test, error="stopped")
+        claim_network_test(test.pk)
+        finish_network_test(test, error="stopped")
     status, body = api.get(f"/clusters/{cluster.pk}/network-tests", limit=2)
     assert status == 200 and [t["id"] for t in body["data"]] == ids[::-1][:2]
     assert body["meta"] == {"total": 3, "limit": 2, "offset": 0}
@@ -122,8 +130,8 @@ def test_a_test_left_running_by_a_dead_worker_is_failed_by_the_sweep_and_a_new_o
     api, environment, machine_type, settings
 ):
     cluster = ready_cluster(environment, machine_type, machines=2)
-    test = services.start_network_test(cluster, actor="alice")
-    services.claim_network_test(test.pk)
+    test = start_network_test(cluster, actor="alice")
+    claim_network_test(test.pk)
     assert api.post(f"/clusters/{cluster.pk}/network-tests")[0] == 409
     # Its runner's heartbeat stopped (the worker died).
     NetworkTest.objects.filter(pk=test.pk).update(
@@ -133,13 +141,13 @@ def test_a_test_left_running_by_a_dead_worker_is_failed_by_the_sweep_and_a_new_o
     test.refresh_from_db()
     assert test.status == "failed" and "stopped before it finished" in test.detail
     # A late round from the dead worker's test is not recorded.
-    assert services.record_network_pairs(test, [PairMeasurement("ring", "node-0", "node-1", 1.0, None)]) == []
+    assert record_network_pairs(test, [PairMeasurement("ring", "node-0", "node-1", 1.0, None)]) == []
     assert api.post(f"/clusters/{cluster.pk}/network-tests")[0] == 202
 
 
 def test_a_queued_test_whose_task_was_lost_is_queued_again_by_the_sweep(environment, machine_type, settings):
     cluster = ready_cluster(environment, machine_type, machines=2)
-    test = services.start_network_test(cluster, actor="alice")
+    test = start_network_test(cluster, actor="alice")
     assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
     NetworkTest.objects.filter(pk=test.pk).update(
         queued_at=timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS + 1)
@@ -152,8 +160,8 @@ def test_a_queued_test_whose_task_was_lost_is_queued_again_by_the_sweep(environm
 
 def test_a_queued_test_of_a_cluster_terminated_before_it_ran_is_not_run(api, environment, machine_type):
     cluster = ready_cluster(environment, machine_type, machines=2)
-    test = services.start_network_test(cluster, actor="alice")
-    services.terminate_cluster(cluster, actor="alice")
+    test = start_network_test(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     assert tasks.run_network_test(test.pk) == "failed"
     test.refresh_from_db()
     assert test.detail == "Not run: the cluster is terminating." and not test.pairs.exists()
@@ -163,7 +171,7 @@ def test_a_queued_test_of_a_cluster_terminated_before_it_ran_is_not_run(api, env
 
 def test_a_cluster_mid_replacement_is_measured_once_the_new_machine_took_over(api, environment, machine_type):
     cluster = ready_cluster(environment, machine_type, machines=2)
-    services.replace_node(cluster, "node-1", actor="alice")
+    replace_node(cluster, "node-1", actor="alice")
     status, body = api.post(f"/clusters/{cluster.pk}/network-tests")
     assert status == 409 and error_of(body)["code"] == "replacement_in_progress"
     assert not NetworkTest.objects.exists()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import health, services
+from clusters import health
+from clusters.services.create import create_cluster
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def cluster(environment, machine_type, owner):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=2, created_by=owner,
     )
     return cluster

@@ -13,9 +13,10 @@ from django.utils import timezone
 from accounts.models import Workspace
 from billing import services as billing
 from billing.models import BillingNotice, LedgerEntry, MachineUsage
-from clusters import enforcement, services
+from clusters import enforcement
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Reason, Status
+from clusters.services.create import create_cluster
 from tests.billing.conftest import at, running_cluster
 
 SWEEP = dt.timedelta(seconds=60)
@@ -71,7 +72,7 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     assert [m.subject for m in mailoutbox] == ["Your cluster capped was stopped: the monthly budget was reached"]
     assert mailoutbox[0].to == [owner.email]
     with pytest.raises(ClusterError) as refused:
-        services.create_cluster(environment=environment, name="again", machine_type=machine_type, machine_count=2)
+        create_cluster(environment=environment, name="again", machine_type=machine_type, machine_count=2)
     assert (refused.value.code, refused.value.status) == ("budget_reached", 402)
 
 
@@ -100,7 +101,7 @@ def test_creating_needs_one_hour_of_the_whole_cluster_and_at_least_10_dollars(en
     assert billing.required_balance(Decimal("20.005")) == Decimal("20.01")
     Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("9.99"))
     with pytest.raises(ClusterError) as refused:
-        services.create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
+        create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
     assert refused.value.code == "insufficient_credits"
 
 

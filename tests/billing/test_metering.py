@@ -98,13 +98,13 @@ def test_a_run_crossing_midnight_at_month_end_splits_the_charge_by_month(environ
 
 
 def test_a_failed_cluster_posts_nothing(environment, machine_type):
-    from clusters import services
+    from clusters.services.create import create_cluster
     from offers.models import Host, HostFault
 
     Host.objects.filter(pk=machine_type.hosts.order_by("id").first().pk).update(fault=HostFault.BOOT_FAILS)
     from clusters import lifecycle
 
-    cluster = services.create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2)
     lifecycle.advance(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.status == "failed"

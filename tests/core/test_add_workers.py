@@ -9,9 +9,12 @@ import pytest
 from django.utils import timezone
 
 from billing.models import MachineUsage
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Node, Status
+from clusters.services.create import create_cluster
+from clusters.services.terminate import terminate_cluster
+from clusters.services.workers import add_workers, mark_workers_joined
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def ready_cluster(environment, machine_type):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="grow", machine_type=machine_type, machine_count=2, software="slurm"
     )
     cluster.refresh_from_db()
@@ -28,7 +31,7 @@ def ready_cluster(environment, machine_type):
 
 
 def test_a_worker_joins_and_is_billed_from_when_it_is_up(ready_cluster):
-    workers = services.add_workers(ready_cluster, 1, actor="alice")
+    workers = add_workers(ready_cluster, 1, actor="alice")
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
     worker = Node.objects.get(pk=workers[0].pk)
     assert cluster.machine_count == 3
@@ -45,7 +48,7 @@ def test_a_worker_joins_and_is_billed_from_when_it_is_up(ready_cluster):
 def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
-    services.add_workers(ready_cluster, 1)
+    add_workers(ready_cluster, 1)
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
     assert cluster.status == Status.READY
     assert cluster.machine_count == 2
@@ -58,7 +61,7 @@ def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_ty
 def test_a_worker_that_never_joins_is_released_at_its_deadline(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
-    services.add_workers(ready_cluster, 1)
+    add_workers(ready_cluster, 1)
     worker = Node.objects.get(cluster=ready_cluster, index=2)
     assert worker.state == Node.State.UP
     Node.objects.filter(pk=worker.pk).update(boot_requested_at=timezone.now() - dt.timedelta(minutes=26))
@@ -71,26 +74,26 @@ def test_a_worker_that_never_joins_is_released_at_its_deadline(ready_cluster, ma
 def test_a_worker_install_failure_degrades_the_cluster(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.INSTALL_FAILS)
-    services.add_workers(ready_cluster, 1)
+    add_workers(ready_cluster, 1)
     assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.DEGRADED
 
 
 def test_adding_needs_the_balance_for_the_whole_grown_cluster(ready_cluster):
     ready_cluster.workspace.__class__.objects.filter(pk=ready_cluster.workspace_id).update(credit_balance=Decimal("12.00"))
     with pytest.raises(InsufficientCredits) as error:
-        services.add_workers(ready_cluster, 4)  # 6 × $2.50 = $15.00
+        add_workers(ready_cluster, 4)  # 6 × $2.50 = $15.00
     assert error.value.details["required"] == "15.00"
     assert Cluster.objects.get(pk=ready_cluster.pk).machine_count == 2
 
 
 def test_adding_is_refused_unless_ready_and_within_64(ready_cluster):
     with pytest.raises(ClusterError):
-        services.add_workers(ready_cluster, 63)
+        add_workers(ready_cluster, 63)
     with pytest.raises(Conflict):
-        services.add_workers(ready_cluster, 10)  # only 4 free hosts
-    services.terminate_cluster(ready_cluster)
+        add_workers(ready_cluster, 10)  # only 4 free hosts
+    terminate_cluster(ready_cluster)
     with pytest.raises(Conflict):
-        services.add_workers(Cluster.objects.get(pk=ready_cluster.pk), 1)
+        add_workers(Cluster.objects.get(pk=ready_cluster.pk), 1)
 
 
 def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_holds(
@@ -98,13 +101,13 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
 ):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
-    services.add_workers(ready_cluster, 1)
+    add_workers(ready_cluster, 1)
     assert Host.objects.get(pk=free.pk).state == Host.State.FREE
     Host.objects.filter(pk=free.pk).update(fault="")
-    other = services.create_cluster(environment=environment, name="other", machine_type=machine_type, machine_count=4)
+    other = create_cluster(environment=environment, name="other", machine_type=machine_type, machine_count=4)
     assert other.nodes.filter(host=free).exists()
 
-    services.terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
+    terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
     lifecycle.advance(ready_cluster.pk)
 
     assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.TERMINATED
@@ -114,13 +117,13 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
 def test_a_worker_that_joins_after_terminate_was_requested_is_never_billed(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
-    services.add_workers(ready_cluster, 1)
+    add_workers(ready_cluster, 1)
     worker = Node.objects.get(cluster=ready_cluster, index=2)
     assert worker.state == Node.State.UP
     # The grow step saw the worker join, then a terminate committed before it recorded that.
     stale = Cluster.objects.get(pk=ready_cluster.pk)
-    services.terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
+    terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk))
 
-    assert services.mark_workers_joined(stale, [worker]) is False
+    assert mark_workers_joined(stale, [worker]) is False
     assert not MachineUsage.objects.filter(node=worker).exists()
     assert not MachineUsage.objects.filter(cluster=ready_cluster, ended_at__isnull=True).exists()

@@ -8,9 +8,10 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from clusters import services
 from clusters.errors import ClusterError
 from clusters.models import LIVE_STATUSES, Cluster, Node
+from clusters.services.create import create_cluster
+from clusters.services.terminate import terminate_cluster
 from offers.models import Host
 from tests.factories import WorkspaceFactory, machine_type_with_hosts
 
@@ -27,7 +28,7 @@ def create_at_once(jobs: list[dict]) -> list[object]:
     def run(i: int, job: dict) -> None:
         try:
             barrier.wait()
-            results[i] = services.create_cluster(**job)
+            results[i] = create_cluster(**job)
         except ClusterError as error:
             results[i] = error
         except Exception as exc:  # noqa: BLE001 - reported by the assertions below
@@ -92,14 +93,14 @@ def test_mixed_sizes_from_many_workspaces_never_overbook(slow_hosts):
 
 
 def test_concurrent_creates_and_terminates_keep_the_inventory_consistent(environment, slow_hosts):
-    first = services.create_cluster(environment=environment, name="first", machine_type=slow_hosts, machine_count=6)
+    first = create_cluster(environment=environment, name="first", machine_type=slow_hosts, machine_count=6)
     barrier = threading.Barrier(2)
     outcome: dict[str, object] = {}
 
     def terminate() -> None:
         try:
             barrier.wait()
-            outcome["terminated"] = services.terminate_cluster(Cluster.objects.get(pk=first.pk))
+            outcome["terminated"] = terminate_cluster(Cluster.objects.get(pk=first.pk))
         finally:
             connection.close()
 
@@ -116,7 +117,7 @@ def test_concurrent_creates_and_terminates_keep_the_inventory_consistent(environ
 def create_racing(barrier, environment, machine_type):
     barrier.wait()
     try:
-        return services.create_cluster(environment=environment, name="second", machine_type=machine_type, machine_count=2)
+        return create_cluster(environment=environment, name="second", machine_type=machine_type, machine_count=2)
     except ClusterError as error:
         return error
 

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import queries, services
+from clusters import queries
 from clusters.errors import Conflict
+from clusters.services.create import create_cluster
+from clusters.services.terminate import finish_termination, terminate_cluster, terminate_instance
 from tests.factories import WorkspaceFactory, machine_type_with_hosts
 
 pytestmark = pytest.mark.django_db
 
 
 def create(environment, machine_type, name="train", count=2):
-    return services.create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=count)
+    return create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=count)
 
 
 def test_instances_are_the_live_machines_of_the_workspaces_clusters(environment, machine_type):
     train = create(environment, machine_type, "train", 3)
     ended = create(environment, machine_type, "ended", 2)
-    services.terminate_cluster(ended)
-    services.finish_termination(ended)
+    terminate_cluster(ended)
+    finish_termination(ended)
     other_environment = environment.workspace.environments.create(name="staging")
     staging = create(other_environment, machine_type, "staging", 2)
     elsewhere = WorkspaceFactory()
@@ -47,7 +49,7 @@ def test_terminating_an_instance_is_refused_naming_its_cluster_and_how_to_end_it
     instance = queries.workspace_instance(environment.workspace_id, node.pk)
     assert instance is not None
     with pytest.raises(Conflict) as refused:
-        services.terminate_instance(instance)
+        terminate_instance(instance)
     assert refused.value.code == "node_terminate_refused"
     assert "node-1 of cluster 'train'" in refused.value.message
     assert f"DELETE /api/v1/clusters/{cluster.pk}" in refused.value.message

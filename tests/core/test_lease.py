@@ -11,8 +11,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from clusters import lifecycle, services, tasks
+from clusters import lifecycle, tasks
 from clusters.models import Cluster, Node, Status
+from clusters.services.create import create_cluster
+from clusters.services.lease import claim_lease, lease_length
+from clusters.services.terminate import terminate_cluster
 from offers.models import Host
 from tests.factories import machine_type_with_hosts
 
@@ -20,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def create(environment, machine_type, name="lease") -> Cluster:
-    return services.create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=2)
+    return create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=2)
 
 
 @pytest.fixture
@@ -42,17 +45,17 @@ def test_a_lease_left_by_a_dead_worker_lapses_and_the_customer_is_told(booting):
 
 
 def test_a_lease_is_short(settings):
-    assert services.lease_length() <= dt.timedelta(seconds=30)
+    assert lease_length() <= dt.timedelta(seconds=30)
 
 
 def test_a_running_pass_keeps_renewing_its_lease(settings, booting):
     settings.CLUSTER_LEASE_SECONDS = 1
-    lease = services.claim_lease(booting.pk)
+    lease = claim_lease(booting.pk)
     assert lease is not None
     with lifecycle.Heartbeat(lease) as heartbeat:
         time.sleep(2.5)
         # Past twice its length, the lease is still held by this pass, not lapsed.
-        assert services.claim_lease(booting.pk) is None
+        assert claim_lease(booting.pk) is None
         expires_at = Cluster.objects.get(pk=booting.pk).lease_expires_at
         assert expires_at is not None and expires_at > timezone.now()
         assert heartbeat.release() is True
@@ -81,7 +84,7 @@ def test_a_terminate_during_a_pass_is_acted_on_as_that_pass_ends(settings, envir
     while not Node.objects.filter(cluster=cluster, state=Node.State.UP).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     requested = time.monotonic()
-    assert services.terminate_cluster(Cluster.objects.get(pk=cluster.pk))
+    assert terminate_cluster(Cluster.objects.get(pk=cluster.pk))
     while Cluster.objects.get(pk=cluster.pk).status != Status.TERMINATED and time.monotonic() < requested + 10:
         time.sleep(0.05)
     terminated = time.monotonic()

@@ -9,9 +9,13 @@ import pytest
 from django.utils import timezone
 
 from billing.models import LedgerEntry, MachineUsage
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Node, Reason, Status
+from clusters.services.create import create_cluster
+from clusters.services.lease import claim_lease, release_lease
+from clusters.services.progress import append_node_logs, retry_install, update_nodes
+from clusters.services.terminate import refuse_node_termination, terminate_cluster
 from offers.models import Host, HostFault
 from tests.factories import HostFactory, machine_type_with_hosts
 
@@ -19,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def create(environment, machine_type, count=4, software="none", name="train", **kwargs) -> Cluster:
-    return services.create_cluster(
+    return create_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software, **kwargs
     )
 
@@ -109,7 +113,7 @@ def test_an_install_failure_degrades_and_retry_reaches_ready(environment, machin
     assert cluster.events.get(event="degraded").reason == Reason.INSTALL_FAILED
     assert cluster.nodes.get(index=3).state == Node.State.INSTALL_FAILED
     Host.objects.filter(pk=last.pk).update(fault="")
-    services.retry_install(cluster, actor="alice")
+    retry_install(cluster, actor="alice")
     cluster.refresh_from_db()
     assert cluster.status == Status.READY
     assert cluster.install_attempts == 1
@@ -118,7 +122,7 @@ def test_an_install_failure_degrades_and_retry_reaches_ready(environment, machin
 def test_retry_install_is_refused_unless_degraded(environment, machine_type):
     cluster = create(environment, machine_type)
     with pytest.raises(Conflict):
-        services.retry_install(cluster)
+        retry_install(cluster)
 
 
 def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_type):
@@ -126,7 +130,7 @@ def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_
     cluster = create(environment, machine_type, software="ray")
     cluster.refresh_from_db()
     assert cluster.status == Status.DEGRADED
-    assert services.terminate_cluster(cluster, actor="alice")
+    assert terminate_cluster(cluster, actor="alice")
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
     assert cluster.termination_reason == Reason.USER_REQUESTED
@@ -138,7 +142,7 @@ def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_
 def test_terminate_while_provisioning_bills_nothing(environment, machine_type):
     Host.objects.update(boot_seconds=300)
     cluster = create(environment, machine_type)
-    assert services.terminate_cluster(cluster)
+    assert terminate_cluster(cluster)
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
     assert cluster.billing_started_at is None and cluster.billing_ended_at is None
@@ -147,15 +151,15 @@ def test_terminate_while_provisioning_bills_nothing(environment, machine_type):
 
 def test_terminating_twice_is_harmless(environment, machine_type):
     cluster = create(environment, machine_type)
-    assert services.terminate_cluster(cluster)
-    assert not services.terminate_cluster(Cluster.objects.get(pk=cluster.pk))
+    assert terminate_cluster(cluster)
+    assert not terminate_cluster(Cluster.objects.get(pk=cluster.pk))
     assert Cluster.objects.get(pk=cluster.pk).events.filter(event="terminating").count() == 1
 
 
 def test_one_node_cannot_be_terminated_on_its_own(environment, machine_type):
     cluster = create(environment, machine_type)
     with pytest.raises(Conflict) as refused:
-        services.refuse_node_termination(cluster, "node-2")
+        refuse_node_termination(cluster, "node-2")
     assert refused.value.code == "node_terminate_refused"
     assert "Terminate the whole cluster" in refused.value.message
 
@@ -171,24 +175,24 @@ def test_advancing_a_ready_cluster_again_changes_nothing(environment, machine_ty
 def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
     Host.objects.update(boot_seconds=300)
     cluster = create(environment, machine_type)
-    lease = services.claim_lease(cluster.pk)
+    lease = claim_lease(cluster.pk)
     assert lease is not None
     assert lifecycle.advance(cluster.pk) is False
     # The refused pass asked the holder to look again before letting go.
-    assert services.release_lease(lease) is False
-    assert services.release_lease(lease) is True
+    assert release_lease(lease) is False
+    assert release_lease(lease) is True
     assert lifecycle.advance(cluster.pk) is True
 
 
 def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environment, machine_type):
     Host.objects.update(boot_seconds=300)
     cluster = create(environment, machine_type)
-    stale = services.claim_lease(cluster.pk)
+    stale = claim_lease(cluster.pk)
     assert stale is not None
     Cluster.objects.filter(pk=cluster.pk).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
-    current = services.claim_lease(cluster.pk)
+    current = claim_lease(cluster.pk)
     assert current is not None
-    services.release_lease(stale)
+    release_lease(stale)
     assert Cluster.objects.get(pk=cluster.pk).lease_expires_at == current.expires_at
     assert lifecycle.advance(cluster.pk) is False
 
@@ -265,7 +269,7 @@ def test_a_host_can_never_be_held_by_two_live_nodes(environment, machine_type):
 
 def test_hosts_become_free_again_after_termination(environment, machine_type):
     cluster = create(environment, machine_type, count=6)
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     again = create(environment, machine_type, count=6, name="again")
     assert Cluster.objects.get(pk=again.pk).status == Status.READY
     assert HostFactory._meta.model.objects.filter(state="reserved").count() == 6
@@ -300,7 +304,7 @@ def test_terminating_a_cluster_read_before_it_joined_still_ends_its_billing(envi
     drive(cluster)
     assert cluster.status == Status.READY and cluster.billing_started_at is not None
 
-    assert services.terminate_cluster(read_while_provisioning)
+    assert terminate_cluster(read_while_provisioning)
     cluster.refresh_from_db()
     assert cluster.billing_ended_at is not None
     assert set(MachineUsage.objects.filter(cluster=cluster).values_list("ended_at", flat=True)) == {cluster.billing_ended_at}
@@ -310,10 +314,10 @@ def test_a_retry_from_a_stale_page_still_counts_a_new_attempt(environment, machi
     Host.objects.update(fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     stale = Cluster.objects.get(pk=cluster.pk)
-    services.retry_install(Cluster.objects.get(pk=cluster.pk))  # another tab: attempt 1 degrades again
+    retry_install(Cluster.objects.get(pk=cluster.pk))  # another tab: attempt 1 degrades again
     assert Cluster.objects.get(pk=cluster.pk).status == Status.DEGRADED
 
-    services.retry_install(stale)
+    retry_install(stale)
     assert stale.install_attempts == 2
     assert Cluster.objects.get(pk=cluster.pk).install_attempts == 2
 
@@ -337,10 +341,10 @@ def test_output_arriving_after_the_install_does_not_make_the_next_pass_install_a
     cluster = create(environment, machine_type, software="slurm")
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.INSTALLING)
     node = cluster.nodes.earliest("index")
-    services.update_nodes(
+    update_nodes(
         cluster.pk, [(node, {"state": Node.State.INSTALLING, "installed_at": timezone.now(), "step": "checking readiness"})]
     )
-    services.append_node_logs(cluster.pk, {node.pk: [("install_software:daemons", "slurmd started")]})
+    append_node_logs(cluster.pk, {node.pk: [("install_software:daemons", "slurmd started")]})
     node.refresh_from_db()
     assert node.installed_at is not None and node.step == "checking readiness"
     assert "slurmd started" in node.log_tail

@@ -9,8 +9,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from clusters import services
 from clusters.models import Cluster, Node
+from clusters.services.create import create_cluster
+from clusters.services.progress import append_node_logs, update_nodes
 from offers.models import Host
 from tests.factories import machine_type_with_hosts
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def booting_cluster(environment):
     machine_type = machine_type_with_hosts(4)
     Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
-    return services.create_cluster(environment=environment, name="locks", machine_type=machine_type, machine_count=4)
+    return create_cluster(environment=environment, name="locks", machine_type=machine_type, machine_count=4)
 
 
 class HeldLock:
@@ -60,7 +61,7 @@ def test_node_output_is_written_while_another_transaction_holds_the_cluster_row(
     try:
         with HeldLock(lambda: Cluster.objects.select_for_update().get(pk=booting_cluster.pk)):
             started = time.monotonic()
-            services.append_node_logs(booting_cluster.pk, {n.pk: [("join", f"hello from {n.name}")] for n in nodes})
+            append_node_logs(booting_cluster.pk, {n.pk: [("join", f"hello from {n.name}")] for n in nodes})
             assert time.monotonic() - started < 2
     finally:
         with connection.cursor() as cursor:
@@ -72,7 +73,7 @@ def test_node_output_is_written_while_another_transaction_holds_the_cluster_row(
 def test_node_progress_of_a_whole_cluster_is_one_update(booting_cluster):
     nodes = list(Node.objects.filter(cluster=booting_cluster))
     with CaptureQueriesContext(connection) as queries:
-        services.update_nodes(booting_cluster.pk, [(n, {"step": "joining network", "detail": ""}) for n in nodes])
+        update_nodes(booting_cluster.pk, [(n, {"step": "joining network", "detail": ""}) for n in nodes])
     updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "clusters_node"')]
     assert len(updates) == 1, updates
     assert set(Node.objects.filter(cluster=booting_cluster).values_list("step", flat=True)) == {"joining network"}

@@ -8,9 +8,10 @@ import pytest
 from django.apps import apps
 from django.db import connection
 
-from clusters import services
 from clusters.models import Cluster
-from clusters.sealing import unseal
+from clusters.services.create import create_cluster
+from clusters.services.keys import save_node_secrets
+from config.sealing import unseal
 
 pytestmark = pytest.mark.django_db
 
@@ -25,11 +26,11 @@ def raw_column(cluster: Cluster) -> str:
 
 @pytest.fixture
 def cluster(environment, machine_type):
-    return services.create_cluster(environment=environment, name="sealed", machine_type=machine_type, machine_count=2)
+    return create_cluster(environment=environment, name="sealed", machine_type=machine_type, machine_count=2)
 
 
 def test_saved_node_secrets_are_not_in_the_row_in_clear_and_read_back_whole(cluster):
-    services.save_node_secrets(cluster, SECRETS)
+    save_node_secrets(cluster, SECRETS)
 
     stored = raw_column(cluster)
     assert "cHJpdmF0ZS1rZXktMA==" not in stored and "bXVuZ2U=" not in stored and "abcdef.0123" not in stored
@@ -39,7 +40,7 @@ def test_saved_node_secrets_are_not_in_the_row_in_clear_and_read_back_whole(clus
 def test_another_key_cannot_read_them(cluster, settings):
     from cryptography.fernet import Fernet, InvalidToken
 
-    services.save_node_secrets(cluster, SECRETS)
+    save_node_secrets(cluster, SECRETS)
     settings.NODE_SECRETS_KEY = Fernet.generate_key().decode()
     with pytest.raises(InvalidToken):
         unseal(Cluster.objects.get(pk=cluster.pk).node_secrets)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from clusters import services
 from clusters.broadcast import PageState, render_cluster_changes, render_cluster_now
 from clusters.models import Cluster, Node, Status
+from clusters.services.progress import append_node_logs, mark_degraded
 from offers.models import Host
 from tests.factories import HostFactory
 
@@ -81,7 +81,7 @@ def test_a_change_every_row_reads_from_the_cluster_sends_64_rows_without_their_l
 def test_a_64_node_status_change_every_row_follows_stays_under_50_kb(environment, machine_type):
     cluster = big_cluster(environment, machine_type, status=Status.INSTALLING, state=Node.State.INSTALLING)
     page = joined(cluster)
-    services.mark_degraded(Cluster.objects.get(pk=cluster.pk), {"node-0": "slurmd did not start"})
+    mark_degraded(Cluster.objects.get(pk=cluster.pk), {"node-0": "slurmd did not start"})
     messages = render_cluster_changes(cluster.pk, None, page)
     card, cells = messages
     assert 'id="connect-card"' in card and "Degraded" in card and "<tr id=" not in cells
@@ -145,7 +145,7 @@ def test_new_log_lines_travel_alone_and_the_row_keeps_the_pages_log(environment,
     cluster = big_cluster(environment, machine_type, machines=8, status=Status.INSTALLING, state=Node.State.INSTALLING)
     page = joined(cluster)
     node = cluster.nodes.get(index=3)
-    services.append_node_logs(cluster.pk, {node.pk: [("starting slurmd", "slurmd: started")]})
+    append_node_logs(cluster.pk, {node.pk: [("starting slurmd", "slurmd: started")]})
     card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
     assert '<pre class="log" id="node-3-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
     assert "starting slurmd: slurmd: started\n</pre>" in card and "installer output" not in card
@@ -160,7 +160,7 @@ def test_a_page_that_missed_more_than_the_tail_gets_the_whole_tail(environment, 
     cluster = big_cluster(environment, machine_type, machines=2, status=Status.INSTALLING, state=Node.State.INSTALLING)
     page = joined(cluster)
     node = cluster.nodes.get(index=1)
-    services.append_node_logs(cluster.pk, {node.pk: [("install", f"line {i} " + "x" * 60) for i in range(80)]})
+    append_node_logs(cluster.pk, {node.pk: [("install", f"line {i} " + "x" * 60) for i in range(80)]})
     card, _ = render_cluster_changes(cluster.pk, [node.pk], page)
     log = card.split('<pre class="log" id="node-1-log-text" data-keep="4000" hx-swap-oob="true">')[1].split("</pre>")[0]
     node.refresh_from_db()
@@ -172,7 +172,7 @@ def test_a_node_that_gets_its_first_log_line_sends_its_row_with_the_log(environm
     Node.objects.filter(cluster=cluster, index=1).update(log_tail="", log_written=0)
     page = joined(cluster)
     node = cluster.nodes.get(index=1)
-    services.append_node_logs(cluster.pk, {node.pk: [("install", "first line")]})
+    append_node_logs(cluster.pk, {node.pk: [("install", "first line")]})
     card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
     assert "first line" not in card
     assert '<details id="node-1-log"><summary>Log</summary>' in rows and "install: first line" in rows

@@ -10,8 +10,10 @@ import time
 import pytest
 from django.utils import timezone
 
-from clusters import network_tests, services, tasks
+from clusters import network_tests, tasks
 from clusters.models import Cluster, NetworkTest, Status
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import claim_network_test, start_network_test
 from offers.models import Host
 from tests.api.conftest import drive, make_cluster
 from tests.factories import machine_type_with_hosts
@@ -36,7 +38,7 @@ def published(monkeypatch):
 def booting(environment):
     machine_type = machine_type_with_hosts(2)
     Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
-    return services.create_cluster(environment=environment, name="boot", machine_type=machine_type, machine_count=2)
+    return create_cluster(environment=environment, name="boot", machine_type=machine_type, machine_count=2)
 
 
 @pytest.fixture
@@ -64,27 +66,27 @@ def test_a_pass_due_a_moment_ago_is_left_to_its_worker(booting, published):
 
 
 def test_a_network_test_whose_worker_died_fails_within_half_a_minute_and_a_new_one_starts(ready, settings):
-    test = services.start_network_test(ready, actor="alice")
-    services.claim_network_test(test.pk)
+    test = start_network_test(ready, actor="alice")
+    claim_network_test(test.pk)
     # The runner's last heartbeat was 25 s ago; the test started 26 s ago.
     NetworkTest.objects.filter(pk=test.pk).update(started_at=ago(26), alive_at=ago(25))
     assert settings.NETWORK_TEST_STALE_SECONDS + settings.SWEEP_INTERVAL_SECONDS <= RECOVERY_SECONDS + 5
     assert tasks.sweep_network_tests()["failed"] == 1
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.FAILED
-    assert services.start_network_test(ready, actor="alice").status == NetworkTest.Status.QUEUED
+    assert start_network_test(ready, actor="alice").status == NetworkTest.Status.QUEUED
 
 
 def test_a_long_network_test_whose_runner_is_alive_is_left_running(ready):
-    test = services.start_network_test(ready, actor="alice")
-    services.claim_network_test(test.pk)
+    test = start_network_test(ready, actor="alice")
+    claim_network_test(test.pk)
     NetworkTest.objects.filter(pk=test.pk).update(started_at=ago(600), alive_at=ago(2))
     assert tasks.sweep_network_tests()["failed"] == 0
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.RUNNING
 
 
 def test_the_runner_beats_while_it_measures(ready):
-    test = services.start_network_test(ready, actor="alice")
-    services.claim_network_test(test.pk)
+    test = start_network_test(ready, actor="alice")
+    claim_network_test(test.pk)
     NetworkTest.objects.filter(pk=test.pk).update(alive_at=ago(60))
     with network_tests.Heartbeat(test.pk, interval=0.1):
         time.sleep(0.5)
@@ -97,7 +99,7 @@ def test_a_network_test_queued_while_redis_was_down_is_queued_by_the_first_sweep
         raise ConnectionError("Redis is down")
 
     monkeypatch.setattr(tasks.run_network_test, "delay", broker_down)
-    test = services.start_network_test(ready, actor="alice")  # its publish failed after the commit
+    test = start_network_test(ready, actor="alice")  # its publish failed after the commit
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.QUEUED
 
     ran: list[int] = []

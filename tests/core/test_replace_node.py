@@ -12,9 +12,13 @@ from django.utils import timezone
 from accounts.models import Workspace
 from billing import services as billing
 from billing.models import MachineUsage
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Node, Status
+from clusters.services.create import create_cluster
+from clusters.services.replace import replace_node
+from clusters.services.terminate import terminate_cluster
+from clusters.services.workers import add_workers
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def ready_cluster(environment, machine_type):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="swap", machine_type=machine_type, machine_count=3, software="slurm"
     )
     cluster.refresh_from_db()
@@ -42,7 +46,7 @@ def test_a_replaced_node_keeps_its_name_and_address_on_a_new_machine(ready_clust
     old = ready_cluster.nodes.get(index=1)
     taken = free_host(machine_type)
 
-    new = services.replace_node(ready_cluster, "node-1", actor="alice")
+    new = replace_node(ready_cluster, "node-1", actor="alice")
 
     new.refresh_from_db()
     old.refresh_from_db()
@@ -60,7 +64,7 @@ def test_a_replaced_node_keeps_its_name_and_address_on_a_new_machine(ready_clust
 
 def test_billing_runs_for_the_new_machine_from_its_join_and_for_the_old_one_until_it_stopped(ready_cluster):
     old = ready_cluster.nodes.get(index=2)
-    new = services.replace_node(ready_cluster, old, actor="alice")
+    new = replace_node(ready_cluster, old, actor="alice")
     new.refresh_from_db()
     old.refresh_from_db()
 
@@ -83,14 +87,14 @@ def test_billing_runs_for_the_new_machine_from_its_join_and_for_the_old_one_unti
 
 def test_never_more_open_intervals_than_machines_plus_the_one_swapped_in(ready_cluster, machine_type):
     Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
-    services.replace_node(ready_cluster, "node-1")
+    replace_node(ready_cluster, "node-1")
     # The new machine is up but not joined: not billed yet, the old one still is.
     assert MachineUsage.objects.filter(cluster=ready_cluster, ended_at__isnull=True).count() == 3
     with pytest.raises(Conflict) as error:
-        services.replace_node(ready_cluster, "node-2")
+        replace_node(ready_cluster, "node-2")
     assert error.value.code == "replacement_in_progress"
     with pytest.raises(Conflict) as error:
-        services.add_workers(ready_cluster, 1)
+        add_workers(ready_cluster, 1)
     assert error.value.code == "replacement_in_progress"
 
 
@@ -99,7 +103,7 @@ def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node
     broken = free_host(machine_type)
     Host.objects.filter(pk=broken.pk).update(fault=HostFault.BOOT_FAILS)
 
-    new = services.replace_node(ready_cluster, "node-1")
+    new = replace_node(ready_cluster, "node-1")
 
     new.refresh_from_db()
     old.refresh_from_db()
@@ -116,14 +120,14 @@ def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node
     assert "not charged" in failed.message and old.host.name not in failed.message
     # The operator repairs the machine; the customer tries again.
     Host.objects.filter(pk=broken.pk).update(fault="")
-    services.replace_node(cluster, "node-1")
+    replace_node(cluster, "node-1")
     assert Node.objects.filter(cluster=cluster, index=1, released_at__isnull=True).get().host_id == broken.pk
 
 
 def test_a_machine_that_never_joins_is_released_at_the_boot_deadline(ready_cluster, machine_type):
     old = ready_cluster.nodes.get(index=2)
     Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
-    new = services.replace_node(ready_cluster, "node-2")
+    new = replace_node(ready_cluster, "node-2")
     new.refresh_from_db()
     assert new.state == Node.State.UP and new.replacing_id == old.pk
     assert ready_cluster.pk in lifecycle.needs_driving()
@@ -142,7 +146,7 @@ def test_a_machine_whose_install_fails_is_billed_until_it_is_released(ready_clus
     broken = free_host(machine_type)
     Host.objects.filter(pk=broken.pk).update(fault=HostFault.INSTALL_FAILS)
 
-    new = services.replace_node(ready_cluster, "node-1")
+    new = replace_node(ready_cluster, "node-1")
 
     new.refresh_from_db()
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
@@ -156,14 +160,14 @@ def test_a_machine_whose_install_fails_is_billed_until_it_is_released(ready_clus
 def test_terminate_during_a_replacement_stops_and_bills_both_machines_until_then(ready_cluster, machine_type):
     Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
     old = ready_cluster.nodes.get(index=1)
-    new = services.replace_node(ready_cluster, "node-1")
+    new = replace_node(ready_cluster, "node-1")
     # It joins (the fault cleared) but the install is still running when the customer terminates.
     Host.objects.filter(pk=new.host_id).update(fault="", install_seconds=3600)
     lifecycle.advance(ready_cluster.pk)
     new.refresh_from_db()
     assert new.state == Node.State.INSTALLING and new.billing_started_at is not None
 
-    services.terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk), actor="alice")
+    terminate_cluster(Cluster.objects.get(pk=ready_cluster.pk), actor="alice")
     lifecycle.advance(ready_cluster.pk)
 
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
@@ -177,21 +181,21 @@ def test_terminate_during_a_replacement_stops_and_bills_both_machines_until_then
 
 def test_it_refuses_the_head_an_unknown_node_and_a_cluster_that_is_not_ready(ready_cluster):
     with pytest.raises(Conflict) as error:
-        services.replace_node(ready_cluster, "node-0")
+        replace_node(ready_cluster, "node-0")
     assert error.value.code == "head_replace_refused" and "controller" in error.value.message
     with pytest.raises(ClusterError) as unknown:
-        services.replace_node(ready_cluster, "node-9")
+        replace_node(ready_cluster, "node-9")
     assert unknown.value.code == "node_not_found" and unknown.value.status == 404
-    services.terminate_cluster(ready_cluster)
+    terminate_cluster(ready_cluster)
     with pytest.raises(Conflict) as error:
-        services.replace_node(Cluster.objects.get(pk=ready_cluster.pk), "node-1")
+        replace_node(Cluster.objects.get(pk=ready_cluster.pk), "node-1")
     assert error.value.code == "not_ready"
 
 
 def test_it_says_so_when_no_machine_can_start_and_offers_nothing_else(ready_cluster, machine_type):
     machine_type.hosts.filter(state=Host.State.FREE).update(state=Host.State.DISABLED)
     with pytest.raises(Conflict) as error:
-        services.replace_node(ready_cluster, "node-1")
+        replace_node(ready_cluster, "node-1")
     assert error.value.code == "offer_unavailable"
     assert str(machine_type) in error.value.message and "node-1 keeps running" in error.value.message
     assert live(ready_cluster) == live(Cluster.objects.get(pk=ready_cluster.pk))
@@ -202,7 +206,7 @@ def test_the_balance_must_cover_an_hour_of_the_cluster_and_the_machine_swapped_i
     # 4 × $2.50 = $10.00 an hour while the two machines overlap.
     Workspace.objects.filter(pk=ready_cluster.workspace_id).update(credit_balance=Decimal("9.99"))
     with pytest.raises(InsufficientCredits) as error:
-        services.replace_node(ready_cluster, "node-1")
+        replace_node(ready_cluster, "node-1")
     assert error.value.details["required"] == "10.00"
     Workspace.objects.filter(pk=ready_cluster.workspace_id).update(credit_balance=Decimal("10.00"))
-    services.replace_node(ready_cluster, "node-1")
+    replace_node(ready_cluster, "node-1")

@@ -17,10 +17,12 @@ from django.db import connection, transaction
 
 from accounts.models import Workspace
 from billing import services as billing
-from clusters import rules, services
+from clusters import rules
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Status
-from offers import services as inventory
+from clusters.services.create import create_cluster
+from clusters.services.workers import add_workers
+from offers import inventory
 from tests.billing.conftest import at, running_cluster
 from tests.factories import machine_type_with_hosts
 
@@ -104,7 +106,7 @@ def test_a_create_waits_for_a_balance_change_in_flight_and_checks_the_new_balanc
 
     def create() -> None:
         try:
-            outcome["result"] = services.create_cluster(environment=environment, name="late", machine_type=machine_type,
+            outcome["result"] = create_cluster(environment=environment, name="late", machine_type=machine_type,
                                                         machine_count=2)
         except ClusterError as error:
             outcome["result"] = error
@@ -126,10 +128,10 @@ def test_a_create_waits_for_a_balance_change_in_flight_and_checks_the_new_balanc
 def test_a_create_of_exactly_the_maximum_is_accepted_and_one_more_is_refused(environment):
     machine_type = machine_type_with_hosts(rules.MAX_MACHINES + 1)
     with pytest.raises(ClusterError) as too_many:
-        services.create_cluster(environment=environment, name="too-big", machine_type=machine_type,
+        create_cluster(environment=environment, name="too-big", machine_type=machine_type,
                                 machine_count=rules.MAX_MACHINES + 1)
     assert too_many.value.code == "invalid_machine_count"
-    cluster = services.create_cluster(environment=environment, name="biggest", machine_type=machine_type,
+    cluster = create_cluster(environment=environment, name="biggest", machine_type=machine_type,
                                       machine_count=rules.MAX_MACHINES)
     assert cluster.nodes.count() == rules.MAX_MACHINES
 
@@ -138,11 +140,11 @@ def test_workers_fill_a_cluster_up_to_the_maximum_and_not_past_it(environment):
     machine_type = machine_type_with_hosts(rules.MAX_MACHINES + 1)
     cluster = running_cluster(environment, machine_type, machines=rules.MAX_MACHINES - 2, started=at(0))
     with pytest.raises(ClusterError) as past:
-        services.add_workers(cluster, 3)
+        add_workers(cluster, 3)
     assert past.value.code == "invalid_count"
-    services.add_workers(cluster, 2)
+    add_workers(cluster, 2)
     cluster.refresh_from_db()
     assert cluster.machine_count == rules.MAX_MACHINES and cluster.status == Status.READY
     with pytest.raises(ClusterError) as one_more:
-        services.add_workers(cluster, 1)
+        add_workers(cluster, 1)
     assert one_more.value.code == "invalid_count"

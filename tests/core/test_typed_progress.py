@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.models import Cluster, Node, NodeStep, Status
 from clusters.providers.base import StepOutcome
 from clusters.providers.simulated import SimulatedProvider
+from clusters.services.create import create_cluster
+from clusters.services.progress import append_node_logs, retry_install
+from clusters.services.replace import replace_node
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,7 +33,7 @@ def labels(request, monkeypatch) -> str:
 
 
 def create(environment, machine_type, count=4, software="slurm") -> Cluster:
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=count, software=software
     )
     cluster.refresh_from_db()
@@ -69,7 +72,7 @@ def test_an_installed_node_is_only_checked_on_later_passes_even_after_late_outpu
     assert cluster.status == Status.INSTALLING
     head = cluster.nodes.get(index=0)
     # The install's last lines land after the node was marked installed.
-    services.append_node_logs(cluster.pk, {head.pk: [("install_software:daemons", "slurmd started")]})
+    append_node_logs(cluster.pk, {head.pk: [("install_software:daemons", "slurmd started")]})
 
     assert drive(cluster).status == Status.INSTALLING
     held[0] = False
@@ -94,7 +97,7 @@ def test_a_retried_install_runs_again_on_every_node(labels, environment, machine
     assert cluster.status == Status.DEGRADED
     Host.objects.filter(pk=broken.pk).update(fault="")
 
-    services.retry_install(cluster, actor="alice")
+    retry_install(cluster, actor="alice")
 
     cluster.refresh_from_db()
     assert cluster.status == Status.READY
@@ -114,7 +117,7 @@ def test_a_replaced_machine_reads_as_replaced(labels, environment, machine_type)
     cluster = create(environment, machine_type, count=3)
     old = cluster.nodes.get(index=1)
 
-    services.replace_node(cluster, "node-1", actor="alice")
+    replace_node(cluster, "node-1", actor="alice")
 
     old.refresh_from_db()
     assert old.was_replaced

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def measured(environment, instant_offer, owner):
-    from clusters import services
+    from clusters.services.create import create_cluster
 
-    cluster = services.create_cluster(environment=environment, name="train", machine_type=instant_offer,
+    cluster = create_cluster(environment=environment, name="train", machine_type=instant_offer,
                                       machine_count=2, created_by=owner)
     cluster.refresh_from_db()
     nodes = collection.collected_nodes(cluster)

@@ -12,9 +12,11 @@ import sys
 import pytest
 from mcp import Client, StdioServerParameters
 
-from clusters import services
 from clusters.models import NetworkTest
 from clusters.nodeops.operations import PairMeasurement
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import claim_network_test, finish_network_test, record_network_pairs
+from clusters.services.terminate import terminate_cluster
 from tests.client.client_support import REPO_ROOT, runcrate_env
 from tests.e2e_client.test_mcp_live import call, refused
 
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def ready(environment, instant_offer, owner):
-    cluster = services.create_cluster(environment=environment, name="net", machine_type=instant_offer,
+    cluster = create_cluster(environment=environment, name="net", machine_type=instant_offer,
                                       machine_count=2, created_by=owner)
     cluster.refresh_from_db()
     assert cluster.status == "ready"
@@ -31,14 +33,14 @@ def ready(environment, instant_offer, owner):
 
 
 def measured(cluster, figures: dict[tuple[str, str], float]) -> NetworkTest:
-    test = services.claim_network_test(
+    test = claim_network_test(
         NetworkTest.objects.create(cluster=cluster, trigger="on_demand", expected_gbps=1.0,
                                    node_names=["node-0", "node-1"]).pk
     )
     assert test is not None
-    services.record_network_pairs(test, [PairMeasurement("ring", s, t, g, None) for (s, t), g in figures.items()])
-    services.record_network_pairs(test, [PairMeasurement("pairs", s, t, g, 0.5) for (s, t), g in figures.items()])
-    services.finish_network_test(test)
+    record_network_pairs(test, [PairMeasurement("ring", s, t, g, None) for (s, t), g in figures.items()])
+    record_network_pairs(test, [PairMeasurement("pairs", s, t, g, 0.5) for (s, t), g in figures.items()])
+    finish_network_test(test)
     test.refresh_from_db()
     return test
 
@@ -69,7 +71,7 @@ def test_network_test_by_name_watches_and_exits_by_the_outcome(cli, ready):
 def test_network_test_is_refused_clearly(cli, environment, instant_offer, owner, ready):
     missing = cli("clusters", "network-test", "nope")
     assert missing.returncode == 5 and "No cluster named 'nope'" in missing.stderr
-    services.terminate_cluster(ready, actor="alice")
+    terminate_cluster(ready, actor="alice")
     refused_run = cli("clusters", "network-test", "net")
     assert refused_run.returncode == 6 and "not_ready" in refused_run.stderr
 

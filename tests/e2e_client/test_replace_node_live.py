@@ -8,8 +8,8 @@ import sys
 import pytest
 from mcp import Client, StdioServerParameters
 
-from clusters import services
 from clusters.models import Node
+from clusters.services.create import create_cluster
 from tests.client.client_support import REPO_ROOT, run_runcrate, runcrate_env
 from tests.e2e_client.test_mcp_live import call, refused
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def ready_cluster(environment, machine_type, name: str):
-    cluster = services.create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=3)
+    cluster = create_cluster(environment=environment, name=name, machine_type=machine_type, machine_count=3)
     cluster.refresh_from_db()
     assert cluster.status == "ready"
     return cluster

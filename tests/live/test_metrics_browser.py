@@ -12,8 +12,8 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Role
-from clusters import services
 from clusters.nodeops.metrics import NodeReading
+from clusters.services.create import create_cluster
 from metrics import collection
 from metrics import services as metrics
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
@@ -32,7 +32,7 @@ def watched_cluster(db):
     workspace = WorkspaceFactory(name="Rules Lab", credit_balance=Decimal("1000.00"))
     user = UserFactory(username="rita")
     MembershipFactory(workspace=workspace, user=user, role=Role.OWNER)
-    cluster = services.create_cluster(environment=workspace.default_environment, name="busy",
+    cluster = create_cluster(environment=workspace.default_environment, name="busy",
                                       machine_type=machine_type_with_hosts(3), machine_count=3)
     cluster.refresh_from_db()
     nodes = collection.collected_nodes(cluster)

@@ -10,9 +10,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from clusters import services
 from clusters.models import Cluster, Status
 from clusters.nodeops.metrics import NodeReading
+from clusters.services.create import create_cluster
 from metrics import collection
 from metrics import services as metrics
 from tests.live.test_sockets import communicator, receive_until, session_cookie
@@ -41,7 +41,7 @@ def round_of(cluster: Cluster, busy: float, total: float) -> None:
 
 
 async def test_a_round_pushes_points_and_the_top_table_to_the_cluster_page(environment, machine_type, owner):
-    cluster = await database_sync_to_async(services.create_cluster)(
+    cluster = await database_sync_to_async(create_cluster)(
         environment=environment, name="train", machine_type=machine_type, machine_count=2, created_by=owner)
     await database_sync_to_async(cluster.refresh_from_db)()
     assert cluster.status == Status.READY

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from accounts.models import Role
-from clusters import services
 from clusters.models import NetworkTest
 from clusters.nodeops.operations import PairMeasurement
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import claim_network_test, finish_network_test, record_network_pairs
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.test_browser import CHROMIUM, PHONE, SCREENSHOTS, WAIT_MS, Stack, stack  # noqa: F401 - fixture
 from tests.live.test_dashboard_rules import browse
@@ -29,7 +30,7 @@ def measured_cluster(db):
     workspace = WorkspaceFactory(name="Rules Lab", credit_balance=Decimal("1000.00"))
     user = UserFactory(username="rita")
     MembershipFactory(workspace=workspace, user=user, role=Role.OWNER)
-    cluster = services.create_cluster(environment=workspace.default_environment, name="wide",
+    cluster = create_cluster(environment=workspace.default_environment, name="wide",
                                       machine_type=machine_type_with_hosts(6), machine_count=6)
     cluster.refresh_from_db()
     assert cluster.status == "ready"
@@ -37,12 +38,12 @@ def measured_cluster(db):
     # Recorded as the runner records one (start_network_test would run it inline here, and
     # simulated machines have nothing to measure).
     queued = NetworkTest.objects.create(cluster=cluster, trigger="after_ready", expected_gbps=1.0, node_names=names)
-    test = services.claim_network_test(queued.pk)
+    test = claim_network_test(queued.pk)
     assert test is not None
-    services.record_network_pairs(test, [
+    record_network_pairs(test, [
         PairMeasurement("pairs", s, t, 0.4 if "node-5" in (s, t) else 1.6, 0.5) for s in names for t in names if s != t
     ])
-    services.finish_network_test(test)
+    finish_network_test(test)
     return cluster
 
 

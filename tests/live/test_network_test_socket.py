@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
-from clusters import services
 from clusters.models import NetworkTest
 from clusters.nodeops.operations import PairMeasurement
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import claim_network_test, record_network_pairs
 from tests.live.test_sockets import TIMEOUT, close_layer, communicator, receive_until, session_cookie  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("isolated_channel_layer")]
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def cluster(environment, machine_type, owner):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=2, created_by=owner
     )
     cluster.refresh_from_db()
@@ -27,7 +28,7 @@ def running_test(cluster) -> NetworkTest:
     # Created as the runner finds it (queued, then claimed): no task is queued for it here.
     test = NetworkTest.objects.create(cluster=cluster, trigger="on_demand", expected_gbps=1.0,
                                       node_names=["node-0", "node-1"])
-    claimed = services.claim_network_test(test.pk)
+    claimed = claim_network_test(test.pk)
     assert claimed is not None
     return claimed
 
@@ -43,7 +44,7 @@ async def test_a_measured_pair_is_pushed_to_the_page_as_it_is_recorded(cluster, 
     running = await receive_until(socket, 'data-testid="network-test-status">Running<')
     assert running.lstrip().startswith('<div id="network-card" aria-live="polite" hx-swap-oob="true">')
 
-    await database_sync_to_async(services.record_network_pairs)(
+    await database_sync_to_async(record_network_pairs)(
         test, [PairMeasurement("pairs", "node-1", "node-0", 0.37, 0.55)]
     )
     pushed = await receive_until(socket, 'data-testid="pair-node-1-node-0"')

@@ -18,7 +18,7 @@ from django.test import Client
 from accounts.models import Role
 from api.keys import create_api_key
 from clusters.models import Cluster, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
 from config.celery import app
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
@@ -68,7 +68,7 @@ def worker(tmp_path, prefix, on_real_redis):
     yield stack
     stack.stop()
     # A cluster that did not terminate leaves its loopback sshd servers: stop them as release does.
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local.provider import LocalProvider
 
     settings.LOCAL_MACHINES_DIR, settings.LOCAL_NODES = str(machines), "sandbox"
     provider = LocalProvider()

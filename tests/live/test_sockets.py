@@ -9,8 +9,10 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from clusters import services
 from clusters.models import Cluster, Node, Status
+from clusters.services.create import create_cluster
+from clusters.services.progress import append_node_logs, update_nodes
+from clusters.services.terminate import terminate_cluster
 from config.asgi import application
 
 pytestmark = [
@@ -53,7 +55,7 @@ async def receive_until(socket: WebsocketCommunicator, needle: str) -> str:
 @pytest.fixture
 def cluster(environment, machine_type, owner) -> Cluster:
     # On a transactional database the create's on_commit runs the (eager) lifecycle: ready.
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=4, created_by=owner
     )
     cluster.refresh_from_db()
@@ -75,7 +77,7 @@ async def close_layer():
 
 
 async def terminate(cluster: Cluster, actor: str) -> None:
-    assert await database_sync_to_async(services.terminate_cluster)(cluster, actor=actor)
+    assert await database_sync_to_async(terminate_cluster)(cluster, actor=actor)
 
 
 @pytest.fixture(params=["owner", "developer"])
@@ -117,7 +119,7 @@ async def test_the_environment_socket_pushes_the_clusters_row(cluster, environme
 
 
 async def test_a_push_reaches_only_that_clusters_watchers(cluster, environment, machine_type, owner_cookie, owner):
-    other = await database_sync_to_async(services.create_cluster)(
+    other = await database_sync_to_async(create_cluster)(
         environment=environment, name="other", machine_type=machine_type, machine_count=2, created_by=owner
     )
     socket = communicator(f"/ws/clusters/{other.pk}/", owner_cookie)
@@ -206,7 +208,7 @@ async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
     assert (await socket.connect(timeout=TIMEOUT))[0]
     await socket.receive_from(timeout=TIMEOUT)  # the current state
     node = await database_sync_to_async(cluster.nodes.get)(index=2)
-    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"detail": "Its disk is full."})])
+    await database_sync_to_async(update_nodes)(cluster.pk, [(node, {"detail": "Its disk is full."})])
     card = await socket.receive_from(timeout=TIMEOUT)
     rows = await socket.receive_from(timeout=TIMEOUT)
     assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card
@@ -220,7 +222,7 @@ async def test_a_node_leaving_ready_takes_the_replace_button_off_every_row(clust
     assert (await socket.connect(timeout=TIMEOUT))[0]
     assert "Replace node-1" in await socket.receive_from(timeout=TIMEOUT)
     node = await database_sync_to_async(cluster.nodes.get)(index=2)
-    await database_sync_to_async(services.update_nodes)(cluster.pk, [(node, {"state": Node.State.INSTALL_FAILED})])
+    await database_sync_to_async(update_nodes)(cluster.pk, [(node, {"state": Node.State.INSTALL_FAILED})])
     await socket.receive_from(timeout=TIMEOUT)  # the status card
     rows = await socket.receive_from(timeout=TIMEOUT)
     assert rows.count("<tr ") == 4 and "Install failed" in rows and "Replace node-" not in rows
@@ -229,11 +231,11 @@ async def test_a_node_leaving_ready_takes_the_replace_button_off_every_row(clust
 
 async def test_new_log_lines_reach_the_page_alone_after_what_it_holds(cluster, owner_cookie):
     nodes = await database_sync_to_async(lambda: {n.index: n.pk for n in cluster.nodes.all()})()
-    await database_sync_to_async(services.append_node_logs)(cluster.pk, {nodes[1]: [("install", "unpacking slurm")]})
+    await database_sync_to_async(append_node_logs)(cluster.pk, {nodes[1]: [("install", "unpacking slurm")]})
     socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
     assert (await socket.connect(timeout=TIMEOUT))[0]
     assert "unpacking slurm" in await socket.receive_from(timeout=TIMEOUT)
-    await database_sync_to_async(services.append_node_logs)(cluster.pk, {nodes[1]: [("install", "slurmd started")]})
+    await database_sync_to_async(append_node_logs)(cluster.pk, {nodes[1]: [("install", "slurmd started")]})
     card = await socket.receive_from(timeout=TIMEOUT)
     assert '<pre class="log" id="node-1-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
     assert "slurmd started" in card and "unpacking slurm" not in card

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from clusters import services
 from clusters.models import Cluster, Node, Status
+from clusters.services.create import create_cluster
 from tests.factories import machine_type_with_hosts
 from tests.live.processes import Processes, RedisServer, publish_to, wait_for
 
@@ -38,7 +38,7 @@ def test_a_worker_killed_mid_join_leaves_a_cluster_that_another_worker_brings_to
     stack.worker("first")
     stack.beat()
     machine_type = machine_type_with_hosts(2)
-    cluster = services.create_cluster(environment=environment, name="crash", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="crash", machine_type=machine_type, machine_count=2)
 
     def joining() -> bool:
         row = Cluster.objects.get(pk=cluster.pk)
@@ -83,7 +83,7 @@ def test_a_pass_lost_with_a_killed_worker_is_re_driven_within_half_a_minute(envi
     stack.beat()
     machine_type = machine_type_with_hosts(2)
     Host.objects.filter(machine_type=machine_type).update(boot_seconds=12)
-    cluster = services.create_cluster(environment=environment, name="lost", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="lost", machine_type=machine_type, machine_count=2)
 
     def waiting_for_its_next_pass() -> bool:
         row = Cluster.objects.get(pk=cluster.pk)

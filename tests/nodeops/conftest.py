@@ -17,7 +17,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from clusters.nodeops.runner import NodeRunner, RetryPolicy  # noqa: E402
-from clusters.nodeops.sandbox import find_sshd, start_endpoints  # noqa: E402
+from clusters.providers.local.sandbox import find_sshd, start_endpoints  # noqa: E402
 
 NODES = 4
 

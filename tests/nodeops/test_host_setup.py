@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bin" / "host-setup"
 

@@ -20,7 +20,7 @@ from clusters.nodeops.parsers import (
     iperf3_result,
     ping_average_ms,
 )
-from clusters.nodeops.sandbox import free_port
+from clusters.providers.local.sandbox import free_port
 
 IPERF3 = shutil.which("iperf3")
 needs_iperf3 = pytest.mark.skipif(IPERF3 is None, reason="iperf3 is not installed (apt-get install iperf3)")

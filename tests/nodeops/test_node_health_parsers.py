@@ -1,5 +1,5 @@
 """health.sh's markers and the per-node verdicts, from output captured on real nodes (a
-3-node Slurm cluster of clusters.nodeops.realnodes: all well, then wireguard-go killed on
+3-node Slurm cluster of clusters.providers.local.realnodes: all well, then wireguard-go killed on
 node-1 and slurmd on node-2) and from sinfo/kubectl/ray output in their real formats."""
 
 from __future__ import annotations

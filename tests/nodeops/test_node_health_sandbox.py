@@ -10,7 +10,7 @@ import pytest
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
-from clusters.nodeops.sandbox import free_port
+from clusters.providers.local.sandbox import free_port
 from tests.nodeops.test_nodeops_cluster import bring_up, root
 
 

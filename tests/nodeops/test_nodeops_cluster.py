@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from clusters.nodeops import operations as ops
 from clusters.nodeops.operations import generate_secrets, wireguard_config, write_fault
 from clusters.nodeops.runner import STANDINS_OVERLAY, NodeRunner, RetryPolicy, load_script
-from clusters.nodeops.sandbox import Blackhole
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
+from clusters.providers.local.sandbox import Blackhole
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "clusters" / "nodeops" / "scripts").glob("*.sh"))
 
@@ -359,7 +359,7 @@ def test_the_same_steps_work_against_the_asyncssh_server(asyncssh_endpoints, run
 
 
 def test_pool_stop_ends_every_server_process(tmp_path):
-    from clusters.nodeops.sandbox import find_sshd, start_endpoints
+    from clusters.providers.local.sandbox import find_sshd, start_endpoints
 
     if find_sshd() is None:
         pytest.skip("OpenSSH sshd is not installed")
@@ -449,7 +449,7 @@ def test_sandbox_gateways_must_be_loopback_too(endpoints, runner):
 
 
 def test_a_saved_pool_can_be_reattached_by_another_process_and_stopped(tmp_path):
-    from clusters.nodeops.sandbox import EndpointPool, ensure_endpoints, find_sshd, start_endpoints
+    from clusters.providers.local.sandbox import EndpointPool, ensure_endpoints, find_sshd, start_endpoints
 
     if find_sshd() is None:
         pytest.skip("OpenSSH sshd is not installed")

@@ -9,8 +9,11 @@ import pytest
 from django.utils import timezone
 
 from billing.models import MachineUsage
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.models import Cluster, Node, Reason, Status
+from clusters.services.create import create_cluster
+from clusters.services.progress import retry_install
+from clusters.services.terminate import terminate_cluster
 from notifications.models import Delivery, Notification
 from offers.models import Host, HostFault
 from tests.notifications.conftest import html_of, subject_of, text_of
@@ -19,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def create(environment, machine_type, owner, count=2, software="none", name="train") -> Cluster:
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software,
         created_by=owner,
     )
@@ -74,7 +77,7 @@ def test_the_degraded_email_names_the_failed_nodes_and_links_to_retry(smtp, envi
 def test_a_second_degradation_after_a_retry_is_a_new_email(smtp, environment, machine_type, owner):
     Host.objects.filter(pk=machine_type.hosts.order_by("id")[0].pk).update(fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, owner, count=2, software="ray")
-    services.retry_install(cluster)
+    retry_install(cluster)
     cluster.refresh_from_db()
     assert cluster.status == Status.DEGRADED
     assert len(smtp.messages) == 2
@@ -87,7 +90,7 @@ def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environmen
     Cluster.objects.filter(pk=cluster.pk).update(billing_started_at=started)
     MachineUsage.objects.filter(cluster=cluster).update(started_at=started, billed_until=started)
     cluster.refresh_from_db()
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     lifecycle.advance(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
@@ -112,7 +115,7 @@ def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environmen
 )
 def test_a_cluster_stopped_by_billing_gets_the_critical_stopped_email(smtp, environment, machine_type, owner, reason, subject, says):
     cluster = create(environment, machine_type, owner, count=2)
-    services.terminate_cluster(cluster, reason=reason)
+    terminate_cluster(cluster, reason=reason)
     lifecycle.advance(cluster.pk)
     assert len(smtp.messages) == 2
     stopped = smtp.messages[1]
@@ -123,7 +126,7 @@ def test_a_cluster_stopped_by_billing_gets_the_critical_stopped_email(smtp, envi
 
 
 def test_without_a_creator_the_workspace_owners_get_it(smtp, environment, machine_type, owner, developer):
-    services.create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
+    create_cluster(environment=environment, name="x", machine_type=machine_type, machine_count=2)
     assert [m["To"] for m in smtp.messages] == ["alice@example.com"]
 
 
@@ -131,7 +134,7 @@ def test_a_terminated_cluster_that_never_started_cost_nothing(smtp, environment,
     Host.objects.update(boot_seconds=600)
     cluster = create(environment, machine_type, owner, count=2)
     assert cluster.status == Status.PROVISIONING
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     lifecycle.advance(cluster.pk)
     [message] = smtp.messages
     text = text_of(message)

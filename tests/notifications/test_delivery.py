@@ -6,8 +6,9 @@ import pytest
 from celery.exceptions import Retry
 from django.db import transaction
 
-from clusters import services as cluster_services
 from clusters.models import Cluster, Status
+from clusters.services.create import create_cluster
+from clusters.services.progress import _announce_ready
 from notifications import services
 from notifications.kinds import Kind
 from notifications.models import Delivery, Notification
@@ -49,13 +50,13 @@ def test_a_duplicate_task_sends_nothing_more(smtp, workspace, owner):
 
 
 def test_a_cluster_event_triggered_twice_is_emailed_once(smtp, environment, machine_type, owner):
-    cluster = cluster_services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="c", machine_type=machine_type, machine_count=2, created_by=owner
     )
     cluster.refresh_from_db()
     # A second worker replaying the announcement (the lifecycle step re-run after a crash).
     with transaction.atomic():
-        cluster_services._announce_ready(cluster)
+        _announce_ready(cluster)
     assert [subject_of(m) for m in smtp.messages] == ["Your cluster c is ready"]
     assert Notification.objects.filter(dedupe_key=f"cluster:{cluster.pk}:ready").count() == 1
 
@@ -79,7 +80,7 @@ def test_nothing_is_sent_before_commit(smtp, workspace, owner, broker):
 
 def test_an_smtp_outage_schedules_a_retry_and_recovery_sends_exactly_once(smtp, environment, machine_type, owner, broker):
     with smtp_down(smtp):
-        cluster = cluster_services.create_cluster(
+        cluster = create_cluster(
             environment=environment, name="outage", machine_type=machine_type, machine_count=2, created_by=owner
         )
         assert Cluster.objects.get(pk=cluster.pk).status == Status.READY  # the outage never blocks the lifecycle

@@ -7,8 +7,12 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from clusters import health, services, tasks
+from clusters import health, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
+from clusters.services.create import create_cluster
+from clusters.services.health import record_node_health
+from clusters.services.replace import replace_node
+from clusters.services.terminate import terminate_cluster
 from notifications.models import Notification
 from offers.models import Host, HostFault
 from tests.factories import ready_cluster
@@ -75,8 +79,8 @@ def test_a_node_that_turns_bad_gets_an_event_and_one_email_and_one_more_when_it_
 def test_a_node_that_stays_bad_differently_gets_an_event_but_no_second_email(smtp, cluster):
     smtp.messages.clear()
     worker = node(cluster, 2)
-    services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.SOFTWARE_DOWN, "slurmd not running")})
-    services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
+    record_node_health(cluster.pk, {worker.pk: (NodeHealth.SOFTWARE_DOWN, "slurmd not running")})
+    record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
     assert health_events(cluster) == [
         ("node_unhealthy", Reason.NODE_SOFTWARE_DOWN), ("node_health_changed", Reason.NODE_UNREACHABLE)
     ]
@@ -108,7 +112,7 @@ def test_the_round_skips_machines_being_swapped_in_and_nodes_not_ready_but_check
 
 
 def test_clusters_that_are_not_ready_are_not_checked(cluster):
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     assert health.check_cluster(cluster.pk) is None
     assert not cluster.nodes.filter(health_checked_at__isnull=False).exists()
 
@@ -117,14 +121,14 @@ def test_findings_for_a_cluster_that_stopped_mid_round_are_dropped(smtp, cluster
     smtp.messages.clear()
     worker = node(cluster, 1)
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.TERMINATING)
-    assert services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "gone")}) == []
+    assert record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "gone")}) == []
     assert node(cluster, 1).health == NodeHealth.UNKNOWN and smtp.messages == []
 
 
 def test_the_beat_task_checks_each_due_ready_cluster_once_and_skips_one_in_a_round(
     cluster, environment, machine_type, owner
 ):
-    other = services.create_cluster(
+    other = create_cluster(
         environment=environment, name="other", machine_type=machine_type, machine_count=2, created_by=owner,
     )
     assert health.due_clusters() == [cluster.pk, other.pk]
@@ -156,7 +160,7 @@ def test_two_rounds_that_find_the_same_change_at_once_record_and_email_it_once(s
     def round_() -> None:
         try:
             start.wait()
-            services.record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
+            record_node_health(cluster.pk, {worker.pk: (NodeHealth.UNREACHABLE, "Does not answer over SSH")})
         finally:
             connections.close_all()
 
@@ -204,9 +208,9 @@ def test_a_stopped_machine_carries_no_health(cluster, client, owner):
     old = node(cluster, 1)
     assert old.health == NodeHealth.HEALTHY
 
-    services.replace_node(Cluster.objects.get(pk=cluster.pk), "node-1", actor="alice")
+    replace_node(Cluster.objects.get(pk=cluster.pk), "node-1", actor="alice")
     old.refresh_from_db()
     assert old.released_at is not None and (old.health, old.health_detail) == (NodeHealth.UNKNOWN, "")
 
-    services.terminate_cluster(Cluster.objects.get(pk=cluster.pk), actor="alice")
+    terminate_cluster(Cluster.objects.get(pk=cluster.pk), actor="alice")
     assert set(cluster.nodes.values_list("health", flat=True)) == {NodeHealth.UNKNOWN}

@@ -19,7 +19,7 @@ def local_machines(settings, tmp_path):
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "sandbox"
     yield tmp_path / "machines"
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local.provider import LocalProvider
 
     provider = LocalProvider()
     for host in Host.objects.all():

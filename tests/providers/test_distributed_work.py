@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from clusters import connect, services
+from clusters import connect
 from clusters.models import Node, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
+from clusters.services.create import create_cluster
+from clusters.services.replace import replace_node
+from clusters.services.workers import add_workers
 from offers.models import Host
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import (
@@ -71,7 +74,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     key, public = customer_key(tmp_path, "alice")
     ssh_key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=public)
     machine_type = real_machine_type(5)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=3, software="slurm",
         ssh_keys=[ssh_key],
     )
@@ -143,7 +146,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert {f"on node-{i} NODE_RANK={i}" for i in range(3)} <= {line.split(" ", 2)[2] for line in ran_on.splitlines()}
 
     # A worker added: everyone knows it by name at once, it knows everyone.
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     cluster = grow(cluster, timeout=150)
     assert cluster.status == Status.READY and cluster.nodes.get(index=3).state == Node.State.READY, story(cluster)
     session = on_head("ssh node-3 'hostname; echo $NODE_RANK $NNODES; ssh node-1 hostname'")
@@ -158,7 +161,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     old_key = old.host_key
     # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
     Host.objects.filter(state=Host.State.FREE).update(boot_seconds=12)
-    services.replace_node(cluster, "node-2", actor="alice")
+    replace_node(cluster, "node-2", actor="alice")
     cluster = drive(cluster, SETTLED, timeout=2)
     assert on_head("sinfo -h -n node-2 -o %T").stdout.strip() == "draining", story(cluster)
     assert on_head("srun -N1 -w node-2 --immediate=5 hostname").returncode != 0, "no new job lands on node-2"

@@ -1,6 +1,6 @@
 """Attacks on real nodes from the inside, as a customer with root on a node would make them.
 
-Every node here is a real one (clusters.nodeops.realnodes): the commands run in the node as its
+Every node here is a real one (clusters.providers.local.realnodes): the commands run in the node as its
 root, in its namespaces and its cgroup (`run_in`), and what they reach is checked from this
 computer's side. Skipped where this computer cannot run namespaces.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.nodeops import realnodes
-from clusters.nodeops.sandbox import write_ed25519_keypair
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import write_ed25519_keypair
 
 CAN, WHY = realnodes.capability()
 pytestmark = pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")

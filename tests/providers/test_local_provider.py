@@ -9,9 +9,13 @@ import pytest
 from django.utils import timezone
 
 from billing.models import MachineUsage
-from clusters import services
 from clusters.models import Cluster, Node, Reason, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
+from clusters.services.create import create_cluster
+from clusters.services.progress import retry_install
+from clusters.services.terminate import terminate_cluster
+from clusters.services.volumes import create_volume
+from clusters.services.workers import add_workers
 from offers.models import Host, HostFault
 from tests.providers.conftest import SETTLED, drive, local_machine_type
 
@@ -22,7 +26,7 @@ pytestmark = [
 
 
 def create(environment, machine_type, count=4, software="none", name="train"):
-    return services.create_cluster(
+    return create_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=count, software=software
     )
 
@@ -42,7 +46,7 @@ def test_the_customers_ssh_keys_are_authorized_on_every_node(environment, owner,
     ).decode()
     key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=f"{public} alice@laptop")
     machine_type = local_machine_type(2, block=80)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="keys", machine_type=machine_type, machine_count=2, ssh_keys=[key]
     )
     cluster = drive(cluster, SETTLED)
@@ -110,7 +114,7 @@ def test_install_failure_degrades_then_retry_reaches_ready(environment, local_ma
     assert failed.state == Node.State.INSTALL_FAILED and "install" in failed.detail.lower()
     # The operator fixes the machine; the customer retries.
     (node_root(local_machines, failed) / "etc" / "runcrate" / "fault").unlink()
-    services.retry_install(cluster, actor="alice")
+    retry_install(cluster, actor="alice")
     cluster = drive(cluster, SETTLED)
     assert cluster.status == Status.READY
 
@@ -119,7 +123,7 @@ def test_adding_a_worker_rejoins_every_node(environment, local_machines):
     machine_type = local_machine_type(3, block=50)
     cluster = drive(create(environment, machine_type, count=2, software="slurm"), SETTLED)
     assert cluster.status == Status.READY
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     cluster = drive(cluster, SETTLED, timeout=5)
     deadline = timezone.now() + dt.timedelta(seconds=60)
     while cluster.nodes.filter(released_at__isnull=True).exclude(state=Node.State.READY).exists() and timezone.now() < deadline:
@@ -136,7 +140,7 @@ def test_adding_a_worker_rejoins_every_node(environment, local_machines):
 def test_terminate_stops_and_releases_every_machine(environment, local_machines):
     machine_type = local_machine_type(2, block=60)
     cluster = drive(create(environment, machine_type, count=2), SETTLED)
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster = drive(cluster, SETTLED)
     assert cluster.status == Status.TERMINATED
     assert not any((local_machines / h.name).exists() for h in Host.objects.all())
@@ -157,10 +161,10 @@ def test_local_machines_are_reached_directly_even_where_the_site_has_a_gateway(e
 
 def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(environment, local_machines, settings, tmp_path):
     settings.VOLUMES_DIR = str(tmp_path / "volumes")
-    volume = services.create_volume(environment=environment, name="corpus", size_gb=10)
+    volume = create_volume(environment=environment, name="corpus", size_gb=10)
     (Path(volume.source_path) / "train.txt").write_text("tokens\n")
     machine_type = local_machine_type(2, block=90)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="vol", machine_type=machine_type, machine_count=2, volume=volume
     )
     cluster = drive(cluster, SETTLED)
@@ -168,7 +172,7 @@ def test_a_volume_is_synced_into_shared_on_the_head_and_back_at_terminate(enviro
     head = node_root(local_machines, cluster.nodes.select_related("host").get(index=0))
     assert (head / "shared" / "volume" / "train.txt").read_text() == "tokens\n"
     (head / "shared" / "volume" / "checkpoint.pt").write_text("weights\n")
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     assert drive(cluster, SETTLED).status == Status.TERMINATED
     assert (Path(volume.source_path) / "checkpoint.pt").read_text() == "weights\n"
 
@@ -177,17 +181,17 @@ def test_a_sync_back_larger_than_the_volume_is_refused_whole_and_the_customer_is
     environment, local_machines, settings, tmp_path
 ):
     settings.VOLUMES_DIR = str(tmp_path / "volumes")
-    volume = services.create_volume(environment=environment, name="small", size_gb=1)
+    volume = create_volume(environment=environment, name="small", size_gb=1)
     (Path(volume.source_path) / "kept.txt").write_text("kept\n")
     machine_type = local_machine_type(2, block=91)
-    cluster = drive(services.create_cluster(
+    cluster = drive(create_cluster(
         environment=environment, name="vol", machine_type=machine_type, machine_count=2, volume=volume
     ), SETTLED)
     assert cluster.status == Status.READY
     head = node_root(local_machines, cluster.nodes.select_related("host").get(index=0))
     with open(head / "shared" / "volume" / "checkpoint.pt", "wb") as checkpoint:
         checkpoint.truncate(1_200_000_000)  # 1.2 GB (sparse) in a 1 GB volume
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     assert drive(cluster, SETTLED).status == Status.TERMINATED
     assert sorted(p.name for p in Path(volume.source_path).iterdir()) == ["kept.txt"]
     notice = cluster.events.get(event="stop_notice").message
@@ -200,7 +204,7 @@ def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, lo
     Host.objects.filter(name="local-72-2").update(fault=HostFault.NEVER_JOINS)
     cluster = drive(create(environment, machine_type, count=2), SETTLED)
     assert cluster.status == Status.READY
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     for _ in range(3):
         cluster = drive(cluster, SETTLED, timeout=2)
     worker = cluster.nodes.get(index=2)

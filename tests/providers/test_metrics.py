@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from clusters import services
 from clusters.models import Status
-from clusters.nodeops import realnodes
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import find_sshd
+from clusters.services.create import create_cluster
+from clusters.services.terminate import terminate_cluster
 from metrics import tasks
 from metrics.models import NodeSample
 from tests.providers.conftest import SETTLED, drive, local_machine_type
@@ -34,7 +35,7 @@ def listening(port: int) -> bool:
 
 def test_rounds_on_sandbox_machines_record_every_node_and_terminating_stops_the_exporters(environment, local_machines):
     machine_type = local_machine_type(2, block=93)
-    cluster = services.create_cluster(environment=environment, name="watch", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="watch", machine_type=machine_type, machine_count=2)
     cluster = drive(cluster, SETTLED)
     assert cluster.status == Status.READY
     assert tasks.collect_cluster_metrics(cluster.pk) == 2
@@ -47,7 +48,7 @@ def test_rounds_on_sandbox_machines_record_every_node_and_terminating_stops_the_
     ports = [int((local_machines / n.host.name / "root/etc/runcrate/node-exporter.port").read_text())
              for n in cluster.nodes.select_related("host")]
     assert all(listening(port) for port in ports)
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster = drive(cluster, {Status.TERMINATED})
     assert not any(listening(port) for port in ports)
     assert tasks.collect_cluster_metrics(cluster.pk) is None
@@ -59,7 +60,7 @@ CAN, WHY = realnodes.capability()
 @pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")
 def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environment, owner, real_machines):
     machine_type = real_machine_type(2)
-    cluster = services.create_cluster(environment=environment, name="busy", machine_type=machine_type,
+    cluster = create_cluster(environment=environment, name="busy", machine_type=machine_type,
                                       machine_count=2, software="none", created_by=owner)
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY
@@ -73,6 +74,6 @@ def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environm
     assert sample.cpu_percent is not None and sample.cpu_percent >= 25  # one of this computer's CPUs, at least in part
     assert sample.net_tx_bps and sample.net_tx_bps > 0 and sample.net_rx_bps and sample.net_rx_bps > 0
     # A container machine's memory is its own cgroup's, not this computer's.
-    from clusters.providers.local import node_limits
+    from clusters.providers.local.provider import node_limits
     assert sample.memory_total_bytes == node_limits(machine_type).cgroup_memory_mb << 20
     assert sample.root_total_bytes == node_limits(machine_type).disk_mb << 20

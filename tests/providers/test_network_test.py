@@ -12,9 +12,12 @@ import subprocess
 
 import pytest
 
-from clusters import connect, services
+from clusters import connect
 from clusters.models import NetworkTest, NetworkTestPair, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import record_network_pairs, start_network_test
+from clusters.services.terminate import terminate_cluster
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
 
@@ -43,7 +46,7 @@ def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes
 ):
     settings.NETWORK_TEST_AFTER_READY = True
     machine_type = real_machine_type(3)
-    cluster = services.create_cluster(environment=environment, name="net", machine_type=machine_type, machine_count=3)
+    cluster = create_cluster(environment=environment, name="net", machine_type=machine_type, machine_count=3)
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.READY, story(cluster)
     nodes = list(cluster.nodes.select_related("host").order_by("index"))
@@ -76,7 +79,7 @@ def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes
     slowest = min(p.gbps or 0.0 for p in pairs if p.phase == "pairs")
     settings.NETWORK_TEST_SLOW_BELOW_GBPS = slowest / 3
     throttle(real_machines, nodes[2], f"{max(int(slowest * 100), 5)}mbit")
-    second = services.start_network_test(cluster, actor="alice")
+    second = start_network_test(cluster, actor="alice")
     second.refresh_from_db()
     assert second.status == NetworkTest.Status.SLOW, second.detail
     measured = {(p.source_index, p.target_index): p for p in second.pairs.filter(phase=NetworkTestPair.Phase.PAIRS)}
@@ -94,20 +97,20 @@ def test_terminating_the_cluster_mid_test_stops_it_cleanly_after_the_round_in_fl
     environment, real_machines, monkeypatch
 ):
     machine_type = real_machine_type(2)
-    cluster = services.create_cluster(environment=environment, name="gone", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="gone", machine_type=machine_type, machine_count=2)
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.READY, story(cluster)
-    record = services.record_network_pairs
+    record = record_network_pairs
 
     def then_terminate(test, measurements):
         recorded = record(test, measurements)
         # The customer terminates while the ring's figures arrive (tasks run inline: the
         # cluster is stopped and released before the next round is asked for).
-        services.terminate_cluster(cluster, actor="alice")
+        terminate_cluster(cluster, actor="alice")
         return recorded
 
-    monkeypatch.setattr(services, "record_network_pairs", then_terminate)
-    test = services.start_network_test(cluster, actor="alice")
+    monkeypatch.setattr("clusters.network_tests.record_network_pairs", then_terminate)
+    test = start_network_test(cluster, actor="alice")
     test.refresh_from_db()
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED

@@ -8,9 +8,11 @@ import shutil
 
 import pytest
 
-from clusters import connect, services, tasks
+from clusters import connect, tasks
 from clusters.models import NetworkTest, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
+from clusters.services.create import create_cluster
+from clusters.services.network_tests import start_network_test
 from tests.providers.conftest import SETTLED, drive, local_machine_type
 
 pytestmark = [
@@ -22,10 +24,10 @@ pytestmark = [
 
 def test_sandbox_machines_measure_between_their_loopback_addresses(environment, local_machines):
     machine_type = local_machine_type(3, block=91)
-    cluster = services.create_cluster(environment=environment, name="loop", machine_type=machine_type, machine_count=3)
+    cluster = create_cluster(environment=environment, name="loop", machine_type=machine_type, machine_count=3)
     cluster = drive(cluster, SETTLED)
     assert cluster.status == Status.READY
-    test = services.start_network_test(cluster, actor="alice")
+    test = start_network_test(cluster, actor="alice")
     # Queued after the commit and run inline (tests run tasks eagerly).
     test.refresh_from_db()
     assert test.status in (NetworkTest.Status.PASSED, NetworkTest.Status.SLOW), test.detail
@@ -40,7 +42,7 @@ def test_sandbox_machines_measure_between_their_loopback_addresses(environment, 
 
 def test_container_machines_each_get_their_own_nccl_env_and_the_launch_lines_source_it(environment, local_machines):
     machine_type = local_machine_type(2, block=92, kind="container")
-    cluster = drive(services.create_cluster(environment=environment, name="box", machine_type=machine_type,
+    cluster = drive(create_cluster(environment=environment, name="box", machine_type=machine_type,
                                             machine_count=2), SETTLED)
     assert cluster.status == Status.READY
     for node in cluster.nodes.select_related("host"):

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from api.keys import create_api_key
-from clusters import health, services, tasks
+from clusters import health, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
-from clusters.nodeops import realnodes
+from clusters.providers.local import realnodes
+from clusters.services.create import create_cluster
 from notifications.models import Notification
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
@@ -52,7 +53,7 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
     environment, owner, real_machines, client
 ):
     machine_type = real_machine_type(3)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="watch", machine_type=machine_type, machine_count=3, software="slurm",
         created_by=owner,
     )
@@ -112,7 +113,7 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
 def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_never_suggested_for_replacement(
     environment, owner, real_machines
 ):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="blame", machine_type=real_machine_type(2), machine_count=2, software="none",
         created_by=owner,
     )

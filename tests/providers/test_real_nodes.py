@@ -1,6 +1,6 @@
 """The `local` provider on real Linux nodes: namespaces, WireGuard, Slurm, Ray, the customer's SSH.
 
-Every machine is a real node on this computer (clusters.nodeops.realnodes). The assertions
+Every machine is a real node on this computer (clusters.providers.local.realnodes). The assertions
 run real commands inside the nodes (`nsenter`) or over the customer's own SSH line; nothing
 here reads back a file the code under test wrote. Skipped where this computer cannot run
 namespaces (the sandbox tests in test_local_provider.py cover those machines).
@@ -20,10 +20,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
 from billing.models import LedgerEntry, MachineUsage
-from clusters import connect, lifecycle, services
+from clusters import connect, lifecycle
 from clusters.models import Cluster, Node, Reason, Status
-from clusters.nodeops import realnodes
-from clusters.nodeops.sandbox import free_port
+from clusters.providers.local import realnodes
+from clusters.providers.local.sandbox import free_port
+from clusters.services.create import create_cluster
+from clusters.services.progress import retry_install
+from clusters.services.replace import replace_node
+from clusters.services.terminate import terminate_cluster
+from clusters.services.workers import add_workers
 from offers.models import Host, HostFault
 from tests.factories import MachineTypeFactory
 from tests.providers.conftest import SETTLED, drive
@@ -39,7 +44,7 @@ pytestmark = [
 def real_machines(settings, tmp_path):
     """The `local` provider on real nodes under a directory of this test's own; whatever the
     test did, every node is released and the run's switch and routes are gone after it."""
-    from clusters.providers import local
+    from clusters.providers.local import provider as local
 
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "namespaces"
@@ -129,7 +134,7 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
     mallory_key, _ = customer_key(tmp_path, "mallory")
     key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=alice_public)
     machine_type = real_machine_type(4)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=3, software="slurm",
         ssh_keys=[key],
     )
@@ -171,7 +176,7 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
     on_node(real_machines, nodes[0], "setsid nohup srun -N1 -w node-1 sleep 300 >/dev/null 2>&1 &")
     job = wait_for(lambda: on_node(real_machines, nodes[0], "squeue -h -t R -o %i").stdout.strip(), timeout=30)
     assert job, "the job runs"
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     cluster = grow(cluster)
     worker = cluster.nodes.select_related("host").get(index=3)
     assert cluster.status == Status.READY and worker.state == Node.State.READY, story(cluster)
@@ -183,7 +188,7 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
     everything = cluster.nodes.select_related("host").filter(released_at__isnull=True)
     spaces = {node.name: realnodes.namespaces(handle(real_machines, node)) for node in everything}
     netns = {handle(real_machines, node).netns for node in everything}
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster = drive(cluster, SETTLED)
     assert cluster.status == Status.TERMINATED
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -195,7 +200,7 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
 def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_ready(
     environment, real_machines, monkeypatch
 ):
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local.provider import LocalProvider
 
     machine_type = real_machine_type(2)
     install = LocalProvider.install_software
@@ -209,7 +214,7 @@ def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_rea
         return outcome
 
     monkeypatch.setattr(LocalProvider, "install_software", install_then_kill_slurmd)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="flaky", machine_type=machine_type, machine_count=2, software="slurm"
     )
     cluster = drive(cluster, SETTLED, timeout=150)
@@ -217,7 +222,7 @@ def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_rea
     assert cluster.status == Status.DEGRADED, story(cluster)
     assert "node-1" in cluster.nodes.get(index=1).detail and cluster.is_billable
 
-    services.retry_install(cluster, actor="alice")
+    retry_install(cluster, actor="alice")
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY
     head = cluster.nodes.select_related("host").get(index=0)
@@ -229,7 +234,7 @@ def test_a_node_whose_wireguard_traffic_is_dropped_fails_the_cluster_at_the_dead
 ):
     machine_type = real_machine_type(2)
     Host.objects.filter(name__endswith="-1").update(fault=HostFault.NEVER_JOINS)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="lonely", machine_type=machine_type, machine_count=2
     )
     cluster = drive(cluster, SETTLED, timeout=30)
@@ -254,7 +259,7 @@ def test_a_node_whose_wireguard_traffic_is_dropped_fails_the_cluster_at_the_dead
 def test_a_machine_that_fails_to_boot_fails_the_cluster_and_no_node_is_left(environment, real_machines):
     machine_type = real_machine_type(2)
     Host.objects.filter(name__endswith="-1").update(fault=HostFault.BOOT_FAILS)
-    cluster = services.create_cluster(environment=environment, name="dud", machine_type=machine_type, machine_count=2)
+    cluster = create_cluster(environment=environment, name="dud", machine_type=machine_type, machine_count=2)
     cluster = drive(cluster, SETTLED, timeout=30)
     assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.BOOT_FAILED
     assert realnodes.leftovers(real_machines) == []
@@ -264,7 +269,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
     if not (realnodes.Path("/opt/ray/bin/ray").exists()):
         pytest.skip("Ray is not installed in /opt/ray (make ray)")
     machine_type = real_machine_type(4)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="tune", machine_type=machine_type, machine_count=2, software="ray"
     )
     cluster = drive(cluster, SETTLED, timeout=180)
@@ -285,7 +290,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
                                  "setsid nohup /opt/ray/bin/python /root/driver.py >/root/driver.out 2>&1 &")
     assert wait_for(lambda: "started" in on_node(real_machines, head, "cat /root/driver.out").stdout, timeout=60)
 
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     cluster = grow(cluster, timeout=150)
     assert cluster.status == Status.READY and cluster.nodes.get(index=2).state == Node.State.READY
     assert on_node(real_machines, head, "/opt/ray/bin/ray status").stdout.count(" node_") == 3
@@ -313,7 +318,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
     time.sleep(2)  # the task is leased on node-1
     # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
     Host.objects.filter(state=Host.State.FREE).update(boot_seconds=40)
-    services.replace_node(cluster, "node-1", actor="alice")
+    replace_node(cluster, "node-1", actor="alice")
     lifecycle.advance(cluster.pk)  # the swap's first pass drains node-1
     assert cluster.events.filter(event="node_draining").exists(), story(cluster)
     spread = (
@@ -347,7 +352,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
     node_2 = cluster.nodes.select_related("host").get(index=2, released_at__isnull=True)
     raylet_before = on_node(real_machines, node_2, "pgrep -x raylet").stdout.split()
     Host.objects.filter(state=Host.State.FREE).update(fault=HostFault.BOOT_FAILS, boot_seconds=0)
-    services.replace_node(cluster, "node-2", actor="alice")
+    replace_node(cluster, "node-2", actor="alice")
     deadline = time.monotonic() + 120
     while cluster.nodes.filter(released_at__isnull=True, replacing__isnull=False).exists():
         assert time.monotonic() < deadline, story(cluster)
@@ -365,7 +370,7 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
     from clusters.nodeops.operations import ClusterSecrets
 
     machine_type = real_machine_type(3)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="kube", machine_type=machine_type, machine_count=2, software="kubernetes"
     )
     cluster = drive(cluster, SETTLED, timeout=120)
@@ -380,7 +385,7 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
     head = cluster.nodes.select_related("host").get(index=0)
     on_node(real_machines, head, "read -r token _ </shared/.runcrate-kubernetes/token; "
                                  "echo \"$token $(($(date +%s) - 1))\" >/shared/.runcrate-kubernetes/token")
-    services.add_workers(cluster, 1, actor="alice")
+    add_workers(cluster, 1, actor="alice")
     cluster = grow(cluster)
     assert cluster.status == Status.READY and cluster.nodes.get(index=2).state == Node.State.READY, story(cluster)
 
@@ -388,7 +393,7 @@ def test_kubernetes_workers_pin_the_control_planes_ca_and_a_late_worker_joins_on
 def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_path):
     """Two heads of two clusters on this computer: what one writes in /shared, /etc, /usr,
     /opt, /root or /tmp is neither on the other nor on the host."""
-    from clusters.nodeops.sandbox import write_ed25519_keypair
+    from clusters.providers.local.sandbox import write_ed25519_keypair
 
     public = write_ed25519_keypair(tmp_path / "client", "isolation")
     states = [tmp_path / "a", tmp_path / "b"]
@@ -419,8 +424,8 @@ def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
 
     from clusters.nodeops import operations
     from clusters.nodeops.runner import NodeRunner, RetryPolicy
-    from clusters.nodeops.sandbox import write_ed25519_keypair
     from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+    from clusters.providers.local.sandbox import write_ed25519_keypair
 
     public = write_ed25519_keypair(tmp_path / "client", "forty")
     states = [tmp_path / f"m{i}" for i in range(40)]

@@ -12,9 +12,12 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import MachineUsage
-from clusters import lifecycle, services
+from clusters import lifecycle
 from clusters.models import Cluster, Node, Status
-from clusters.nodeops.sandbox import find_sshd
+from clusters.providers.local.sandbox import find_sshd
+from clusters.services.create import create_cluster
+from clusters.services.replace import replace_node
+from clusters.services.terminate import terminate_cluster
 from offers.models import Host, HostFault
 from tests.providers.conftest import SETTLED, drive, local_machine_type
 from tests.providers.test_real_nodes import CAN, WHY, real_machine_type, real_machines, story  # noqa: F401 - a fixture
@@ -47,7 +50,7 @@ def peer_block(wg_conf: str, name: str) -> str:
 
 def test_a_replaced_slurm_node_runs_on_the_new_machine_under_its_name(environment, local_machines):
     machine_type = local_machine_type(4, block=31)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="swap", machine_type=machine_type, machine_count=3, software="slurm"
     )
     cluster = drive(cluster, SETTLED)
@@ -56,7 +59,7 @@ def test_a_replaced_slurm_node_runs_on_the_new_machine_under_its_name(environmen
     head = root_of(local_machines, cluster.nodes.select_related("host").get(index=0))
     old_peer = peer_block((head / "etc/wireguard/wg0.conf").read_text(), "node-1")
 
-    new = services.replace_node(cluster, "node-1", actor="alice")
+    new = replace_node(cluster, "node-1", actor="alice")
     cluster = drive_swap(cluster)
 
     new = Node.objects.select_related("host").get(pk=new.pk)
@@ -86,14 +89,14 @@ def test_a_replacement_that_never_joins_is_released_and_the_old_machine_stays_th
     machine_type = local_machine_type(3, block=32)
     Host.objects.filter(name="local-32-2").update(fault=HostFault.NEVER_JOINS)
     cluster = drive(
-        services.create_cluster(environment=environment, name="stay", machine_type=machine_type, machine_count=2),
+        create_cluster(environment=environment, name="stay", machine_type=machine_type, machine_count=2),
         SETTLED,
     )
     assert cluster.status == Status.READY
     old = cluster.nodes.select_related("host").get(index=1)
     head = root_of(local_machines, cluster.nodes.select_related("host").get(index=0))
 
-    new = services.replace_node(cluster, "node-1")
+    new = replace_node(cluster, "node-1")
     for _ in range(3):
         lifecycle.advance(cluster.pk)
     new.refresh_from_db()
@@ -118,17 +121,17 @@ def test_terminating_during_a_swap_stops_both_machines_each_in_its_own_spec(envi
     machine_type = local_machine_type(3, block=34)
     Host.objects.filter(name="local-34-2").update(fault=HostFault.NEVER_JOINS)
     cluster = drive(
-        services.create_cluster(environment=environment, name="both", machine_type=machine_type, machine_count=2),
+        create_cluster(environment=environment, name="both", machine_type=machine_type, machine_count=2),
         SETTLED,
     )
     old = cluster.nodes.select_related("host").get(index=1)
-    new = services.replace_node(cluster, "node-1")
+    new = replace_node(cluster, "node-1")
     for _ in range(2):
         lifecycle.advance(cluster.pk)
     new.refresh_from_db()
     assert new.state == Node.State.UP and (local_machines / "local-34-2").exists()
 
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster = drive(cluster, SETTLED)
 
     assert cluster.status == Status.TERMINATED
@@ -143,7 +146,7 @@ def test_terminating_during_a_swap_stops_both_machines_each_in_its_own_spec(envi
 
 
 def sinfo(handle) -> dict[str, str]:
-    from clusters.nodeops import realnodes
+    from clusters.providers.local import realnodes
 
     result = realnodes.run_in(handle, ["sinfo", "-N", "-h", "-o", "%N %T"], timeout=30)
     return dict(line.split() for line in result.stdout.splitlines() if line.strip())
@@ -161,12 +164,12 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     from api.schemas import timestamp
     from clusters import tasks
     from clusters.models import NodeHealth
-    from clusters.nodeops import realnodes
-    from clusters.providers.local import LocalProvider
+    from clusters.providers.local import realnodes
+    from clusters.providers.local.provider import LocalProvider
     from tests.providers.test_node_health import pids_named, rounds_until
 
     machine_type = real_machine_type(4)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="swap", machine_type=machine_type, machine_count=3, software="slurm"
     )
     cluster = drive(cluster, SETTLED, timeout=300)
@@ -181,7 +184,7 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
         os.kill(pid, signal.SIGKILL)
     assert rounds_until(cluster, 1, NodeHealth.SOFTWARE_DOWN, rounds=5)[0], "node-1 never turned software_down"
 
-    new = services.replace_node(cluster, "node-1", actor="alice")
+    new = replace_node(cluster, "node-1", actor="alice")
     cluster = drive_swap(cluster, timeout=300)
 
     new = Node.objects.select_related("host").get(pk=new.pk)
@@ -204,7 +207,7 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     old_usage, new_usage = MachineUsage.objects.get(node=old), MachineUsage.objects.get(node=new)
     assert old_usage.started_at == cluster.billing_started_at and old_usage.ended_at == old.released_at
     assert new_usage.started_at == new.billing_started_at == new.joined_at and new_usage.ended_at is None
-    services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.TERMINATED
     new_usage.refresh_from_db()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import services
-from clusters.nodeops.sandbox import Blackhole, find_sshd, start_endpoints
 from clusters.providers import BootState, get_provider
+from clusters.providers.local.sandbox import Blackhole, find_sshd, start_endpoints
 from clusters.providers.ssh import SSHPoolProvider
+from clusters.services.create import create_cluster
 from offers.models import Host
 from tests.factories import MachineTypeFactory
 
@@ -21,7 +21,7 @@ def pool_cluster(environment):
                         ssh_key_ref="/etc/runcrate/keys/rack1")
     Host.objects.create(machine_type=machine_type, name="rack1-b", address="127.0.0.1", port=1, ssh_user="ops",
                         ssh_key_ref="/etc/runcrate/keys/rack1")
-    return services.create_cluster(environment=environment, name="byo", machine_type=machine_type, machine_count=2)
+    return create_cluster(environment=environment, name="byo", machine_type=machine_type, machine_count=2)
 
 
 def test_it_reaches_each_host_as_the_inventory_says_on_its_real_root(pool_cluster):

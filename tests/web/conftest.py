@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 
 from accounts.models import Role
-from clusters import services
 from clusters.models import Cluster
+from clusters.services.create import create_cluster
 from tests.factories import MembershipFactory, UserFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -49,7 +49,7 @@ def developer_client(developer):
 def cluster(environment, machine_type, owner) -> Cluster:
     # Outside a transactional test on_commit never fires, so the cluster stays provisioning
     # with every node pending: a fixed state for page tests.
-    return services.create_cluster(
+    return create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=4, created_by=owner,
     )
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY
-from clusters import services
+from clusters.services.create import create_cluster
 from tests.factories import MembershipFactory, UserFactory
 from tests.web.conftest import client_for
 
@@ -295,7 +295,7 @@ def test_a_user_without_a_workspace_is_sent_to_name_one_not_a_404(db, url):
 
 
 def test_a_cluster_created_by_one_member_is_managed_by_another(developer, owner, environment, machine_type):
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="shared", machine_type=machine_type, machine_count=2, created_by=owner
     )
     response = client_for(developer).post(reverse("clusters:terminate", args=[cluster.pk]), {"confirm_name": "shared"})

@@ -10,8 +10,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import SSHKey
-from clusters import services
 from clusters.models import Cluster, Node, Reason, Status, Volume
+from clusters.services.create import create_cluster
+from clusters.services.progress import fail_cluster
+from clusters.services.terminate import terminate_cluster
 from tests.factories import LocationFactory, machine_type_with_hosts
 
 pytestmark = pytest.mark.django_db
@@ -21,11 +23,11 @@ pytestmark = pytest.mark.django_db
 def failed(environment, machine_type, owner, workspace):
     key = SSHKey.objects.create(workspace=workspace, name="laptop", public_key="ssh-ed25519 AAAA", fingerprint="x")
     volume = Volume.objects.create(workspace=workspace, environment=environment, name="data")
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=4, software="slurm",
         volume=volume, ssh_keys=[key], created_by=owner,
     )
-    services.fail_cluster(cluster, Reason.BOOT_FAILED, "node-1 failed to start.", {"node-1": "did not power on"})
+    fail_cluster(cluster, Reason.BOOT_FAILED, "node-1 failed to start.", {"node-1": "did not power on"})
     return Cluster.objects.get(pk=cluster.pk)
 
 
@@ -91,7 +93,7 @@ def test_a_running_cluster_shows_its_cost_so_far_rising_and_a_terminated_one_its
     text = member_client.get(cluster.get_absolute_url()).text
     assert "Cost so far" in text and 'data-rate="10.0000"' in text
     assert ">$10.00</strong>" in text or ">$10.01</strong>" in text
-    services.terminate_cluster(Cluster.objects.get(pk=cluster.pk))
+    terminate_cluster(Cluster.objects.get(pk=cluster.pk))
     text = member_client.get(cluster.get_absolute_url()).text
     assert "Total cost" in text and 'data-rate="0"' in text
 

@@ -225,9 +225,9 @@ def test_the_balances_runway_is_warned_about_from_the_plan(member_client, machin
 
 
 def test_a_budget_almost_spent_is_warned_about_with_its_runway(member_client, machine_type, environment, owner):
-    from clusters import services
+    from clusters.services.create import create_cluster
 
-    services.create_cluster(environment=environment, name="running", machine_type=machine_type, machine_count=2,
+    create_cluster(environment=environment, name="running", machine_type=machine_type, machine_count=2,
                             created_by=owner)  # $5/h of the environment's spend already
     type(environment).objects.filter(pk=environment.pk).update(monthly_budget=Decimal("3.00"))
     text = refresh(member_client, offer=machine_type.pk, machines=2)

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from clusters import services
 from clusters.models import NetworkTest
 from clusters.nodeops.operations import PairMeasurement
+from clusters.services.network_tests import (
+    claim_network_test,
+    finish_network_test,
+    record_network_pairs,
+    start_network_test,
+)
 from tests.web.conftest import HTMX
 
 pytestmark = pytest.mark.django_db
@@ -55,15 +60,15 @@ def test_a_cluster_not_ready_has_no_button_and_a_post_is_refused_with_a_message(
 
 
 def test_the_matrix_shows_each_pair_with_slow_cells_marked_in_words(member_client, ready):
-    claimed = services.claim_network_test(services.start_network_test(ready, actor="alice").pk)
+    claimed = claim_network_test(start_network_test(ready, actor="alice").pk)
     assert claimed is not None
     test = claimed
-    services.record_network_pairs(test, [
+    record_network_pairs(test, [
         PairMeasurement("ring", "node-0", "node-1", 1.71, None), PairMeasurement("ring", "node-1", "node-2", 1.52, None),
         PairMeasurement("ring", "node-2", "node-0", 0.21, None),
     ])
-    services.record_network_pairs(test, [PairMeasurement("pairs", "node-0", "node-1", 1.93, 0.42)])
-    services.record_network_pairs(test, [PairMeasurement("pairs", "node-2", "node-0", 0.18, 0.61)])
+    record_network_pairs(test, [PairMeasurement("pairs", "node-0", "node-1", 1.93, 0.42)])
+    record_network_pairs(test, [PairMeasurement("pairs", "node-2", "node-0", 0.18, 0.61)])
     text = member_client.get(ready.get_absolute_url()).text
     assert 'data-testid="network-matrix"' in text and 'class="matrix-scroll"' in text
     ok_cell = text[text.index('data-testid="pair-node-0-node-1"'):]
@@ -76,7 +81,7 @@ def test_the_matrix_shows_each_pair_with_slow_cells_marked_in_words(member_clien
     assert "5 of 9 measured" in text
     ring = text[text.index('data-testid="network-ring"'):]
     assert "node-2 → node-0: <strong>0.21</strong> Gbit/s" in ring and "slow" in ring
-    services.finish_network_test(test)
+    finish_network_test(test)
     text = member_client.get(ready.get_absolute_url()).text
     assert 'data-testid="network-test-status">Slow pairs found<' in text and "Run network test" in text
     assert "2 slow pair(s)" in text
@@ -84,10 +89,10 @@ def test_the_matrix_shows_each_pair_with_slow_cells_marked_in_words(member_clien
 
 def test_earlier_runs_are_listed_with_their_summary(member_client, ready):
     for figure in (1.5, 0.4):
-        test = services.start_network_test(ready, actor="alice")
-        services.claim_network_test(test.pk)
-        services.record_network_pairs(test, [PairMeasurement("ring", "node-0", "node-1", figure, None)])
-        services.finish_network_test(test)
+        test = start_network_test(ready, actor="alice")
+        claim_network_test(test.pk)
+        record_network_pairs(test, [PairMeasurement("ring", "node-0", "node-1", figure, None)])
+        finish_network_test(test)
     text = member_client.get(ready.get_absolute_url()).text
     history = text[text.index("Earlier runs"):]
     assert "Passed" in history and "1.50–1.50 Gbit/s" in history

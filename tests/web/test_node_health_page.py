@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import broadcast, health, services
+from clusters import broadcast, health
 from clusters.models import Cluster, NodeHealth
+from clusters.services.terminate import terminate_cluster
 from offers.models import Host, HostFault
 from tests.factories import ready_cluster
 
@@ -58,6 +59,6 @@ def test_the_push_after_a_round_carries_the_row_whose_health_changed_alone_and_t
 
 def test_a_cluster_that_is_no_longer_ready_shows_no_health(member_client, cluster):
     break_node(cluster, 1)
-    services.terminate_cluster(cluster)
+    terminate_cluster(cluster)
     text = member_client.get(cluster.get_absolute_url()).text
     assert 'data-testid="health-banner"' not in text and "health-network_down" not in text

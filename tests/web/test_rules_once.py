@@ -11,8 +11,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from offers.forms import OffersFilterForm
+from offers.inventory import find_offer
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
-from offers.services import find_offer
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.urls import reverse
 
 from accounts.models import Membership, Role, SSHKey
 from api import keys
-from clusters import services
 from clusters.models import Volume
+from clusters.services.create import create_cluster
 from tests.factories import MembershipFactory, UserFactory
 from tests.web.conftest import client_for
 
@@ -64,7 +64,7 @@ def planted(workspace, environment, owner, machine_type):
     SSHKey.objects.create(workspace=workspace, name=PAYLOAD, public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
     Volume.objects.create(workspace=workspace, environment=environment, name=PAYLOAD)
     keys.create_api_key(workspace=workspace, created_by=owner, name=PAYLOAD)
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=2, created_by=owner,
     )
     return cluster

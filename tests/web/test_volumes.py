@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from clusters import services
 from clusters.models import Volume
+from clusters.services.create import create_cluster
+from clusters.services.terminate import finish_termination, terminate_cluster
+from clusters.services.volumes import create_volume
 
 pytestmark = pytest.mark.django_db
 
@@ -35,14 +37,14 @@ def test_bad_input_shows_field_errors_and_creates_nothing(client, owner, environ
 
 def test_a_volume_attached_to_a_live_cluster_cannot_be_deleted(client, owner, environment, machine_type):
     client.force_login(owner)
-    volume = services.create_volume(environment=environment, name="data", size_gb=10)
-    services.create_cluster(environment=environment, name="c", machine_type=machine_type, machine_count=2, volume=volume)
+    volume = create_volume(environment=environment, name="data", size_gb=10)
+    create_cluster(environment=environment, name="c", machine_type=machine_type, machine_count=2, volume=volume)
     client.post(f"/clusters/volumes/{volume.pk}/delete/")
     assert Volume.objects.filter(pk=volume.pk).exists()
 
 
 def test_another_workspaces_volume_is_404(client, outsider, environment):
-    volume = services.create_volume(environment=environment, name="secret-corpus", size_gb=10)
+    volume = create_volume(environment=environment, name="secret-corpus", size_gb=10)
     client.force_login(outsider)
     assert client.post(f"/clusters/volumes/{volume.pk}/delete/").status_code == 404
     assert Volume.objects.filter(pk=volume.pk).exists()
@@ -51,23 +53,23 @@ def test_another_workspaces_volume_is_404(client, outsider, environment):
 
 def test_a_volume_whose_clusters_have_ended_can_be_deleted(client, owner, environment, machine_type):
     client.force_login(owner)
-    volume = services.create_volume(environment=environment, name="data", size_gb=10)
-    cluster = services.create_cluster(
+    volume = create_volume(environment=environment, name="data", size_gb=10)
+    cluster = create_cluster(
         environment=environment, name="c", machine_type=machine_type, machine_count=2, volume=volume
     )
-    services.terminate_cluster(cluster)
-    services.finish_termination(cluster)
+    terminate_cluster(cluster)
+    finish_termination(cluster)
     response = client.post(f"/clusters/volumes/{volume.pk}/delete/")
     assert response.status_code == 302
     assert not Volume.objects.filter(pk=volume.pk).exists()
 
 
 def test_the_list_names_the_live_clusters_using_a_volume(member_client, environment, machine_type, workspace):
-    from clusters import services
     from clusters.models import Volume
+    from clusters.services.create import create_cluster
 
     volume = Volume.objects.create(workspace=workspace, environment=environment, name="datasets")
-    cluster = services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=2, volume=volume
     )
     text = member_client.get(reverse("clusters:volumes")).text

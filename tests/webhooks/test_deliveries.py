@@ -9,8 +9,10 @@ import time
 import pytest
 from django.utils import timezone
 
-from clusters import services as cluster_services
 from clusters.models import Cluster, Reason, Status
+from clusters.services.create import create_cluster
+from clusters.services.health import record_node_health
+from clusters.services.terminate import terminate_cluster
 from tests.factories import WorkspaceFactory
 from tests.webhooks.conftest import Receiver
 from webhooks import services, signing, tasks
@@ -24,7 +26,7 @@ def endpoint_for(workspace, receiver: Receiver, *events: str) -> Endpoint:
 
 
 def create(environment, machine_type, owner, count: int = 2) -> Cluster:
-    cluster = cluster_services.create_cluster(
+    cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=count, created_by=owner,
     )
     cluster.refresh_from_db()
@@ -56,7 +58,7 @@ def test_a_cluster_turning_ready_is_posted_signed_and_the_signature_verifies(rec
 def test_an_endpoint_gets_the_lifecycle_events_it_chose_and_no_others(receiver, workspace, environment, machine_type, owner):
     endpoint_for(workspace, receiver, EventType.CLUSTER_CREATED, EventType.CLUSTER_TERMINATED)
     cluster = create(environment, machine_type, owner)
-    cluster_services.terminate_cluster(cluster, actor="alice")
+    terminate_cluster(cluster, actor="alice")
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
     assert receiver.types() == ["cluster.created", "cluster.terminated"]
@@ -76,9 +78,9 @@ def test_node_health_changes_are_sent_with_the_node(receiver, workspace, environ
     endpoint_for(workspace, receiver, EventType.NODE_UNHEALTHY, EventType.NODE_RECOVERED)
     cluster = create(environment, machine_type, owner, count=3)
     node = cluster.nodes.get(index=1)
-    cluster_services.record_node_health(cluster.pk, {node.pk: ("unreachable", "ssh timed out")})
-    cluster_services.record_node_health(cluster.pk, {node.pk: ("unreachable", "ssh timed out")})
-    cluster_services.record_node_health(cluster.pk, {node.pk: ("healthy", "all checks passed")})
+    record_node_health(cluster.pk, {node.pk: ("unreachable", "ssh timed out")})
+    record_node_health(cluster.pk, {node.pk: ("unreachable", "ssh timed out")})
+    record_node_health(cluster.pk, {node.pk: ("healthy", "all checks passed")})
     assert receiver.types() == ["node.unhealthy", "node.recovered"]
     assert receiver.requests[0].json["data"]["node"] == {"name": "node-1", "health": "unreachable", "detail": "ssh timed out"}
     assert receiver.requests[0].json["data"]["reason"] == Reason.NODE_UNREACHABLE

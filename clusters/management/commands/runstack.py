@@ -92,7 +92,7 @@ class Command(BaseCommand):
         }
         machines = ""
         if settings.DEFAULT_PROVIDER == "local":
-            from clusters.providers.local import describe_mode
+            from clusters.providers.local.provider import describe_mode
 
             # Decided here once; the worker decides the same way (the same checks, same computer).
             machines = f"  {describe_mode()}\n"

@@ -60,7 +60,7 @@ install_ca() {
 
 if is_sandbox || [ "${RUNCRATE_KUBELET_STANDIN:-0}" = 1 ]; then
     # Where no kubelet can run (a sandbox, real nodes on one computer) the stand-in overlay
-    # (clusters/providers/standins/overlay.sh), streamed only there, registers the node.
+    # (clusters/providers/local/standins/overlay.sh), streamed only there, registers the node.
     standin_install kubernetes
     log "kubelet stand-in registered with the node-0 API server"
     exit 0

@@ -50,8 +50,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusters.nodeops.targets import PRIVATE_NETWORK
+
 from .sandbox import find_sshd, write_ed25519_keypair
-from .targets import PRIVATE_NETWORK
 
 TOOLS = ("ip", "unshare", "nsenter", "newuidmap", "newgidmap", "socat", "wg", "wg-quick", "fping", "ssh-keyscan")
 # This computer's registry of what every run of the product holds here: uid ranges, guard

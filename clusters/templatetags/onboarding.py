@@ -4,7 +4,7 @@ from typing import Any
 
 from django import template
 
-from accounts.onboarding import getting_started as checklist
+from clusters.onboarding import getting_started as checklist
 
 register = template.Library()
 

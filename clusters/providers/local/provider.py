@@ -4,7 +4,7 @@ Two modes, chosen once per process (`mode()`; setting `LOCAL_NODES`: auto, names
 sandbox):
 
 - **namespaces** (Linux, root, the packages): each host boots as a *real* Linux node
-  (clusters.nodeops.realnodes): its own network, UTS, mount and PID namespaces, eth0 on an
+  (clusters.providers.local.realnodes): its own network, UTS, mount and PID namespaces, eth0 on an
   underlay bridge with no link to the host's interfaces, its own sshd with a host key made
   at boot. The node scripts run unchanged, as on a production machine: wg-quick, Slurm,
   Ray, the /shared mount. The control plane reaches each node's sshd through a ProxyCommand
@@ -39,11 +39,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from clusters.nodeops import operations, realnodes, sandbox
+from clusters.nodeops import operations
 from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState, StepOutcome
 from clusters.providers.fabric import FabricProvider
+from clusters.providers.local import realnodes, sandbox
 from offers.models import HostFault
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from .targets import ClusterSpec, NodeTarget, node_name, private_ip
+from clusters.nodeops.targets import ClusterSpec, NodeTarget, node_name, private_ip
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 ASYNCSSH_SERVER = Path(__file__).resolve().parent / "_asyncssh_server.py"

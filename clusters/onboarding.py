@@ -1,5 +1,6 @@
-"""A new workspace's getting-started checklist: what is done is read from the data itself
-(a credit, a key, a cluster), so it ticks itself off and never needs to be kept in step."""
+"""A new workspace's getting-started checklist on the Clusters page: what is done is read from
+the data itself (a credit, a key, a cluster), so it ticks itself off and never needs to be kept
+in step. It reads accounts, billing and clusters, so it lives in the highest of them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from django.urls import reverse
 
 from accounts.models import Membership
+from billing.models import LedgerEntry
+from clusters.models import Cluster
 
 
 @dataclass(frozen=True)
@@ -20,9 +23,6 @@ class Step:
 
 def getting_started(membership: Membership) -> list[Step] | None:
     """The checklist for this member's workspace, or None once every step is done."""
-    from billing.models import LedgerEntry
-    from clusters.models import Cluster
-
     workspace = membership.workspace
     has_credit = workspace.credit_balance > 0 or LedgerEntry.objects.filter(
         workspace=workspace, amount__gt=0, state=LedgerEntry.State.COMPLETED,

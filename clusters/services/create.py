@@ -1,0 +1,222 @@
+"""Creating a cluster: the plan (every check, nothing reserved), the create itself (all
+machines reserved at once under the workspace lock) and creating a failed cluster again."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Environment, SSHKey, Workspace
+from billing import services as billing
+from billing.services import month_to_date_spend, required_balance
+from clusters import rules
+from clusters.errors import ClusterError, Conflict
+from clusters.models import Cluster, Node, Software, Status, Volume
+from clusters.queries import committed_rate
+from clusters.services.common import SYSTEM, after_commit_changed, record_event
+from offers import inventory
+from offers.models import COMMUNITY_WARNING, MachineType
+
+
+def check_balance(workspace: Workspace, price_per_hour: Decimal) -> None:
+    problem = rules.balance_problem(workspace.credit_balance, price_per_hour)
+    if problem is not None:
+        raise problem
+
+
+@dataclass
+class ClusterPlan:
+    """What creating a cluster would do, checked exactly as create_cluster checks it, with
+    nothing reserved: the price, the balance rule, the budget, the runway of the whole workspace
+    once it runs too, and every refusal (each a ClusterError with its code)."""
+
+    machine_type: MachineType | None
+    machines: int | None
+    software: str
+    price_per_machine_hour: Decimal
+    price_per_hour: Decimal
+    required_balance: Decimal
+    balance: Decimal
+    available_machines: int
+    monthly_budget: Decimal
+    budget_spent: Decimal
+    committed_per_hour: Decimal
+    problems: list[ClusterError] = field(default_factory=list)
+    # What the environment's own clusters cost per hour (booting ones too): the budget's spend.
+    environment_per_hour: Decimal = Decimal(0)
+
+    @property
+    def can_create(self) -> bool:
+        return not self.problems
+
+    @property
+    def budget_remaining(self) -> Decimal:
+        return billing.budget_remaining(self.monthly_budget, self.budget_spent)
+
+    @property
+    def per_hour_after(self) -> Decimal:
+        """What everything the workspace runs would cost per hour with this cluster too."""
+        return self.committed_per_hour + self.price_per_hour
+
+    @property
+    def runway_hours(self) -> Decimal | None:
+        """Hours the balance lasts once this cluster runs beside everything else (None: free)."""
+        if self.per_hour_after <= 0:
+            return None
+        return max(self.balance / self.per_hour_after, Decimal(0)).quantize(Decimal("0.01"))
+
+    @property
+    def budget_runway_hours(self) -> Decimal | None:
+        """Hours the environment's budget left lasts once this cluster runs beside its other
+        clusters (None: nothing would be billed)."""
+        per_hour = self.environment_per_hour + self.price_per_hour
+        if per_hour <= 0:
+            return None
+        return (self.budget_remaining / per_hour).quantize(Decimal("0.01"))
+
+    @property
+    def warnings(self) -> list[str]:
+        """Everything to know before creating: the money warnings, then the offer's."""
+        return self.money_warnings + self.offer_warnings
+
+    @property
+    def offer_warnings(self) -> list[str]:
+        if self.machine_type is not None and self.machine_type.community:
+            return [COMMUNITY_WARNING]
+        return []
+
+    @property
+    def money_warnings(self) -> list[str]:
+        """The balance's runway and the budget against one hour of this cluster."""
+        found = []
+        if self.runway_hours is not None and self.runway_hours < 1:
+            found.append(
+                f"With this cluster the workspace would spend ${self.per_hour_after:,.2f}/h and the balance of "
+                f"${self.balance:,.2f} lasts {self.runway_hours * 60:.0f} minutes: every cluster is stopped when "
+                "it runs out. Top up first."
+            )
+        if self.price_per_hour and self.budget_runway_hours is not None and self.budget_runway_hours < 1:
+            found.append(
+                f"With this cluster the environment would spend ${self.environment_per_hour + self.price_per_hour:,.2f}/h "
+                f"and the ${self.budget_remaining:,.2f} left of its monthly budget lasts "
+                f"{self.budget_runway_hours * 60:.0f} minutes: its clusters are stopped when the budget is reached. "
+                "Raise the budget first."
+            )
+        return found
+
+
+def plan_cluster(
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
+    software: str = Software.NONE, volume: Volume | None = None,
+) -> ClusterPlan:
+    """create_cluster's checks without the locks or the reservation, every refusal collected."""
+    workspace = Workspace.objects.get(pk=environment.workspace_id)
+    problems = list(rules.request_problems(
+        environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
+        software=software, volume=volume,
+    ))
+    count = machine_count or 0
+    per_machine = machine_type.price_per_machine_hour if machine_type is not None else Decimal(0)
+    price = machine_type.price_for(count) if machine_type is not None else Decimal(0)
+    available = inventory.free_host_count(machine_type) if machine_type is not None else 0
+    if machine_type is not None and count and available < count:
+        problems.append(Conflict(
+            "offer_unavailable",
+            f"This offer cannot start {count} machines now ({available} free). Pick another offer or fewer machines.",
+            field="offer",
+        ))
+    if (problem := rules.balance_problem(workspace.credit_balance, price)) is not None:
+        problems.append(problem)
+    try:
+        billing.check_budget(environment)
+    except ClusterError as problem:
+        problems.append(problem)
+    return ClusterPlan(
+        machine_type=machine_type, machines=machine_count, software=software, price_per_machine_hour=per_machine,
+        price_per_hour=price, required_balance=required_balance(price), balance=workspace.credit_balance,
+        available_machines=available, monthly_budget=environment.monthly_budget,
+        budget_spent=month_to_date_spend([environment.pk])[environment.pk],
+        committed_per_hour=committed_rate(workspace.pk), problems=problems,
+        environment_per_hour=committed_rate(workspace.pk, environment_id=environment.pk),
+    )
+
+
+def create_cluster(
+    *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
+    software: str = Software.NONE, volume: Volume | None = None, ssh_keys: Iterable[SSHKey] = (),
+    created_by: User | None = None, actor: str = SYSTEM,
+) -> Cluster:
+    # The checks that need no lock; the money and inventory ones are repeated under locks.
+    rules.check_request(
+        environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
+        software=software, volume=volume,
+    )
+    assert machine_type is not None and machine_count is not None
+    try:
+        with transaction.atomic():
+            # Lock the workspace so two creates cannot both spend the same balance check.
+            workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
+            check_balance(workspace, machine_type.price_for(machine_count))
+            billing.check_budget(environment)
+            hosts = inventory.reserve_hosts(machine_type, machine_count)
+            if hosts is None:
+                raise Conflict(
+                    "offer_unavailable",
+                    f"This offer can no longer start {machine_count} machines now "
+                    f"({inventory.free_host_count(machine_type)} free). Pick another offer or fewer machines.",
+                    field="offer",
+                )
+            now = timezone.now()
+            cluster = Cluster.objects.create(
+                workspace=workspace, environment=environment, name=name, machine_type=machine_type,
+                machine_count=machine_count, software=software, volume=volume,
+                price_per_machine_hour=machine_type.price_per_machine_hour, provider=machine_type.provider,
+                status=Status.PROVISIONING, status_changed_at=now, created_by=created_by,
+                deadline_at=now + dt.timedelta(minutes=machine_type.boot_deadline_minutes),
+            )
+            cluster.ssh_keys.set(list(ssh_keys))
+            Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
+            record_event(
+                cluster, "created",
+                f"Reserved {machine_count} machines ({machine_type}) at ${cluster.price_per_hour:,.2f}/h; software: "
+                f"{cluster.get_software_display()}.",
+                actor=actor,
+            )
+            after_commit_changed(cluster.pk, advance=True)
+    except IntegrityError as exc:
+        # The host constraint caught a double booking the lock would have prevented; treat
+        # it as the offer having gone, never as two clusters on one machine.
+        if "host_held_by_one_live_node" in str(exc):
+            raise Conflict("offer_unavailable", "Those machines were just taken. Try again.", field="offer") from None
+        if "cluster_name_unique_among_live" in str(exc):
+            # Another create with this name committed first.
+            raise rules.name_taken(name) from None
+        raise
+    return cluster
+
+
+def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, created_by: User | None = None, actor: str = SYSTEM) -> Cluster:
+    """The customer's choice on a failed cluster's page: the same cluster (name, size,
+    software, SSH keys, volume) on an offer that can start it now. Nothing is retried
+    without this choice."""
+    if failed.status != Status.FAILED:
+        raise Conflict("not_failed", f"{failed.name} did not fail; only a failed cluster is created again.")
+    same_machine = machine_type is not None and (
+        machine_type.gpu_id == failed.machine_type.gpu_id
+        and machine_type.gpus_per_machine == failed.machine_type.gpus_per_machine
+    )
+    if not same_machine:
+        raise ClusterError(
+            "offer_not_found", "Pick one of the offers listed for the same GPU and size.", field="offer"
+        )
+    return create_cluster(
+        environment=failed.environment, name=failed.name, machine_type=machine_type,
+        machine_count=failed.machine_count, software=failed.software, volume=failed.volume,
+        ssh_keys=list(failed.ssh_keys.all()), created_by=created_by, actor=actor,
+    )
