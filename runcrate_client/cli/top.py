@@ -61,9 +61,13 @@ def render(name: str, rows: list[dict[str, Any]]) -> str:
     measured = [r for r in rows if r.get("cpu_percent") is not None]
     summary = f"{name}: no figures yet (they arrive every 10 s once the cluster is ready)"
     if measured:
-        idle = [r["node"] for r in measured
-                if max(float(r.get("cpu_percent") or 0), float(r.get("gpu_percent") or 0)) < IDLE_PERCENT]
-        summary = f"{name}: busiest {measured[0]['node']}" + (f"; idle {', '.join(idle)}" if idle else "; none idle")
+        idle = sorted((r["node"] for r in measured
+                       if max(float(r.get("cpu_percent") or 0), float(r.get("gpu_percent") or 0)) < IDLE_PERCENT),
+                      key=lambda node: int(str(node).rpartition("-")[2] or 0))
+        if measured[0]["node"] in idle:
+            summary = f"{name}: every node idle"
+        else:
+            summary = f"{name}: busiest {measured[0]['node']}" + (f"; idle {', '.join(idle)}" if idle else "; none idle")
     return summary + "\n" + render_table(headers, table, right=range(1, len(headers)))
 
 

@@ -90,3 +90,13 @@ def test_a_field_error_is_said_once_in_the_apis_words() -> None:
     whole = ApiError(400, "invalid", "This invitation was already accepted or revoked.",
                      {"__all__": ["This invitation was already accepted or revoked."]})
     assert str(whole) == "This invitation was already accepted or revoked."
+
+
+def test_top_says_every_node_is_idle_instead_of_naming_an_idle_node_busiest():
+    from runcrate_client.cli.top import render
+
+    idle = [{"node": f"node-{i}", "cpu_percent": 0.5} for i in (2, 0, 1)]
+    assert render("train", idle).splitlines()[0] == "train: every node idle"
+    busy = [{"node": "node-1", "cpu_percent": 80.0}, {"node": "node-2", "cpu_percent": 1.0},
+            {"node": "node-0", "cpu_percent": 2.0}]
+    assert render("train", busy).splitlines()[0] == "train: busiest node-1; idle node-0, node-2"
