@@ -203,7 +203,7 @@ async def test_removing_a_member_closes_their_open_sockets_and_keeps_everyone_el
     await ours.disconnect()
 
 
-async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
+async def test_a_node_change_pushes_that_nodes_changed_cell_alone(cluster, owner_cookie):
     socket = communicator(f"/ws/clusters/{cluster.pk}/", owner_cookie)
     assert (await socket.connect(timeout=TIMEOUT))[0]
     await socket.receive_from(timeout=TIMEOUT)  # the current state
@@ -212,7 +212,9 @@ async def test_a_node_change_pushes_that_nodes_row_alone(cluster, owner_cookie):
     card = await socket.receive_from(timeout=TIMEOUT)
     rows = await socket.receive_from(timeout=TIMEOUT)
     assert 'id="status-card" hx-swap-oob="true"' in card and 'id="nodes-table"' not in card
-    assert rows.startswith('<tr id="node-2" hx-swap-oob="true">') and rows.count("<tr ") == 1
+    # Only its State cell (state and detail) changed: that cell travels, not the row.
+    assert rows.startswith('<td data-label="State" id="node-2-state" hx-swap-oob="true">'), rows
+    assert "<tr " not in rows and rows.count('hx-swap-oob="true"') == 1
     assert "Its disk is full." in rows
     await socket.disconnect()
 
