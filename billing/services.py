@@ -24,6 +24,7 @@ from django.utils import timezone
 from accounts.models import Environment, Workspace
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start, next_month_start
+from config.bulk import update_rows
 from config.errors import PaymentRequired
 from webhooks import events as webhook_events
 
@@ -241,18 +242,8 @@ def _due_usages(now: dt.datetime, cluster_id: int | None) -> QuerySet[MachineUsa
 
 
 def _save_watermarks(usages: list[MachineUsage]) -> None:
-    if connection.vendor == "postgresql":
-        # One statement for any number of machines (bulk_update would build a CASE per row).
-        table = MachineUsage._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS u SET billed_until = v.billed_until, posted_amount = v.posted_amount "
-                "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::timestamptz[]) AS billed_until, "
-                "unnest(%s::numeric[]) AS posted_amount) AS v WHERE u.id = v.id",
-                [[u.pk for u in usages], [u.billed_until for u in usages], [u.posted_amount for u in usages]],
-            )
-    else:
-        MachineUsage.objects.bulk_update(usages, ["billed_until", "posted_amount"], batch_size=500)
+    # One statement for any number of machines; the rows are locked by the metering SELECT.
+    update_rows(MachineUsage, usages, ["billed_until", "posted_amount"], locked=True)
 
 
 def _debit_workspaces(debits: dict[int, Decimal], balances: dict[int, Decimal]) -> None:

@@ -9,9 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import emails as cluster_emails
-from clusters.bulk import update_rows
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
 from clusters.services.common import after_commit_changed, record_event
+from config.bulk import update_rows
 
 HEALTH_REASONS: dict[str, str] = {
     NodeHealth.UNREACHABLE: Reason.NODE_UNREACHABLE,

@@ -12,18 +12,18 @@ from django.utils import timezone
 
 from billing import services as billing
 from clusters import emails as cluster_emails
-from clusters.bulk import update_rows
 from clusters.errors import Conflict
 from clusters.models import Cluster, Node, NodeHealth, NodeStep, Reason, Software, Status
 from clusters.services.common import SYSTEM, after_commit_changed, record_event, transition
 from clusters.services.network_tests import network_test_after_ready
+from config.bulk import update_rows
 from offers import inventory
 
 
 def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
     """Record the progress of several nodes of one cluster with a single live push, which
     carries those nodes' rows (one push per node would make a 64-node pass push 64 times).
-    Nodes changing the same fields go in one UPDATE (clusters.bulk)."""
+    Nodes changing the same fields go in one UPDATE (config.bulk)."""
     changes = list(changes)
     if not changes:
         return

@@ -4,8 +4,8 @@
 one `When` expression per row and column, each resolved and compiled in Python: at 64 nodes
 and three columns that was 5–10 ms of the control plane's CPU per write, and a join writes
 its nodes' output and progress dozens of times (issue 22). On PostgreSQL the rows' values
-travel as one array per column instead (`UPDATE … FROM (SELECT unnest(…), …)`, as metering's
-watermarks do); elsewhere (SQLite, `make run`) this is `bulk_update`.
+travel as one array per column instead (`UPDATE … FROM (SELECT unnest(…), …)`); elsewhere
+(SQLite, `make run`) this is `bulk_update`. Node progress and metering's watermarks use it.
 """
 
 from __future__ import annotations
