@@ -36,7 +36,7 @@ def checked_nodes(cluster: Cluster) -> list[Node]:
     on that one; its software gives it no new work (a drained Ray node's raylet leaves once
     idle) and the new machine takes its private address once joined, so a verdict on it would
     only raise a false alarm."""
-    swapping = Node.objects.filter(replacing__isnull=False, released_at__isnull=True).values("replacing_id")
+    swapping = cluster.nodes.filter(replacing__isnull=False, released_at__isnull=True).values("replacing_id")
     return list(
         cluster.nodes.select_related("host")
         .filter(released_at__isnull=True, replacing__isnull=True, state=Node.State.READY)
