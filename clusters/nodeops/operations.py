@@ -487,10 +487,11 @@ def join_network(
     on_output: OutputCallback | None = None,
     wait_seconds: int | None = None,
 ) -> StepResult:
-    """WireGuard mesh on 10.77.0.0/24, then every node checks every other node by name.
+    """WireGuard mesh on 10.77.0.0/24, then every pair of nodes is checked by name, each
+    from one end (join_network.sh "reach-peers": an echo crosses the link both ways).
 
-    `failed_pairs` lists the pairs that cannot reach each other in both directions; the
-    cluster has joined (`result.joined`) only when there are none. Run `set_names` first.
+    `failed_pairs` lists the pairs whose checking end did not reach the other; the cluster
+    has joined (`result.joined`) only when there are none. Run `set_names` first.
     """
     secrets = generate_secrets(spec, secrets)
     wait = wait_seconds if wait_seconds is not None else (SANDBOX_JOIN_WAIT if spec.sandbox else REAL_JOIN_WAIT)
@@ -514,8 +515,8 @@ def join_network(
     for name, result in results.items():
         if not result.ok:
             continue
-        # "REACH ok <peers…>" and "REACH fail <peers…>" (join_network.sh); a peer named on
-        # neither line was not checked and counts as not reached.
+        # "REACH ok <peers…>" and "REACH fail <peers…>" for the peers this node checked
+        # (join_network.sh); a pair no end reported on was not checked and has not joined.
         for line in result.stdout.splitlines():
             words = line.split()
             if len(words) >= 2 and words[0] == "REACH" and words[1] in ("ok", "fail"):
@@ -525,7 +526,7 @@ def join_network(
         (a.name, b.name)
         for i, a in enumerate(spec.nodes)
         for b in spec.nodes[i + 1 :]
-        if not (reaches.get((a.name, b.name)) and reaches.get((b.name, a.name)))
+        if not (reaches.get((a.name, b.name)) or reaches.get((b.name, a.name)))
     ]
     return StepResult("join_network", results, failed_pairs=failed_pairs)
 

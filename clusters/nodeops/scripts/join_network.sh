@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # join_network: write this node's WireGuard config for the 10.77.0.0/24 mesh (every other
-# node is a peer), bring wg0 up (real machines only), then check that every other node
-# answers BY NAME. Prints "REACH ok <peers…>" and "REACH fail <peers…>"; the control plane
-# pairs both directions up. Exit status is 0 whenever the checks ran.
+# node is a peer), bring wg0 up (real machines only), then check this node's share of the
+# pairs BY NAME (see "reach-peers"). Prints "REACH ok <peers…>" and "REACH fail <peers…>"
+# for the peers it checked; the control plane puts the nodes' shares together. Exit status
+# is 0 whenever the checks ran.
 #
 # Sandbox mode never touches an interface or a 10.77.x address: names resolve through
 # $ROOT/etc/runcrate/sandbox-peers to the peers' loopback SSH endpoints.
@@ -39,7 +40,7 @@ if [ "$PHASE" != reach ]; then
             # Up without PersistentKeepalive: with it, wg0 greets every peer the moment it
             # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
             # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
-            # once every tunnel is up.
+            # for the pairs this node checked, once every tunnel is up.
             if ip link show wg0 >/dev/null 2>&1; then
                 : # already up (a peer was added or replaced): only its peers change
             elif [ -d /sys/module/wireguard ] || modprobe wireguard 2>/dev/null; then
@@ -66,68 +67,58 @@ fi
 
 
 step "reach-peers"
+# Each pair is checked from one end: an echo that comes back has crossed the link both ways.
+# The checks go round the ring, so every node checks about half of the others by name: node
+# p checks the next ⌊(N-1)/2⌋ nodes after it in the list (wrapping), and with an even N the
+# node opposite it as well when p is in the first half. Only the checking end sends, so only
+# it starts the pair's handshake: when both ends start one at the same instant, both are
+# dropped (each side's handshake state is overwritten by the other's initiation) and
+# WireGuard tries again only after its 5-second REKEY_TIMEOUT. Checking every pair from both
+# ends doubled the echoes, and waiting for the other end's handshake before answering it made
+# every node poll `wg show` (a dump of every peer) until the last of them had greeted: at 64
+# nodes the reach round spent more CPU on that than on the handshakes themselves.
+checked=()
+for ((position = 0; position < NODE_COUNT; position++)); do
+    [ "${CLUSTER_NODES[position]%% *}" = "$NODE_NAME" ] && break
+done
+for ((hop = 1; hop <= (NODE_COUNT - 1) / 2; hop++)); do
+    checked+=("${CLUSTER_NODES[(position + hop) % NODE_COUNT]%% *}")
+done
+if ((NODE_COUNT % 2 == 0 && position < NODE_COUNT / 2)); then
+    checked+=("${CLUSTER_NODES[position + NODE_COUNT / 2]%% *}")
+fi
 declare -A reached=()
 if has_fault never_joins; then
     :
 elif is_sandbox; then
-    standin_reach_peers  # the stand-in overlay: a sandbox has no wg0 to ping across
-else
-    # Of two peers only the one listed first greets (starts the handshake): when both start
-    # one at the same instant, both are dropped (each side's handshake state is overwritten
-    # by the other's initiation), and WireGuard tries again only after its 5-second
-    # REKEY_TIMEOUT. So this node pings the peers after it at once, and each peer before it
-    # once that peer's handshake has arrived (`wg show wg0 latest-handshakes`), over the
-    # session it made. fping pings a batch of peers by name from one process, every 0.2 s
-    # until each answers or the wait is over, and prints those that answered.
-    answered="$(mktemp -d)"
-    trap 'rm -rf "$answered"' EXIT
-    deadline=$((SECONDS + WAIT))
-    batches=0
-    ping_peers() {
-        local left=$((deadline - SECONDS))
-        batches=$((batches + 1))
-        fping -a -q -B 1 -i 1 -t 200 -r "$(((left > 1 ? left : 1) * 5))" "$@" >"$answered/$batches" 2>/dev/null &
-    }
+    standin_reach_peers "${checked[@]}"  # the stand-in overlay: a sandbox has no wg0 to ping across
+elif [ "${#checked[@]}" -gt 0 ]; then
+    # One fping for every checked peer, by name, printing those that answered. An echo waits
+    # 1 s, each retry half as long again, for the whole wait: every tunnel is up, so the
+    # first echo is held by WireGuard until the handshake is done and then delivered. Echoes
+    # resent every 0.2 s doubled wireguard-go's CPU in a 64-node round.
+    retries=0
+    for ((timeout = 1000, total = 1000; total < WAIT * 1000; retries++)); do
+        timeout=$((timeout * 3 / 2)) total=$((total + timeout))
+    done
+    while read -r name; do
+        [ -z "$name" ] || reached[$name]=ok
+    done < <(fping -a -q -B 1.5 -i 1 -t 1000 -r "$retries" "${checked[@]}" 2>/dev/null || true)
+    # The pairs this node checked have a session now: keep them alive (PersistentKeepalive,
+    # as wg0.conf says). The pairs the other end checks are kept alive from there: turning it
+    # on here could greet a peer whose own check is starting its handshake.
     read_wg_peers
-    before=() after=() mine=false
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}"
-        if [ "$name" = "$NODE_NAME" ]; then mine=true; elif $mine; then after+=("$name"); else before+=("$name"); fi
+    keepalive=()
+    for name in "${!reached[@]}"; do
+        keepalive+=(peer "${WG_KEY_OF[$name]}" persistent-keepalive 25)
     done
-    [ "${#after[@]}" -eq 0 ] || ping_peers "${after[@]}"
-    while [ "${#before[@]}" -gt 0 ]; do
-        declare -A greeted=()
-        while read -r key stamp; do
-            [ "$stamp" = 0 ] || greeted[$key]=1
-        done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
-        waiting=() ready=()
-        for name in "${before[@]}"; do
-            if [ -n "${greeted[${WG_KEY_OF[$name]:-none}]:-}" ]; then ready+=("$name"); else waiting+=("$name"); fi
-        done
-        [ "${#ready[@]}" -eq 0 ] || ping_peers "${ready[@]}"
-        before=("${waiting[@]}")
-        unset greeted
-        # A peer that never greets could not reach this node: the pair fails whatever this
-        # node's own ping would say.
-        if [ "${#before[@]}" -eq 0 ] || [ "$SECONDS" -ge "$deadline" ]; then break; fi
-        sleep 0.2
-    done
-    wait
-    for ((batch = 1; batch <= batches; batch++)); do
-        while read -r name; do
-            [ -z "$name" ] || reached[$name]=ok
-        done <"$answered/$batch"
-    done
-    # Every tunnel is up and greeted: the whole configuration, PersistentKeepalive included.
-    ip link show wg0 >/dev/null 2>&1 && wg syncconf wg0 <(wg_config)
+    [ "${#keepalive[@]}" -eq 0 ] || wg set wg0 "${keepalive[@]}"
 fi
 
 # Two lines, not one per peer: at 64 nodes 63 lines a node (4,032 a join) filled every
 # node's log tail and went through the control plane line by line.
 ok="REACH ok" failed="REACH fail"
-for entry in "${CLUSTER_NODES[@]}"; do
-    name="${entry%% *}"
-    [ "$name" = "$NODE_NAME" ] && continue
+for name in "${checked[@]}"; do
     if [ -n "${reached[$name]:-}" ]; then ok+=" $name"; else failed+=" $name"; fi
 done
 printf '%s\n%s\n' "$ok" "$failed"

@@ -298,18 +298,17 @@ sandbox_probe() {
     [ "$tunnel" = up ]
 }
 
-# standin_reach_peers: fill `reached` as join_network's real path does, from the peers'
-# tunnel state files.
+# standin_reach_peers PEER…: fill `reached` as join_network's real path does, from the
+# peers' tunnel state files.
 standin_reach_peers() {
+    local name
     # Every missing peer in each round (sandbox probes never block), not one peer until it
     # answers: the check lasts as long as the slowest peer, and WAIT once however many never
     # come up.
     deadline=$((SECONDS + WAIT))
     while :; do
         pending=0
-        for entry in "${CLUSTER_NODES[@]}"; do
-            name="${entry%% *}"
-            [ "$name" = "$NODE_NAME" ] && continue
+        for name in "$@"; do
             [ -n "${reached[$name]:-}" ] && continue
             if sandbox_probe "$name"; then reached["$name"]=ok; else pending=1; fi
         done
