@@ -7,12 +7,16 @@ Slurm's acceptance job included), and release them. Memory per node is the propo
 size (PSS) of every process in the node's PID namespace once it is ready. Prints figures,
 asserts nothing; skipped where this computer cannot run namespaces.
 
-    .venv/bin/python bench/real_nodes_bench.py [--sizes 2,4,8] [--software none,slurm] [--ray]
+    .venv/bin/python bench/real_nodes_bench.py [--sizes 2,4,8] [--software none,slurm] [--ray] [--repeat 30]
+
+`--repeat N` boots and joins each size N times, each on fresh machines, and prints how many
+runs failed (a join that named a pair, a node that never came up) with the times' spread.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +30,9 @@ from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
 from clusters.providers.local import realnodes
 from clusters.providers.local.sandbox import write_ed25519_keypair
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _support import machine_cpu_seconds
 
 BOOT_THREADS = 16  # clusters.providers.local.provider.BOOT_THREADS (importing it needs Django)
 
@@ -42,21 +49,21 @@ def pss_kib(pids: list[int]) -> int:
     return total
 
 
-def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int], dict[str, float]]:
+def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int], dict[str, tuple[float, float, float]], float]:
     run = workdir / f"{software}-{count}"
     run.mkdir(parents=True)
     public = write_ed25519_keypair(run / "client", "bench-control-plane")
     states = [run / f"m{i}" for i in range(count)]
     started = time.monotonic()
     cpu_started = time.process_time()
-    phases: dict[str, float] = {}
-    mark = started
+    phases: dict[str, tuple[float, float, float]] = {}
+    mark, cpu_mark, own_mark = started, machine_cpu_seconds(), cpu_started
 
     def lap(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        phases[name] = now - mark
-        mark = now
+        nonlocal mark, cpu_mark, own_mark
+        now, cpu_now, own_now = time.monotonic(), machine_cpu_seconds(), time.process_time()
+        phases[name] = (now - mark, cpu_now - cpu_mark, own_now - own_mark)
+        mark, cpu_mark, own_mark = now, cpu_now, own_now
 
     try:
         # At once, as the local provider boots a pass's machines (LocalProvider.boot_all).
@@ -105,9 +112,9 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
         seconds = time.monotonic() - started
         # What the control plane itself spent (SSH sessions, crypto, parsing), against the
         # wall time the nodes' own work takes on this computer's CPUs.
-        phases["control plane CPU"] = time.process_time() - cpu_started
+        control_plane_cpu = time.process_time() - cpu_started
         memory = [pss_kib(realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]})) for h in handles]
-        return seconds, memory, phases
+        return seconds, memory, phases, control_plane_cpu
     finally:
         for state in states:
             realnodes.release(run, state)
@@ -119,6 +126,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
     parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (needs /opt/ray; ~1 GB)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="boot and join each size this many times on fresh machines; prints how many failed")
     args = parser.parse_args()
     can, why = realnodes.capability()
     if not can:
@@ -132,16 +141,31 @@ def main() -> None:
     print("-" * 86)
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as workdir:
         for count, software in runs:
-            try:
-                seconds, memory, phases = one_run(count, software, Path(workdir))
-            except RuntimeError as error:
-                print(f"{software:>8} | {count:>2} | failed: {error}")
-                continue
-            mib = [m / 1024 for m in memory]
-            workers = sum(mib[1:]) / max(1, len(mib) - 1)
-            print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
-                  f"head {mib[0]:.0f}, workers {workers:.0f} (mean)")
-            print(" " * 11 + "phases: " + ", ".join(f"{name} {value:.1f}s" for name, value in phases.items()))
+            times, joins, failures = [], [], []
+            for attempt in range(args.repeat):
+                try:
+                    seconds, memory, phases, control_plane_cpu = one_run(count, software, Path(workdir) / str(attempt))
+                except RuntimeError as error:
+                    print(f"{software:>8} | {count:>2} | failed: {error}")
+                    failures.append(str(error))
+                    continue
+                times.append(seconds)
+                joins.append(phases["join_network"][0])
+                if args.repeat > 1:
+                    continue
+                mib = [m / 1024 for m in memory]
+                workers = sum(mib[1:]) / max(1, len(mib) - 1)
+                print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
+                      f"head {mib[0]:.0f}, workers {workers:.0f} (mean)")
+                print(" " * 11 + "phases (wall / this computer's CPU / of it this process's): "
+                      + ", ".join(f"{name} {wall:.1f}s / {cpu:.1f}s / {own:.1f}s"
+                                  for name, (wall, cpu, own) in phases.items() if wall >= 0.05)
+                      + f"; control plane CPU {control_plane_cpu:.1f}s")
+            if args.repeat > 1 and times:
+                print(f"{software:>8} | {count:>2} | {args.repeat} runs on fresh machines: {len(times)} ready, "
+                      f"{len(failures)} failed; to ready median {statistics.median(times):.1f}s "
+                      f"({min(times):.1f}–{max(times):.1f}s), join median {statistics.median(joins):.1f}s "
+                      f"(max {max(joins):.1f}s)")
 
 
 if __name__ == "__main__":

@@ -236,10 +236,8 @@ def _boot_and_poll(cluster: Cluster, nodes: list[Node], provider: Provider) -> t
     )
     came_up = []
     failed = None
-    for node in nodes:
-        if node.state != Node.State.BOOTING:
-            continue
-        report = provider.boot_status(node)
+    booting = [node for node in nodes if node.state == Node.State.BOOTING]
+    for node, report in zip(booting, provider.boot_statuses(booting), strict=True):
         if report.state is BootState.FAILED:
             failed = (node, _boot_failure(provider, node, report.detail))
             break

@@ -78,6 +78,10 @@ class Provider(abc.ABC):
     def boot_status(self, node: Node) -> BootReport:
         ...
 
+    def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
+        """`boot_status` of each node, in order (a provider may ask them at once)."""
+        return [self.boot_status(node) for node in nodes]
+
     @abc.abstractmethod
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         """Names, private network and shared folder; ok only when every node reaches every other."""

@@ -7,6 +7,7 @@ computer's side. Skipped where this computer cannot run namespaces.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import socket
@@ -213,6 +214,9 @@ def test_two_runs_of_the_product_never_share_a_gateway_and_an_address_is_never_h
         assert gateways[0] != gateways[1]
         assert realnodes.gateway_serves(a) and realnodes.gateway_serves(b)
         assert a.host_key != b.host_key
+        # A gateway that led to another machine is not this node's path.
+        crossed = dataclasses.replace(a, gateway=b.gateway)
+        assert not realnodes.gateway_serves(crossed)
         # A machine released and booted again gets a new address: a customer's known_hosts line
         # for the old one never meets another host key.
         first.release("node")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Helpers shared by every node-side script. The runner streams this file to `bash -s`
-# ahead of the script itself, after `export` lines for RUNCRATE_ROOT, RUNCRATE_NODE_*, ...
+# Helpers shared by every node-side script. The runner sends this file to bash (runner.py
+# REMOTE_COMMAND) ahead of the script itself, after `export` lines for RUNCRATE_ROOT, RUNCRATE_NODE_*, ...
 #
 # Every path a script touches is "$ROOT/<absolute path>": ROOT is "" on a real machine
 # and a sandbox directory in tests and the `local` provider.
@@ -80,33 +80,33 @@ without_block() {
     done <"$file"
 }
 
-# managed_block FILE NAME: replace the block between "# BEGIN runcrate NAME" and
-# "# END runcrate NAME" in FILE with stdin, keeping every other line. Idempotent.
+# managed_block FILE NAME [TEXT]: replace the block between "# BEGIN runcrate NAME" and
+# "# END runcrate NAME" in FILE with TEXT (stdin when no TEXT is given), keeping every other
+# line. Idempotent. bash reads stdin from a pipe (a here-string) one byte per read(2): a
+# block that grows with the cluster (64 nodes' host keys, 7 KB) goes as TEXT.
 managed_block() {
-    local file="$1" name="$2" block="" line
-    IFS= read -r -d '' block || true
+    local file="$1" name="$2" block="${3-}"
+    [ "$#" -ge 3 ] || IFS= read -r -d '' block || true
     block="${block%$'\n'}"
     # A marker inside the block would end it early on the next rewrite and leave the lines
     # after it outside, kept forever: refuse it rather than write it.
-    while IFS= read -r line; do
-        case "$line" in
-            "# BEGIN runcrate "* | "# END runcrate "*) die "refusing a '$name' block for $file that holds a marker line" ;;
-        esac
-    done <<<"$block"
+    case $'\n'"$block" in
+        *$'\n# BEGIN runcrate '* | *$'\n# END runcrate '*) die "refusing a '$name' block for $file that holds a marker line" ;;
+    esac
     without_block "$file" "$name"
     write_file "$file" 0644 <<<"$KEPT# BEGIN runcrate $name
 $block
 # END runcrate $name"
 }
 
-# managed_block_first FILE NAME: managed_block, but the block goes first in FILE. Startup
-# files such as /etc/bash.bashrc return early for non-interactive shells ("[ -z "$PS1" ] &&
-# return"), so what every shell must see has to come before that line.
+# managed_block_first FILE NAME [TEXT]: managed_block, but the block goes first in FILE.
+# Startup files such as /etc/bash.bashrc return early for non-interactive shells
+# ("[ -z "$PS1" ] && return"), so what every shell must see has to come before that line.
 managed_block_first() {
-    local file="$1" name="$2" block=""
-    IFS= read -r -d '' block || true
+    local file="$1" name="$2" block="${3-}"
+    [ "$#" -ge 3 ] || IFS= read -r -d '' block || true
     block="${block%$'\n'}"
-    managed_block "$file" "$name" <<<"$block"
+    managed_block "$file" "$name" "$block"
     without_block "$file" "$name"
     write_file "$file" 0644 <<<"# BEGIN runcrate $name
 $block

@@ -19,7 +19,7 @@ hosts=""
 for entry in "${CLUSTER_NODES[@]}"; do
     hosts+="${entry#* }"$'\t'"${entry%% *}"$'\n'
 done
-managed_block "$ROOT/etc/hosts" cluster <<<"${hosts%$'\n'}"
+managed_block "$ROOT/etc/hosts" cluster "${hosts%$'\n'}"
 
 step "ssh-keys"
 # The customer's public keys, in a block of their own so the operator's keys stay. Each key
@@ -38,7 +38,7 @@ for encoded in "${encoded_keys[@]}"; do
     key_count=$((key_count + 1))
 done
 [ -d "$ROOT$login_home/.ssh" ] || { mkdir -p "$ROOT$login_home/.ssh"; chmod 0700 "$ROOT$login_home/.ssh"; }
-managed_block "$ROOT$login_home/.ssh/authorized_keys" customer <<<"${keys%$'\n'}"
+managed_block "$ROOT$login_home/.ssh/authorized_keys" customer "${keys%$'\n'}"
 chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
 
 step "cluster-key"
@@ -63,7 +63,7 @@ for line in "${host_keys[@]}"; do
     known+="$line"$'\n'
 done
 if [ -n "$known" ]; then
-    managed_block "$ROOT/etc/ssh/ssh_known_hosts" cluster <<<"${known%$'\n'}"
+    managed_block "$ROOT/etc/ssh/ssh_known_hosts" cluster "${known%$'\n'}"
 fi
 # The cluster's own key for every node, checked against the managed file only: a stale line
 # in ~/.ssh/known_hosts (a machine that once held the name) must not turn into "host key

@@ -318,6 +318,26 @@ class LocalProvider(FabricProvider):
             return BootReport(BootState.FAILED, detail=f"{host.name}'s SSH server exited; see {self._dir(host) / 'ssh.log'}")
         return super().boot_status(node)
 
+    def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
+        if not self.real or len(nodes) < 2:
+            return super().boot_statuses(nodes)
+        # A real node is up once the customer's path reaches it (an SSH banner through its
+        # proxy, its host key through its gateway): ~0.1 s of round trips and key exchange a
+        # node, 6 s for 64 one after the other. Asked at once, as boot_all boots them; the
+        # threads read nothing of the database (each node's host is read here first).
+        for node in nodes:
+            _ = node.host
+        reports: dict[int, BootReport] = {}
+
+        def status(node: Node) -> None:
+            try:
+                reports[node.pk] = self.boot_status(node)
+            finally:
+                connection.close()
+
+        _at_once(status, nodes, "boot-status")
+        return [reports[node.pk] for node in nodes]
+
     def release_all(self, nodes: list[Node]) -> None:
         if not self.real or len(nodes) < 2:
             super().release_all(nodes)
