@@ -1,5 +1,6 @@
-"""Create → ready on the `local` provider, through the whole control plane, at 2, 8 and 32
-machines: the issue-13 row "create → ready, local, 32 vs 2 machines".
+"""Create → ready on the `local` provider, through the whole control plane, at 2, 8, 32 and 64
+machines, beside the node work alone: the issue-13 row "create → ready, local, 32 vs 2
+machines" and issue 22's "join at 64 within 1.2× of the nodes' own floor".
 
 Each run creates a cluster with `services.create_cluster` (the service the API and the
 dashboard call) and drives it with `lifecycle.advance`, as a worker does when a pass asks
@@ -11,9 +12,12 @@ crypto, queries; on `local` also booting the machines: namespaces, cgroups, poll
 each node's init) and that per machine, the CPU every other process used meanwhile (the nodes' own work: their
 sshd sessions, scripts, wireguard-go, munge, slurmd; and whatever else runs), and how busy
 that kept this computer's CPUs: near 100% means the work on the CPUs, not waiting, set the
-time. Asserts nothing.
+time. Right after each run, the same boot, join, install and readiness driven directly
+(`real_nodes_bench.one_run`: no database, no lifecycle, no pushes) on as many fresh real
+machines, and the ratio of the two: what the control plane adds to the nodes' own floor.
+Asserts nothing.
 
-    DATABASE_URL=postgres://… .venv/bin/python bench/time_to_ready_bench.py [--sizes 2,8,32] [--software none,slurm]
+    DATABASE_URL=postgres://… .venv/bin/python bench/time_to_ready_bench.py [--sizes 2,8,32,64] [--software none,slurm] [--no-floor]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import _support
 
 _support.setup_django()
 
+import real_nodes_bench  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
@@ -96,9 +101,11 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2,8,32")
+    parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
+    parser.add_argument("--no-floor", action="store_true", help="skip the node work driven without the control plane")
     args = parser.parse_args()
+    floor = None if args.no_floor or local.mode()[0] != "namespaces" else real_nodes_bench.one_run
     sizes = [int(n) for n in args.sizes.split(",")]
     with _support.own_database("ready"), tempfile.TemporaryDirectory(prefix="rc-ttr-") as machines:
         settings.LOCAL_MACHINES_DIR = machines
@@ -118,8 +125,8 @@ def main() -> None:
         cpus = os.cpu_count() or 1
         _count_boot_cpu()
         print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'vs 1st':>6} | control plane CPU (of it: boots) | "
-              f"per node without boots | other CPU | CPUs busy | outcome")
-        print("-" * 98)
+              f"per node without boots | other CPU | CPUs busy | node floor | × floor | outcome")
+        print("-" * 124)
         block = 0
         for software in args.software.split(","):
             base = None
@@ -128,9 +135,17 @@ def main() -> None:
                 seconds, cpu, boot_cpu, machine_cpu, outcome = one_run(environment, count, software, block)
                 base = base or seconds
                 busy = machine_cpu / (seconds * cpus)
+                alone, ratio = "—", "—"
+                if floor is not None:
+                    try:
+                        floor_seconds = floor(count, software, Path(machines) / f"floor-{block}")[0]
+                    except RuntimeError as error:
+                        alone = f"failed: {error}"
+                    else:
+                        alone, ratio = f"{floor_seconds:.1f}s", f"{seconds / floor_seconds:.2f}×"
                 print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / base:5.2f}× | "
                       f"{cpu:6.1f}s ({boot_cpu:4.1f}s) | {(cpu - boot_cpu) / count * 1000:5.0f} ms | "
-                      f"{machine_cpu - cpu:8.1f}s | {busy:8.0%} | {outcome}")
+                      f"{machine_cpu - cpu:8.1f}s | {busy:8.0%} | {alone:>10} | {ratio:>7} | {outcome}")
         leftover = [c.name for c in Cluster.objects.exclude(status=Status.TERMINATED)]
         if leftover:
             print(f"not terminated: {leftover}")
