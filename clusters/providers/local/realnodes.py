@@ -56,7 +56,7 @@ from clusters.nodeops.targets import PRIVATE_NETWORK
 
 from .sandbox import find_sshd, write_ed25519_keypair
 
-TOOLS = ("ip", "unshare", "nsenter", "newuidmap", "newgidmap", "socat", "wg", "wg-quick", "fping", "ssh-keyscan")
+TOOLS = ("ip", "unshare", "nsenter", "newuidmap", "newgidmap", "socat", "wg", "wg-quick", "fping")
 # This computer's registry of what every run of the product holds here: uid ranges, guard
 # routes (a tmpfs: none of it outlives a reboot, and neither do the nodes), and the gateway
 # counter (on disk: a customer's known_hosts outlives a reboot).
