@@ -8,6 +8,7 @@ namespaces (the sandbox tests in test_local_provider.py cover those machines).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 import subprocess
@@ -416,9 +417,11 @@ def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_pat
     assert realnodes.leftovers(tmp_path) == []
 
 
-def test_a_join_names_exactly_the_pairs_that_cannot_reach_each_other(tmp_path):
-    """Each pair is checked from one end (the ring share of join_network.sh): a link cut on
-    the checking end and one cut on the answering end both fail their pair, and no other."""
+@contextlib.contextmanager
+def joined_nodes(tmp_path, count: int, *, wait_seconds: int, before_join=lambda handles: None):
+    """`count` real nodes booted at once and joined as the local provider joins them (names,
+    then the WireGuard join); yields the join's StepResult, then releases every node.
+    `before_join(handles)` runs once they are up and their neighbours pinned."""
     from concurrent.futures import ThreadPoolExecutor
 
     from clusters.nodeops import operations
@@ -426,13 +429,36 @@ def test_a_join_names_exactly_the_pairs_that_cannot_reach_each_other(tmp_path):
     from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
     from clusters.providers.local.sandbox import write_ed25519_keypair
 
-    public = write_ed25519_keypair(tmp_path / "client", "cut")
-    states = [tmp_path / f"m{i}" for i in range(4)]
+    public = write_ed25519_keypair(tmp_path / "client", "join")
+    states = [tmp_path / f"m{i}" for i in range(count)]
     try:
-        with ThreadPoolExecutor(max_workers=4) as pool:
+        with ThreadPoolExecutor(max_workers=min(16, count)) as pool:
             handles = list(pool.map(lambda state: realnodes.boot(
                 tmp_path, state, key=state.name, hostname=state.name, authorized_keys=public + "\n"), states))
         realnodes.pin_neighbours(handles)
+        before_join(handles)
+        spec = ClusterSpec(
+            cluster_id=f"join-{count}", software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
+            nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
+                                   key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
+                                   proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
+        )
+        secrets = operations.generate_secrets(spec)
+        with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
+            assert operations.set_names(spec, secrets=secrets, runner=runner).ok
+            yield operations.join_network(spec, secrets=secrets, runner=runner, wait_seconds=wait_seconds)
+    finally:
+        for state in states:
+            realnodes.release(tmp_path, state)
+        realnodes.Underlay(tmp_path).teardown()
+    assert realnodes.leftovers(tmp_path) == []
+
+
+def test_a_join_names_exactly_the_pairs_that_cannot_reach_each_other(tmp_path):
+    """Each pair is checked from one end (the ring share of join_network.sh): a link cut on
+    the checking end and one cut on the answering end both fail their pair, and no other."""
+
+    def cut_links_to_node_3(handles):
         # Of 4 nodes node-1 checks node-2 and node-3, and node-3 checks node-0. node-1's frames
         # to node-3 go to a MAC address nobody has (the checking end cut); so do node-0's (the
         # answering end: node-3's greeting arrives, the answer never does). A route would not
@@ -441,57 +467,16 @@ def test_a_join_names_exactly_the_pairs_that_cannot_reach_each_other(tmp_path):
             subprocess.run(["nsenter", "-t", str(handles[source].pid), "-n", "ip", "neigh", "replace",
                             handles[3].address, "lladdr", "02:00:00:00:00:01", "dev", "eth0", "nud", "permanent"],
                            check=True)
-        spec = ClusterSpec(
-            cluster_id="cut", software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
-            nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
-                                   key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
-                                   proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
-        )
-        secrets = operations.generate_secrets(spec)
-        with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
-            assert operations.set_names(spec, secrets=secrets, runner=runner).ok
-            joined = operations.join_network(spec, secrets=secrets, runner=runner, wait_seconds=4)
+
+    with joined_nodes(tmp_path, 4, wait_seconds=4, before_join=cut_links_to_node_3) as joined:
         assert joined.failed_pairs == [("node-0", "node-3"), ("node-1", "node-3")]
         assert not joined.joined
-    finally:
-        for state in states:
-            realnodes.release(tmp_path, state)
-        realnodes.Underlay(tmp_path).teardown()
-    assert realnodes.leftovers(tmp_path) == []
 
 
 def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
     """Above 32 nodes on one bridge, ARP for 40 × 39 pairs used to drop WireGuard handshakes
     (wireguard-go's socket out of send buffer behind unresolved neighbours): the join must
     still reach every pair, as the local provider runs it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from clusters.nodeops import operations
-    from clusters.nodeops.runner import NodeRunner, RetryPolicy
-    from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
-    from clusters.providers.local.sandbox import write_ed25519_keypair
-
-    public = write_ed25519_keypair(tmp_path / "client", "forty")
-    states = [tmp_path / f"m{i}" for i in range(40)]
-    try:
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            handles = list(pool.map(lambda state: realnodes.boot(
-                tmp_path, state, key=state.name, hostname=state.name, authorized_keys=public + "\n"), states))
-        realnodes.pin_neighbours(handles)
-        spec = ClusterSpec(
-            cluster_id="forty", software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
-            nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
-                                   key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
-                                   proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
-        )
-        secrets = operations.generate_secrets(spec)
-        with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
-            assert operations.set_names(spec, secrets=secrets, runner=runner).ok
-            joined = operations.join_network(spec, secrets=secrets, runner=runner, wait_seconds=30)
+    with joined_nodes(tmp_path, 40, wait_seconds=30) as joined:
         assert joined.failed_pairs == []
         assert joined.joined
-    finally:
-        for state in states:
-            realnodes.release(tmp_path, state)
-        realnodes.Underlay(tmp_path).teardown()
-    assert realnodes.leftovers(tmp_path) == []

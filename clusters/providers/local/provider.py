@@ -55,15 +55,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Real nodes booted (and released) at once by one pass.
 BOOT_THREADS = 16
 
 
-def _at_once(work: Callable[[T], None], items: list[T], name: str) -> None:
-    """`work` on every item in threads of its own (up to BOOT_THREADS); returns when all are done."""
+def _at_once(work: Callable[[T], R], items: list[T], name: str) -> list[R]:
+    """`work` on every item in threads of its own (up to BOOT_THREADS); returns the results in
+    order once all are done. A thread's database connection is closed after each item: what the
+    work reads is read before (the callers load it), and a thread left holding one would keep it."""
+
+    def one(item: T) -> R:
+        try:
+            return work(item)
+        finally:
+            connection.close()
+
     with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, len(items)), thread_name_prefix=name) as pool:
-        list(pool.map(work, items))
+        return list(pool.map(one, items))
 
 
 def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
@@ -219,14 +229,7 @@ class LocalProvider(FabricProvider):
         # boot reads of the database is read here first; the threads touch none of it.
         for node in nodes:
             _ = node.host.machine_type, node.cluster.volume
-
-        def boot(node: Node) -> None:
-            try:
-                self.boot(node)
-            finally:
-                connection.close()
-
-        _at_once(boot, nodes, "boot")
+        _at_once(self.boot, nodes, "boot")
 
     def _boot_real(self, node: Node) -> None:
         host = node.host
@@ -327,16 +330,7 @@ class LocalProvider(FabricProvider):
         # threads read nothing of the database (each node's host is read here first).
         for node in nodes:
             _ = node.host
-        reports: dict[int, BootReport] = {}
-
-        def status(node: Node) -> None:
-            try:
-                reports[node.pk] = self.boot_status(node)
-            finally:
-                connection.close()
-
-        _at_once(status, nodes, "boot-status")
-        return [reports[node.pk] for node in nodes]
+        return _at_once(self.boot_status, nodes, "boot-status")
 
     def release_all(self, nodes: list[Node]) -> None:
         if not self.real or len(nodes) < 2:
