@@ -728,6 +728,22 @@ def stop(
 HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0)
 
 
+def health_ring(spec: ClusterSpec) -> NodeEnv:
+    """RUNCRATE_HEALTH_RING for each node: the private addresses of the nodes just before and
+    just after it by index, wrapping round (one in a two-node cluster), which health.sh pings."""
+    ordered = sorted(spec.nodes, key=lambda node: node.index)
+    position = {node.name: place for place, node in enumerate(ordered)}
+
+    def ring(node: NodeTarget) -> dict[str, str]:
+        place = position[node.name]
+        neighbours = dict.fromkeys(
+            ordered[(place + step) % len(ordered)].private_ip for step in (-1, 1) if len(ordered) > 1
+        )
+        return {"RUNCRATE_HEALTH_RING": " ".join(neighbours)}
+
+    return ring
+
+
 def check_health(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
     ping_wait: int = 2,
@@ -736,15 +752,16 @@ def check_health(
     session each (over the runner's kept connection when it has one). `result.health` has
     every node's verdict: healthy, unreachable, network_down or software_down, with why."""
     env = {"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)}
+    ring = health_ring(spec)
     with _Session(runner) as session:
-        results = _run(spec, spec.nodes, "health.sh", "health", session, on_output, extra_env=env)
+        results = _run(spec, spec.nodes, "health.sh", "health", session, on_output, extra_env=env, node_env=ring)
         # A node that did not answer while every node was being asked at once is asked once
         # more on its own, after the others finished: a login that timed out under the load
         # of the round itself is no verdict. Only a node that fails this second time too is
         # unreachable.
         again = [node for node in spec.nodes if results[node.name].unreachable]
         if again:
-            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env))
+            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env, node_env=ring))
     reports: dict[str, HealthReport | str] = {}
     for name, result in results.items():
         if result.unreachable:

@@ -10,6 +10,7 @@ import pytest
 
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.targets import NodeTarget, private_ip
 from clusters.providers.local.sandbox import free_port
 from tests.nodeops.test_nodeops_cluster import bring_up, root
 
@@ -113,3 +114,28 @@ def test_a_login_that_timed_out_during_the_round_is_asked_again_alone_before_any
     assert {name: verdict.health for name, verdict in health.items()} == dict.fromkeys(
         (f"node-{i}" for i in range(4)), "healthy"
     )
+
+
+def ring_spec(indices: list[int]) -> ops.ClusterSpec:
+    nodes = tuple(
+        NodeTarget(name=f"node-{i}", index=i, host="127.0.0.1", port=22, user="root", key_filename=None,
+                   root="", private_ip=private_ip(i))
+        for i in indices
+    )
+    return ops.ClusterSpec(cluster_id="ring", software="none", machine_kind="vm", gpus_per_machine=1,
+                           nodes=nodes, sandbox=False)
+
+
+def test_each_node_pings_the_nodes_before_and_after_it_by_index_wrapping_round_gaps_and_all():
+    spec = ring_spec([0, 1, 2, 5])
+    ring = ops.health_ring(spec)
+    by_name = {node.name: ring(node)["RUNCRATE_HEALTH_RING"] for node in spec.nodes}
+
+    assert by_name == {
+        "node-0": f"{private_ip(5)} {private_ip(1)}",
+        "node-1": f"{private_ip(0)} {private_ip(2)}",
+        "node-2": f"{private_ip(1)} {private_ip(5)}",
+        "node-5": f"{private_ip(2)} {private_ip(0)}",
+    }
+    two = ring_spec([0, 1])
+    assert [ops.health_ring(two)(node)["RUNCRATE_HEALTH_RING"] for node in two.nodes] == [private_ip(1), private_ip(0)]

@@ -8,7 +8,8 @@
 #   ::health:: wg0 up|down            the node's WireGuard interface exists and is up
 #   ::health:: wg-daemon running|stopped|kernel   wireguard-go (kernel: no daemon needed)
 #   ::health:: peer <name> ok|fail    a ring neighbour (the nodes before and after this one by
-#                                     index): its 10.77.0.x answered a ping over wg0 (one fping)
+#                                     index, RUNCRATE_HEALTH_RING): its 10.77.0.x answered a ping
+#                                     over wg0 (one fping)
 #   ::health:: peer <name> ok|fail handshake   any other peer, judged by the age of its latest
 #                                     WireGuard handshake (PersistentKeepalive keeps it fresh)
 #   ::health:: handshake <name> <seconds>|never   age of the latest handshake with the peer
@@ -84,29 +85,9 @@ wg0_state() {
     esac
 }
 
-# ring_neighbours ADDRESS...: RING_NEIGHBOURS=the addresses of the peers just before and just
-# after this node by index, wrapping around (one of them in a two-node cluster). Every node pings these two
-# only: each link of the ring is pinged from both of its ends, and the round sends 2 echo
-# requests a node whatever the cluster's size (one fping over every peer sent N-1).
-ring_neighbours() {
-    local address previous="" next="" first="" last="" index
-    local -i best_below=-1 best_above=1000000 lowest=1000000 highest=-1
-    for address in "$@"; do
-        index="${PEER_INDEX[$address]}"
-        if [ "$index" -lt "$NODE_INDEX" ] && [ "$index" -gt "$best_below" ]; then best_below=$index previous=$address; fi
-        if [ "$index" -gt "$NODE_INDEX" ] && [ "$index" -lt "$best_above" ]; then best_above=$index next=$address; fi
-        if [ "$index" -lt "$lowest" ]; then lowest=$index first=$address; fi
-        if [ "$index" -gt "$highest" ]; then highest=$index last=$address; fi
-    done
-    [ -n "$previous" ] || previous="$last"
-    [ -n "$next" ] || next="$first"
-    RING_NEIGHBOURS=("$previous")
-    [ "$next" = "$previous" ] || RING_NEIGHBOURS+=("$next")
-}
-
-# probe: the given addresses pinged over wg0, each tried twice within PING_WAIT seconds; prints
-# those that answered. One fping for all of them; without fping (a machine that lost it) a
-# ping each.
+# probe ADDRESS...: the given addresses pinged over wg0, each tried twice within PING_WAIT
+# seconds; prints those that answered. One fping for all of them; without fping (a machine
+# that lost it) a ping each.
 probe() {
     local wait_ms=$((PING_WAIT * 1000 / 2)) address
     [ "$wait_ms" -ge 100 ] || wait_ms=100
@@ -120,11 +101,39 @@ probe() {
     wait
 }
 
+# The peers' verdicts, from wg0.conf (each peer's name is in the comment above its key),
+# then on stdin `wg show wg0 latest-handshakes` ("key stamp") and the ring neighbours that
+# answered ("address"). One awk for every peer: the same loop in bash cost ~0.3 ms of the
+# node's CPU per peer, every round.
+# shellcheck disable=SC2016 # awk's own $1, $2
+PEERS_AWK='
+BEGIN {
+    while ((getline line < conf) > 0) {
+        split(line, word, " ")
+        if (substr(line, 1, 7) == "# node-") name = substr(line, 3)
+        else if (word[1] == "PublicKey" && name != "") { name_of[word[3]] = name; name = "" }
+    }
+}
+NF == 2 { if ($1 in name_of) age[name_of[$1]] = ($2 == 0 ? "never" : now - $2); next }
+NF == 1 { reached[$1] = 1 }
+END {
+    count = split(nodes, entries, ";")
+    for (i = 1; i <= count; i++) {
+        split(entries[i], field, " ")
+        if (field[1] == me) continue
+        if (index(" " ring " ", " " field[2] " ")) {
+            printf "::health:: peer %s %s\n", field[1], (field[2] in reached ? "ok" : "fail")
+        } else if ((field[1] in age) && age[field[1]] != "never" && age[field[1]] <= fresh) {
+            printf "::health:: peer %s ok handshake\n", field[1]
+        } else {
+            printf "::health:: peer %s fail handshake\n", field[1]
+        }
+    }
+    for (name in age) printf "::health:: handshake %s %s\n", name, age[name]
+}'
+
 real_network() {
-    local entry name address key stamp now
-    local -A name_of=() reached=() age_of=() ring=()
-    local -a addresses=() RING_NEIGHBOURS=()
-    declare -gA PEER_INDEX=()
+    local now
     wg0_state
     if [ "$WG0_STATE" != up ]; then
         report "wg0 down"
@@ -139,36 +148,18 @@ real_network() {
     else
         report "wg-daemon stopped"
     fi
-    for entry in "${CLUSTER_NODES[@]}"; do
-        name="${entry%% *}" address="${entry#* }"
-        [ "$name" = "$NODE_NAME" ] && continue
-        name_of[$address]="$name"
-        PEER_INDEX[$address]="${name#node-}"
-        addresses+=("$address")
-    done
-    # Handshakes, by peer name.
-    read_wg_peers
+    [ "$NODE_COUNT" -gt 1 ] || return 0
     printf -v now '%(%s)T' -1
-    while read -r key stamp; do
-        name="${WG_PEER_OF[$key]:-}"
-        [ -n "$name" ] || continue
-        if [ "$stamp" = 0 ]; then age_of[$name]=never; else age_of[$name]=$((now - stamp)); fi
-    done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
-    [ "${#addresses[@]}" -gt 0 ] || return 0
-    ring_neighbours "${addresses[@]}"
-    for address in "${RING_NEIGHBOURS[@]}"; do ring[$address]=1; done
-    while read -r address; do reached[$address]=1; done < <(probe "${RING_NEIGHBOURS[@]}")
-    for address in "${addresses[@]}"; do
-        name="${name_of[$address]}"
-        if [ -n "${ring[$address]:-}" ]; then
-            if [ -n "${reached[$address]:-}" ]; then report "peer $name ok"; else report "peer $name fail"; fi
-        elif [ "${age_of[$name]:-never}" != never ] && [ "${age_of[$name]}" -le "$HANDSHAKE_FRESH" ]; then
-            report "peer $name ok handshake"
-        else
-            report "peer $name fail handshake"
-        fi
-    done
-    for name in "${!age_of[@]}"; do report "handshake $name ${age_of[$name]}"; done
+    # RUNCRATE_HEALTH_RING: the addresses of the peers just before and just after this node
+    # (operations.check_health). Every node pings these two only, so each link of the ring
+    # is pinged from both of its ends and a node sends 2 echo requests whatever the size.
+    # mawk where the machine has it (Debian's required awk): half of gawk's start-up CPU.
+    local awk=awk
+    if command -v mawk >/dev/null; then awk=mawk; fi
+    # shellcheck disable=SC2086 # two addresses, split on purpose
+    { wg show wg0 latest-handshakes 2>/dev/null || true; probe ${RUNCRATE_HEALTH_RING:?}; } |
+        "$awk" -v now="$now" -v fresh="$HANDSHAKE_FRESH" -v me="$NODE_NAME" -v nodes="$RUNCRATE_NODES" \
+            -v ring="$RUNCRATE_HEALTH_RING" -v conf="$ROOT/etc/wireguard/wg0.conf" "$PEERS_AWK"
 }
 
 # software_daemons: this node's daemons of the cluster's software.
