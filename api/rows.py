@@ -14,16 +14,21 @@ stay the OpenAPI document, byte for byte.
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import json
 import types
 import typing
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from ninja import Schema
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, PlainSerializer, TypeAdapter, create_model
+from pydantic.fields import FieldInfo
 
 from api import schemas
 from api.app import api
@@ -32,6 +37,7 @@ from clusters import connect, network_tests
 from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, NodeHealth, Status
 
 _twins: dict[type, type[BaseModel]] = {}
+_lists: dict[type, TypeAdapter[list[Any]]] = {}
 
 
 def _plain_annotation(annotation: Any) -> Any:
@@ -48,27 +54,48 @@ def _plain_annotation(annotation: Any) -> Any:
     return origin[swapped]
 
 
+def _native_timestamps(info: FieldInfo) -> FieldInfo:
+    """`info` without the `schemas.timestamp` serializer: pydantic-core writes an aware datetime
+    as the same string ("…T05:35:25.217410Z", "…T05:35:25Z"), without a call into Python for
+    each of a page's ~6,400 node timestamps (tests/api/test_list_queries.py holds them equal)."""
+    kept = [m for m in info.metadata if not (isinstance(m, PlainSerializer) and m.func is schemas.timestamp)]
+    if len(kept) == len(info.metadata):
+        return info
+    info = copy.copy(info)
+    info.metadata = kept
+    return info
+
+
 def plain(schema: type[Schema]) -> type[BaseModel]:
     """A plain pydantic model with `schema`'s fields (names, types, serializers, defaults) and
     none of ninja's per-object machinery; nested schemas become twins of their own."""
     if schema not in _twins:
         fields: dict[str, Any] = {
-            name: (_plain_annotation(info.annotation), info) for name, info in schema.model_fields.items()
+            name: (_plain_annotation(info.annotation), _native_timestamps(info))
+            for name, info in schema.model_fields.items()
         }
         _twins[schema] = create_model(schema.__name__, __base__=BaseModel, **fields)
     return _twins[schema]
 
 
+def _list_of(item: type[Schema]) -> TypeAdapter[list[Any]]:
+    if item not in _lists:
+        _lists[item] = TypeAdapter(list[plain(item)])  # type: ignore[arg-type, misc]
+    return _lists[item]
+
+
 def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]], total: int, pages: PageQuery,
            **meta: Any) -> HttpResponse:
-    """A list envelope validated by the item schema's twin, rendered by ninja's own renderer
-    (the same bytes and headers as a validated return value)."""
-    model = plain(item)
-    body = {
-        "data": [model.model_validate(row).model_dump(mode="json") for row in rows],
-        "meta": ListMeta(total=total, limit=pages.limit, offset=pages.offset).model_dump(mode="json") | meta,
-    }
-    return api.create_response(request, body, status=200)
+    """A list envelope: the rows validated by the item schema's twin and written as JSON by
+    pydantic-core in one go (no Python objects between the models and the bytes: at 50
+    clusters of 64 nodes, dumping to dicts and then `json.dumps` took twice as long), with
+    the headers of ninja's renderer. Compact JSON: the same document as a validated return
+    value, without the spaces after separators."""
+    adapter = _list_of(item)
+    data = adapter.dump_json(adapter.validate_python(rows))
+    envelope = ListMeta(total=total, limit=pages.limit, offset=pages.offset).model_dump(mode="json") | meta
+    body = b'{"data":' + data + b',"meta":' + json.dumps(envelope, separators=(",", ":")).encode() + b"}"
+    return HttpResponse(body, status=200, content_type=api.get_content_type())
 
 
 def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None) -> tuple[list[Any], int]:
@@ -80,14 +107,42 @@ def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None)
 # -- clusters -----------------------------------------------------------------------------------
 
 _NODE_COLUMNS = (
-    "id", "cluster_id", "index", "state", "joined_at", "step", "detail", "released_at", "replacing_id", "health",
-    "health_detail", "health_checked_at", "health_changed_at", "host__address", "host__name", "host__port",
-    "host__ssh_user", "address", "host_key",
+    "id", "cluster_id", "index", "state", "step", "detail", "replacing_id", "health", "health_detail",
+    "host__address", "host__name", "host__port", "host__ssh_user", "address", "host_key",
 )
+# Read as what the rows need of them: two are only tested for NULL, and two are read as text
+# and parsed here (`_moments`). Django's timestamptz loader is Python, ~5 µs a value: at 50
+# clusters of 64 nodes it was 40 of the page's 115 ms.
+_NODE_FACTS = {
+    "joined": ExpressionWrapper(Q(joined_at__isnull=False), output_field=BooleanField()),
+    "released": ExpressionWrapper(Q(released_at__isnull=False), output_field=BooleanField()),
+    "checked_at": Cast("health_checked_at", TextField()),
+    "changed_at": Cast("health_changed_at", TextField()),
+}
+
+
+def _moments() -> Callable[[str | None], dt.datetime | None]:
+    """A parser of the text a database gives for a timestamp ("2026-12-03 04:34:06.779167+00"
+    on PostgreSQL, without the offset on SQLite, which keeps UTC), remembering each text: a
+    health round stamps every node of a cluster at once."""
+    seen: dict[str, dt.datetime] = {}
+
+    def moment(text: str | None) -> dt.datetime | None:
+        if text is None:
+            return None
+        when = seen.get(text)
+        if when is None:
+            when = dt.datetime.fromisoformat(text)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.UTC)
+            seen[text] = when
+        return when
+
+    return moment
 
 
 def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool) -> tuple[dict[str, Any], Any]:
-    released = node["released_at"] is not None
+    released = node["released"]
     in_service = not released and node["replacing_id"] is None
     endpoint = connect.endpoint_of(
         node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"], gateway,
@@ -95,7 +150,7 @@ def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool
     )
     row = {
         "name": endpoint.name, "role": endpoint.role, "status": node["state"],
-        "private_ip": endpoint.private_ip if node["joined_at"] else None,
+        "private_ip": endpoint.private_ip if node["joined"] else None,
         "step": node["step"] or None, "detail": node["detail"] or None,
         "ssh": endpoint.ssh_command if connectable and in_service else None,
         "replacing": node["replacing_id"] is not None and not released,
@@ -103,7 +158,7 @@ def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool
         # A machine that stopped carries no health: what a round found was about it running.
         "health": NodeHealth.UNKNOWN.value if released else node["health"],
         "health_detail": None if released else (node["health_detail"] or None),
-        "health_checked_at": node["health_checked_at"], "health_changed_at": node["health_changed_at"],
+        "health_checked_at": node["checked_at"], "health_changed_at": node["changed_at"],
     }
     return row, (endpoint if in_service else None)
 
@@ -112,9 +167,11 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
     """Rows of schemas.Cluster for clusters read with their catalogue (cluster_for_list): one
     query for all their nodes and hosts, whatever their number."""
     nodes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    moment = _moments()
     if clusters:
         for node in (Node.objects.filter(cluster_id__in=[c.pk for c in clusters])
-                     .order_by("cluster_id", "index", "id").values(*_NODE_COLUMNS)):
+                     .order_by("cluster_id", "index", "id").values(*_NODE_COLUMNS, **_NODE_FACTS)):
+            node["checked_at"], node["changed_at"] = moment(node["checked_at"]), moment(node["changed_at"])
             nodes[node["cluster_id"]].append(node)
     rows = []
     for cluster in clusters:
@@ -130,7 +187,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
                 keyed.append((endpoint, node["host_key"]))
         unhealthy = 0
         if cluster.status == Status.READY:
-            unhealthy = sum(1 for n in nodes[cluster.pk] if n["released_at"] is None and n["health"] in BAD_HEALTH)
+            unhealthy = sum(1 for n in nodes[cluster.pk] if not n["released"] and n["health"] in BAD_HEALTH)
         rows.append({
             "id": cluster.pk, "name": cluster.name, "status": cluster.status,
             "termination_reason": cluster.termination_reason or cluster.failure_reason or None,

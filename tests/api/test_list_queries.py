@@ -3,11 +3,18 @@ clusters, nodes, events or tests, and its rows say what the single-object endpoi
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from zoneinfo import ZoneInfo
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
+from api import rows, schemas
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, NodeHealth, Status
 from tests.api.conftest import ApiClient
 from tests.core.test_queries import make_clusters
@@ -130,3 +137,24 @@ def test_instances_are_paged_in_order_from_indexes_and_counted_from_one_never_by
         cursor.execute("RESET enable_seqscan")
     assert "Sort" not in nodes  # an incremental sort within a cluster's nodes is fine
     assert "Index Only Scan" in count and "Hash Join" not in count and "Nested Loop" not in count
+
+
+@given(st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(2100, 1, 1),
+                    timezones=st.sampled_from([dt.UTC, ZoneInfo("UTC")])))
+def test_a_list_writes_every_timestamp_as_the_schemas_do(moment):
+    """The lists' twins leave timestamps to pydantic-core (api.rows._native_timestamps)."""
+    twin = rows.plain(schemas.Node)
+    fields = {"name": "node-0", "role": "head", "status": "ready", "private_ip": None, "step": None, "detail": None,
+              "ssh": None, "replacing": False, "instance_id": 1, "health": "healthy", "health_detail": None,
+              "health_checked_at": moment, "health_changed_at": None}
+    written = json.loads(twin.model_validate(fields).model_dump_json())
+    assert written["health_checked_at"] == schemas.timestamp(moment)
+    assert written["health_changed_at"] is None
+
+
+@pytest.mark.parametrize("text", ["2026-12-03 04:34:06.779167+00", "2026-12-03 04:34:06+00", "2026-12-03 04:34:06.5",
+                                  "2026-12-03 04:34:06"])
+def test_a_timestamp_read_as_text_is_the_same_moment(text):
+    moment = rows._moments()(text)
+    assert moment is not None and moment.utcoffset() == dt.timedelta(0)
+    assert moment.replace(tzinfo=None) == dt.datetime.fromisoformat(text[:-3] if text.endswith("+00") else text)
