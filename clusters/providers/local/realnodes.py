@@ -42,6 +42,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -151,8 +152,11 @@ def _short_id(text: str, length: int = 6) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:length]
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+def _ip(*args: str, check: bool = True, batch: str | None = None) -> subprocess.CompletedProcess:
+    """One `ip` command; with `batch`, `ip -batch -` runs those lines (one process for all)."""
+    if batch is not None:
+        args = (*args, "-batch", "-")
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, input=batch)
     if check and result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
     return result
@@ -320,14 +324,18 @@ class Underlay:
                 guards.write_text(json.dumps(self.guarded))
         return bridge
 
-    def attach(self, veth: str, bridge: str) -> None:
-        """A node's port onto its segment's bridge; under the run's lock, as `leave` removes
-        a bridge whose last port has gone (a cluster's failed machine, while the others boot)."""
+    def attach(self, veth: str, bridge: str, *, up: bool = True) -> None:
+        """A node's port onto its segment's bridge (and up, unless told not to); under the
+        run's lock, as `leave` removes a bridge whose last port has gone (a cluster's failed
+        machine, while the others boot)."""
+        port = ("-n", self.switch, "link", "set", veth, "master", bridge, *(("up",) if up else ()))
         with _locked(self.run_dir / ".underlay.lock"):
+            if _ip(*port, check=False).returncode == 0:
+                return
             if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode != 0:
                 _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
                 _ip("-n", self.switch, "link", "set", bridge, "up")
-            _ip("-n", self.switch, "link", "set", veth, "master", bridge)
+            _ip(*port)
 
     def slot_for(self, node_key: str) -> int:
         """A stable underlay address slot per node of this run (under the run's lock)."""
@@ -547,14 +555,10 @@ mount -a -T "$STATE/fstab.disk"
 cp -a "$STATE/seed/." "$ROOT/"
 chown -R "$BASE:$BASE" "$ROOT"
 mount -a -T "$STATE/fstab.host"
-# Made here, by this computer's root (a user namespace cannot mknod), readable and writable
-# by everyone in the node as on any Linux machine; nothing else of the host's /dev is there.
-while read -r device major minor; do
-    mknod -m 0666 "$ROOT/dev/$device" c "$major" "$minor"
-    chown "$BASE:$BASE" "$ROOT/dev/$device" "${ROOT}/dev/${device%%/*}"
-done <<'DEVICES'
-%(devices)s
-DEVICES
+# The node's /dev: device nodes made by this computer's root (a user namespace cannot mknod),
+# readable and writable by everyone in the node as on any Linux machine, and the usual links
+# (boot's _write_devices); nothing else of the host's /dev is there.
+cp -a "$STATE/dev-seed/dev/." "$ROOT/dev/"
 exec unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(range)d" --setuid 0 --setgid 0 \
     --net --mount --uts --ipc --pid --fork --propagation private \
     bash -c "$(cat "$STATE/node.sh")" "runcrate-node $STATE" "$ROOT" "$NODE_HOSTNAME" "$SSHD"
@@ -571,8 +575,9 @@ rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid" \
     "$ROOT"/etc/ssh/ssh_host_rsa_key.pub "$ROOT"/etc/ssh/ssh_host_ecdsa_key.pub "$ROOT"/etc/ssh/ssh_host_dsa_key.pub
 # The node's own shadow files (the host's are not readable here): no passwords, none locked
 # (sshd refuses key logins to an account without a shadow entry).
-awk -F: '{ print $1 ":*:20000:0:99999:7:::" }' "$ROOT/etc/passwd" >"$ROOT/etc/shadow"
-awk -F: '{ print $1 ":*::" }' "$ROOT/etc/group" >"$ROOT/etc/gshadow"
+awk -F: -v shadow="$ROOT/etc/shadow" -v gshadow="$ROOT/etc/gshadow" '
+    FNR == NR { print $1 ":*:20000:0:99999:7:::" > shadow; next }
+    { print $1 ":*::" > gshadow }' "$ROOT/etc/passwd" "$ROOT/etc/group"
 chmod 0640 "$ROOT/etc/shadow" "$ROOT/etc/gshadow"
 mount --rbind "$ROOT" "$ROOT"
 cd "$ROOT"
@@ -584,23 +589,23 @@ cd /
 mount -t proc -o nosuid,nodev,noexec proc /proc
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys
 mount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
+controllers=()
 for controller in /run/cgroup/*; do
-    [ -d "$controller" ] || continue
-    mkdir -p "/sys/fs/cgroup/${controller##*/}"
-    mount --bind "$controller" "/sys/fs/cgroup/${controller##*/}"
+    [ -d "$controller" ] && controllers+=("${controller##*/}")
 done
+if [ "${#controllers[@]}" -gt 0 ]; then
+    mkdir -p "${controllers[@]/#//sys/fs/cgroup/}"
+    for controller in "${controllers[@]}"; do
+        mount --bind "/run/cgroup/$controller" "/sys/fs/cgroup/$controller"
+    done
+fi
 umount -l /.host
 rmdir /.host
 mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
-mkdir -p /dev/pts /dev/shm /run/sshd /run/munge /run/wireguard /run/lock
+mkdir -p /run/sshd /run/munge /run/wireguard /run/lock \
+    /usr/local/bin /usr/local/sbin /usr/local/lib /usr/local/include /usr/local/share /usr/local/src /usr/local/etc
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
-ln -sf pts/ptmx /dev/ptmx
-ln -sf /proc/self/fd /dev/fd
-ln -sf /proc/self/fd/0 /dev/stdin
-ln -sf /proc/self/fd/1 /dev/stdout
-ln -sf /proc/self/fd/2 /dev/stderr
 mount -t tmpfs -o mode=1777,nosuid,nodev node-shm /dev/shm
-mkdir -p /usr/local/bin /usr/local/sbin /usr/local/lib /usr/local/include /usr/local/share /usr/local/src /usr/local/etc
 hostname "$NODE_HOSTNAME"
 ip link set lo up
 if [ -f /etc/runcrate/boot-fault ]; then
@@ -663,8 +668,8 @@ def boot(
         # The volume is the node's now: its root owns every file (and the next node's root
         # takes it over on its attach).
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
-    devices = "\n".join(" ".join(map(str, device)) for device in DEVICES)
-    (state_dir / "init.sh").write_text(HOST_STAGE % {"devices": devices, "range": RANGE_SIZE})
+    _write_devices(state_dir / "dev-seed", base)
+    (state_dir / "init.sh").write_text(HOST_STAGE % {"range": RANGE_SIZE})
     (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
     # The node's root is mounted (in a mount namespace of the node's own) on an empty
     # directory of this computer that its root may walk to: the state directory may sit in a
@@ -712,6 +717,7 @@ def boot(
     while time.monotonic() < deadline and pid and not _booted(state_dir) and _is_node_init(pid, state_dir):
         time.sleep(delay)
         delay = min(delay * 1.5, 0.1)
+    shutil.rmtree(state_dir / "dev-seed", ignore_errors=True)
     if not pid or not _booted(state_dir):
         reason = (state_dir / "init.log").read_text(errors="replace")[-400:]
         release(run_dir, state_dir)
@@ -750,6 +756,33 @@ def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: 
     return host_key
 
 
+# The links every Linux /dev has, made in the node's /dev at boot.
+DEV_LINKS = (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
+
+
+def _write_devices(seed: Path, base: int) -> None:
+    """The node's /dev as stage one copies it (`cp -a`, one process instead of a mknod and a
+    chown per device): DEVICES, DEV_LINKS and the mount points under /dev, owned by the
+    node's root, in `seed`/dev. Only this computer's root can enter `seed`, and boot()
+    removes it once the node is up."""
+    seed.mkdir(mode=0o700)
+    dev = seed / "dev"
+    dev.mkdir()
+    for name in ("pts", "shm", "net"):
+        (dev / name).mkdir()
+        os.chown(dev / name, base, base)
+    for name, major, minor in DEVICES:
+        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(dev / name, 0o666)  # past the umask
+        os.chown(dev / name, base, base)
+    for name, target in DEV_LINKS:
+        (dev / name).symlink_to(target)
+        os.lchown(dev / name, base, base)
+    os.chown(dev, base, base)
+    os.chmod(dev, 0o755)
+
+
 def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits, cgroup: str,
                   binds: dict[str, str]) -> None:
     """Stage one's two fstabs: the node's disk, then everything it gets from this computer."""
@@ -776,17 +809,16 @@ def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits,
 def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> None:
     """The node's eth0, in the network namespace its PID 1 made, on its segment's bridge."""
     _ip("netns", "attach", handle.netns, str(handle.pid))
-    _ip("link", "add", handle.veth, "type", "veth", "peer", "name", "eth0", "netns", handle.netns)
-    _ip("link", "set", handle.veth, "netns", underlay.switch)
-    underlay.attach(handle.veth, handle.bridge)
+    # Both ends made where they belong: the port in the switch, eth0 in the node.
+    _ip("link", "add", handle.veth, "netns", underlay.switch, "type", "veth", "peer", "name", "eth0",
+        "netns", handle.netns)
     # Fault `never_joins`: the switch port stays down, so every WireGuard packet to or from
     # the node is dropped (the underlay carries nothing else: all the rest goes over wg0).
     # Routing rules cannot do it: wireguard-go pins the outgoing interface, and the kernel
     # then sends even where the routing table says blackhole.
-    if not drop_wireguard:
-        _ip("-n", underlay.switch, "link", "set", handle.veth, "up")
-    _ip("-n", handle.netns, "addr", "add", f"{handle.address}/{underlay.subnet.prefixlen}", "dev", "eth0")
-    _ip("-n", handle.netns, "link", "set", "eth0", "up")
+    underlay.attach(handle.veth, handle.bridge, up=not drop_wireguard)
+    _ip("-n", handle.netns, batch=f"addr add {handle.address}/{underlay.subnet.prefixlen} dev eth0\n"
+                                  "link set eth0 up\n")
 
 
 def _write_fstab(path: Path, entries: list[tuple[str, str, str, str]]) -> None:
