@@ -20,7 +20,7 @@ import json
 import types
 import typing
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet, TextField
@@ -57,7 +57,9 @@ def _plain_annotation(annotation: Any) -> Any:
 def _native_timestamps(info: FieldInfo) -> FieldInfo:
     """`info` without the `schemas.timestamp` serializer: pydantic-core writes an aware datetime
     as the same string ("…T05:35:25.217410Z", "…T05:35:25Z"), without a call into Python for
-    each of a page's ~6,400 node timestamps (tests/api/test_list_queries.py holds them equal)."""
+    each of a page's ~6,400 node timestamps (tests/api/test_list_queries.py holds them equal).
+    The schemas keep the serializer: ninja dumps them to Python objects and its renderer
+    (Django's JSON encoder) would cut a bare datetime to milliseconds."""
     kept = [m for m in info.metadata if not (isinstance(m, PlainSerializer) and m.func is schemas.timestamp)]
     if len(kept) == len(info.metadata):
         return info
@@ -111,7 +113,7 @@ _NODE_COLUMNS = (
     "host__address", "host__name", "host__port", "host__ssh_user", "address", "host_key",
 )
 # Read as what the rows need of them: two are only tested for NULL, and two are read as text
-# and parsed here (`_moments`). Django's timestamptz loader is Python, ~5 µs a value: at 50
+# and parsed here (`_moment`). Django's timestamptz loader is Python, ~5 µs a value: at 50
 # clusters of 64 nodes it was 40 of the page's 115 ms.
 _NODE_FACTS = {
     "joined": ExpressionWrapper(Q(joined_at__isnull=False), output_field=BooleanField()),
@@ -121,24 +123,13 @@ _NODE_FACTS = {
 }
 
 
-def _moments() -> Callable[[str | None], dt.datetime | None]:
-    """A parser of the text a database gives for a timestamp ("2026-12-03 04:34:06.779167+00"
-    on PostgreSQL, without the offset on SQLite, which keeps UTC), remembering each text: a
-    health round stamps every node of a cluster at once."""
-    seen: dict[str, dt.datetime] = {}
-
-    def moment(text: str | None) -> dt.datetime | None:
-        if text is None:
-            return None
-        when = seen.get(text)
-        if when is None:
-            when = dt.datetime.fromisoformat(text)
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=dt.UTC)
-            seen[text] = when
-        return when
-
-    return moment
+def _moment(text: str | None) -> dt.datetime | None:
+    """The text a database gives for a timestamp ("2026-12-03 04:34:06.779167+00" on
+    PostgreSQL, without the offset on SQLite, which keeps UTC) as an aware datetime."""
+    if text is None:
+        return None
+    when = dt.datetime.fromisoformat(text)
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool) -> tuple[dict[str, Any], Any]:
@@ -167,11 +158,10 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
     """Rows of schemas.Cluster for clusters read with their catalogue (cluster_for_list): one
     query for all their nodes and hosts, whatever their number."""
     nodes: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    moment = _moments()
     if clusters:
         for node in (Node.objects.filter(cluster_id__in=[c.pk for c in clusters])
                      .order_by("cluster_id", "index", "id").values(*_NODE_COLUMNS, **_NODE_FACTS)):
-            node["checked_at"], node["changed_at"] = moment(node["checked_at"]), moment(node["changed_at"])
+            node["checked_at"], node["changed_at"] = _moment(node["checked_at"]), _moment(node["changed_at"])
             nodes[node["cluster_id"]].append(node)
     rows = []
     for cluster in clusters:

@@ -155,6 +155,6 @@ def test_a_list_writes_every_timestamp_as_the_schemas_do(moment):
 @pytest.mark.parametrize("text", ["2026-12-03 04:34:06.779167+00", "2026-12-03 04:34:06+00", "2026-12-03 04:34:06.5",
                                   "2026-12-03 04:34:06"])
 def test_a_timestamp_read_as_text_is_the_same_moment(text):
-    moment = rows._moments()(text)
+    moment = rows._moment(text)
     assert moment is not None and moment.utcoffset() == dt.timedelta(0)
     assert moment.replace(tzinfo=None) == dt.datetime.fromisoformat(text[:-3] if text.endswith("+00") else text)

@@ -101,7 +101,8 @@ probe() {
     wait
 }
 
-# The peers' verdicts, from wg0.conf (each peer's name is in the comment above its key),
+# The peers' verdicts, from wg0.conf (each peer's name is in the comment above its key, as
+# lib.sh's read_wg_peers reads it for join_network),
 # then on stdin `wg show wg0 latest-handshakes` ("key stamp") and the ring neighbours that
 # answered ("address"). One awk for every peer: the same loop in bash cost ~0.3 ms of the
 # node's CPU per peer, every round.
