@@ -99,11 +99,12 @@ STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "local" / "standins
 # bash reads a script from a pipe one byte per read(2), so that the commands it runs find the
 # rest of stdin unread: `bash -s` with a 20–30 KB payload (lib.sh, the script, the node's
 # environment: at 64 nodes the WireGuard config alone is 13 KB) spent ~1 µs of the node's CPU
-# per byte, every step on every node. `$(</dev/stdin)` reads the payload in a few large reads
-# without starting a process (a `cat` is ~1 ms of CPU a session) and bash runs it from
-# memory; `cat` reads it where stdin cannot be opened by name (a socket). The script's own
-# stdin is /dev/null either way (`build_payload`).
-REMOTE_COMMAND = "bash -c '{ p=\"$(</dev/stdin)\"; } 2>/dev/null || p=\"$(cat)\"; eval \"$p\"'"
+# per byte, every step on every node. `$(cat)` reads the payload in a few large reads and
+# bash runs it from memory; the script's own stdin is /dev/null either way (`build_payload`).
+# (`$(</dev/stdin)` would save the `cat`, ~1 ms a session, but through a gateway it made one
+# run in five end with the gateway's sshd dropping the connection: "data packet referred to
+# nonexistent channel 0".)
+REMOTE_COMMAND = "bash -c 'eval \"$(cat)\"'"
 
 
 def load_script(name: str, *, standins: bool = False) -> str:
