@@ -7,6 +7,7 @@ Running it twice, or after a worker died mid-step, only repeats idempotent provi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import logging
@@ -166,27 +167,34 @@ def advance(cluster_id: int) -> bool:
 
 
 def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
-    for _ in range(8):
-        if heartbeat.lost:
-            return True
-        cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
-        step = STEPS.get(Status(cluster.status))
-        if step is None:
-            return False
-        nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
-        output = NodeOutput(cluster.pk, nodes)
-        try:
-            outcome = step(cluster, nodes, get_provider(cluster.provider, on_output=output))
-        except Exception as exc:  # one bad pass must not wedge the cluster
-            # Say so on the cluster and look again; the deadlines (provisioning, install)
-            # still fail or degrade it if the error never goes away.
-            log.exception("advancing cluster %s failed", cluster_id)
-            _record_step_error(cluster, exc)
-            return True
-        finally:
-            output.close()
-        if outcome is not Next.AGAIN:
-            return outcome is Next.WAIT
+    # One provider for the whole pass: the steps it takes one after another (join, then
+    # install, then the first readiness check) share what it keeps open, its SSH connections.
+    provider: Provider | None = None
+    with contextlib.ExitStack() as session:
+        for _ in range(8):
+            if heartbeat.lost:
+                return True
+            cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
+            step = STEPS.get(Status(cluster.status))
+            if step is None:
+                return False
+            if provider is None:
+                provider = get_provider(cluster.provider)
+                session.enter_context(provider.session())
+            nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True))
+            output = provider.on_output = NodeOutput(cluster.pk, nodes)
+            try:
+                outcome = step(cluster, nodes, provider)
+            except Exception as exc:  # one bad pass must not wedge the cluster
+                # Say so on the cluster and look again; the deadlines (provisioning, install)
+                # still fail or degrade it if the error never goes away.
+                log.exception("advancing cluster %s failed", cluster_id)
+                _record_step_error(cluster, exc)
+                return True
+            finally:
+                output.close()
+            if outcome is not Next.AGAIN:
+                return outcome is Next.WAIT
     return True
 
 

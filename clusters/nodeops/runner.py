@@ -539,6 +539,12 @@ def _execute(
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"command did not finish within {timeout} seconds")
+                if channel.eof_received:
+                    # No more output will come, and paramiko keeps the channel readable from
+                    # here on: wait for the exit status itself (sshd often sends it after EOF),
+                    # not in a loop of selects that return at once.
+                    channel.status_event.wait(timeout=1.0)
+                    continue
                 # Wakes on data or close; the cap re-checks the exit status and deadline.
                 selector.select(timeout=1.0)
         for index, sink in enumerate((out, err)):

@@ -8,6 +8,7 @@ looked at again on the next pass, failed nodes carry a message a customer can ac
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -63,7 +64,12 @@ class Provider(abc.ABC):
     name: str = ""
     # Steps whose outcome arrives later (simulated delays) need the reconciler to look again.
     def __init__(self, on_output: OutputCallback | None = None) -> None:
-        self.on_output = on_output or (lambda node, step, text: None)
+        self.on_output: OutputCallback = on_output or (lambda node, step, text: None)
+
+    def session(self) -> contextlib.AbstractContextManager[object]:
+        """Steps called inside it (one pass of the lifecycle) may share what the provider keeps
+        open between calls; it is all given back at its end."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def boot(self, node: Node) -> None:

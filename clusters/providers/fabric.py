@@ -9,10 +9,12 @@ are the software's own (sinfo / kubectl / ray status).
 from __future__ import annotations
 
 import abc
+import contextlib
 import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
@@ -129,7 +131,22 @@ class FabricProvider(Provider):
             save_node_secrets(cluster, secrets.to_dict())
         return operations.keys_as_used(secrets, swapping)
 
-    def _runner(self) -> NodeRunner:
+    _session_runner: NodeRunner | None = None
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[NodeRunner]:
+        """One runner for the steps of a pass: install and the readiness check run over the
+        connections the join opened, instead of a new SSH handshake per node and step."""
+        with NodeRunner(self.retry_policy, keep_connections=True) as runner:
+            self._session_runner = runner
+            try:
+                yield runner
+            finally:
+                self._session_runner = None
+
+    def _runner(self) -> contextlib.AbstractContextManager[NodeRunner]:
+        if self._session_runner is not None:
+            return contextlib.nullcontext(self._session_runner)
         return NodeRunner(self.retry_policy, keep_connections=True)
 
     # -- machines ------------------------------------------------------------------
@@ -216,8 +233,14 @@ class FabricProvider(Provider):
         HEALTH_RUNNERS.forget(cluster.pk)
         # A machine being swapped in is stopped in a spec of its own (it stands in its old
         # node's place there); the nodes in service, the old one included, in theirs.
-        for group in ([n for n in nodes if n.replacing_id is None], [n for n in nodes if n.replacing_id is not None]):
-            self._stop(cluster, group)
+        try:
+            for group in ([n for n in nodes if n.replacing_id is None], [n for n in nodes if n.replacing_id is not None]):
+                self._stop(cluster, group)
+        finally:
+            # The machines are given back next: no connection of this pass may hold one (a
+            # live session keeps a local machine's namespace busy while it is torn down).
+            if self._session_runner is not None:
+                self._session_runner.close()
 
     def _stop(self, cluster: Cluster, nodes: list[Node]) -> None:
         if not nodes:

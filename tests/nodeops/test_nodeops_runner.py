@@ -78,3 +78,21 @@ def test_ssh_sockets_send_small_packets_at_once(endpoints):
         sockets = [c.client.get_transport().sock for c in runner._connections.values()]
         assert len(sockets) == 2
         assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets)
+
+
+def test_a_command_that_closed_its_output_is_waited_for_without_spinning(endpoints, runner, monkeypatch):
+    # After the output's end, paramiko keeps the channel readable for good: a loop of selects
+    # would spin on it until the exit status arrives.
+    import selectors
+
+    waits = []
+
+    class CountingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+        def select(self, timeout=None):
+            waits.append(timeout)
+            return super().select(timeout)
+
+    monkeypatch.setattr(selectors, "DefaultSelector", CountingSelector)
+    result = runner.run(endpoints.targets()[:1], "echo bye; exec >&- 2>&-; sleep 1; exit 3", step="closed")["node-0"]
+    assert result.exit_code == 3 and result.stdout == "bye\n"
+    assert len(waits) < 10
