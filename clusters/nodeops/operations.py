@@ -719,7 +719,17 @@ def stop(
     nodes to stop when the spec holds more (a worker released on its own)."""
     nodes = spec.nodes if only is None else tuple(n for n in spec.nodes if n.name in set(only))
     with _Session(runner) as session:
-        return StepResult("stop", _run(spec, nodes, "stop.sh", "stop", session, on_output))
+        # The software on every node before any node leaves the network (stop.sh,
+        # RUNCRATE_STOP_PHASE), and the workers' before the head's: slurmctld answers the
+        # workers' last messages instead of leaving a slurmd to wait out Slurm's 10-second
+        # MessageTimeout, and no daemon waits on a peer that has already left.
+        software: dict[str, NodeResult] = {}
+        for group in ([n for n in nodes if n.name != spec.head.name], [n for n in nodes if n.name == spec.head.name]):
+            software.update(_run(spec, group, "stop.sh", "stop", session, on_output,
+                                 extra_env={"RUNCRATE_STOP_PHASE": "software"}))
+        network = _run(spec, nodes, "stop.sh", "stop", session, on_output, extra_env={"RUNCRATE_STOP_PHASE": "network"})
+    # Each node's first phase that failed is what its result reports.
+    return StepResult("stop", {name: network[name] if software[name].ok else software[name] for name in network})
 
 
 # How hard one health round tries a node: a machine that does not answer within seconds is

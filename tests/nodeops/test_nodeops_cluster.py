@@ -325,6 +325,20 @@ def test_stop_unregisters_every_node_and_check_ready_sees_it(endpoints, runner):
     assert ops.stop(spec, runner=runner).ok  # twice is fine
 
 
+def test_stop_ends_the_software_everywhere_the_workers_first_before_any_node_leaves_the_network(endpoints, runner):
+    spec = endpoints.spec(software="slurm")
+    assert all(step.ok for step in bring_up(spec, runner).values())
+    seen = []
+
+    assert ops.stop(spec, runner=runner, on_output=lambda node, step, text: seen.append((node, step))).ok
+
+    starts = [(node, step.split(":")[-1]) for node, step in seen if step in ("stop:software", "stop:network")]
+    order = list(dict.fromkeys(starts))
+    software = [node for node, step in order if step == "software"]
+    assert sorted(software) == ["node-0", "node-1", "node-2", "node-3"] and software[-1] == "node-0"
+    assert [step for _, step in order] == ["software"] * 4 + ["network"] * 4
+
+
 def test_output_arrives_per_node_line_by_line_with_the_current_step(endpoints, runner):
     spec = endpoints.spec()
     seen = []
