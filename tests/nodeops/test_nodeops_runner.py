@@ -87,7 +87,7 @@ def test_a_command_that_closed_its_output_is_waited_for_without_spinning(endpoin
 
     waits = []
 
-    class CountingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    class CountingSelector(selectors.DefaultSelector):
         def select(self, timeout=None):
             waits.append(timeout)
             return super().select(timeout)
