@@ -67,16 +67,21 @@ class _PushLoop:
     TIMEOUT = 5.0  # a Redis that accepts and never answers holds up the committing thread this long
 
     def __init__(self) -> None:
+        self._forget()
+        # The parent's loop thread does not exist in a forked child, and its lock may have
+        # been held by another thread at the fork.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
         self._lock = threading.Lock()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None or self._pid != os.getpid():
+            if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="pushes", daemon=True).start()
-                self._loop, self._pid = loop, os.getpid()
+                self._loop = loop
             return self._loop
 
     def send(self, layer: Any, group: str, message: dict) -> None:

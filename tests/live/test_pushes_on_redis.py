@@ -72,3 +72,20 @@ def test_a_push_while_redis_is_down_is_dropped_and_the_next_one_after_it_arrives
     channel = subscribe("cluster-2")
     send_to_group("cluster-2", {"type": "cluster.changed", "text": "after"})
     assert received(channel) == ["after"]
+
+
+def test_a_forked_worker_pushes_through_a_loop_of_its_own(server):
+    # A Celery prefork child inherits the parent's push loop object, not the thread running it.
+    import os
+
+    channel = subscribe("cluster-3")
+    send_to_group("cluster-3", {"type": "cluster.changed", "text": "parent"})
+    pid = os.fork()
+    if pid == 0:  # the child: push, and say by the exit status whether it returned
+        try:
+            send_to_group("cluster-3", {"type": "cluster.changed", "text": "child"})
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert received(channel) == ["parent", "child"]
