@@ -724,7 +724,8 @@ def stop(
         # workers' last messages instead of leaving a slurmd to wait out Slurm's 10-second
         # MessageTimeout, and no daemon waits on a peer that has already left.
         software: dict[str, NodeResult] = {}
-        for group in ([n for n in nodes if n.name != spec.head.name], [n for n in nodes if n.name == spec.head.name]):
+        workers_then_head = ([n for n in nodes if n != spec.head], [n for n in nodes if n == spec.head])
+        for group in filter(None, workers_then_head):  # a worker stopped alone: no head round
             software.update(_run(spec, group, "stop.sh", "stop", session, on_output,
                                  extra_env={"RUNCRATE_STOP_PHASE": "software"}))
         network = _run(spec, nodes, "stop.sh", "stop", session, on_output, extra_env={"RUNCRATE_STOP_PHASE": "network"})
