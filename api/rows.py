@@ -1,12 +1,12 @@
 """The API's lists built from a bounded number of queries and validated without per-object
-resolvers: clusters (with nodes, health and ssh lines), instances, a cluster's events and its
-network tests.
+resolvers: clusters (with their health and the head's ssh line), instances, a cluster's events
+and its network tests.
 
 ninja validates a response object by object through its `resolve_<field>` methods (a getter
 wrapped around every object, a root validator per object): thousands of Python calls for a
 page of clusters of 64 nodes, and each node's `ssh` line read its host with a query of its own.
-Here a page's rows are read as values (one query for the page, one for all its nodes with
-their hosts), turned into plain dicts, and validated by plain pydantic twins of the response
+Here a page's rows are read as values (one query for the page, and for the clusters list one
+for the heads' hosts and one for the unhealthy counts), turned into plain dicts, and validated by plain pydantic twins of the response
 schemas (`plain`), in pydantic-core, as the usage API does. The twins carry the schemas' own
 fields, types and serializers, so the answer is the same JSON; the schemas in api/schemas.py
 stay the OpenAPI document, byte for byte.
@@ -15,16 +15,13 @@ stay the OpenAPI document, byte for byte.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
 import types
 import typing
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet, TextField
-from django.db.models.functions import Cast
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Schema
 from pydantic import BaseModel, PlainSerializer, TypeAdapter, create_model
@@ -34,7 +31,7 @@ from api import schemas
 from api.app import api
 from api.schemas import ListMeta, PageQuery
 from clusters import connect, network_tests
-from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, NodeHealth, Status
+from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, Status
 
 _twins: dict[type, type[BaseModel]] = {}
 _lists: dict[type, TypeAdapter[list[Any]]] = {}
@@ -57,7 +54,7 @@ def _plain_annotation(annotation: Any) -> Any:
 def _native_timestamps(info: FieldInfo) -> FieldInfo:
     """`info` without the `schemas.timestamp` serializer: pydantic-core writes an aware datetime
     as the same string ("…T05:35:25.217410Z", "…T05:35:25Z"), without a call into Python for
-    each of a page's ~6,400 node timestamps (tests/api/test_list_queries.py holds them equal).
+    each of a page's timestamps (tests/api/test_list_queries.py holds them equal).
     The schemas keep the serializer: ninja dumps them to Python objects and its renderer
     (Django's JSON encoder) would cut a bare datetime to milliseconds."""
     kept = [m for m in info.metadata if not (isinstance(m, PlainSerializer) and m.func is schemas.timestamp)]
@@ -89,8 +86,8 @@ def _list_of(item: type[Schema]) -> TypeAdapter[list[Any]]:
 def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]], total: int, pages: PageQuery,
            **meta: Any) -> HttpResponse:
     """A list envelope: the rows validated by the item schema's twin and written as JSON by
-    pydantic-core in one go (no Python objects between the models and the bytes: at 50
-    clusters of 64 nodes, dumping to dicts and then `json.dumps` took twice as long), with
+    pydantic-core in one go (no Python objects between the models and the bytes: dumping to
+    dicts and then `json.dumps` took twice as long), with
     the headers of ninja's renderer. Compact JSON: the same document as a validated return
     value, without the spaces after separators."""
     adapter = _list_of(item)
@@ -108,76 +105,36 @@ def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None)
 
 # -- clusters -----------------------------------------------------------------------------------
 
-_NODE_COLUMNS = (
-    "id", "cluster_id", "index", "state", "step", "detail", "replacing_id", "health", "health_detail",
-    "host__address", "host__name", "host__port", "host__ssh_user", "address", "host_key",
-)
-# Read as what the rows need of them: two are only tested for NULL, and two are read as text
-# and parsed here (`_moment`). Django's timestamptz loader is Python, ~5 µs a value: at 50
-# clusters of 64 nodes it was 40 of the page's 115 ms.
-_NODE_FACTS = {
-    "joined": ExpressionWrapper(Q(joined_at__isnull=False), output_field=BooleanField()),
-    "released": ExpressionWrapper(Q(released_at__isnull=False), output_field=BooleanField()),
-    "checked_at": Cast("health_checked_at", TextField()),
-    "changed_at": Cast("health_changed_at", TextField()),
-}
-
-
-def _moment(text: str | None) -> dt.datetime | None:
-    """The text a database gives for a timestamp ("2026-12-03 04:34:06.779167+00" on
-    PostgreSQL, without the offset on SQLite, which keeps UTC) as an aware datetime."""
-    if text is None:
-        return None
-    when = dt.datetime.fromisoformat(text)
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
-
-
-def _node_row(node: dict[str, Any], connectable: bool, gateway: str, local: bool) -> tuple[dict[str, Any], Any]:
-    released = node["released"]
-    in_service = not released and node["replacing_id"] is None
-    endpoint = connect.endpoint_of(
-        node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"], gateway,
-        node["address"] if local else "",
-    )
-    row = {
-        "name": endpoint.name, "role": endpoint.role, "status": node["state"],
-        "private_ip": endpoint.private_ip if node["joined"] else None,
-        "step": node["step"] or None, "detail": node["detail"] or None,
-        "ssh": endpoint.ssh_command if connectable and in_service else None,
-        "replacing": node["replacing_id"] is not None and not released,
-        "instance_id": node["id"],
-        # A machine that stopped carries no health: what a round found was about it running.
-        "health": NodeHealth.UNKNOWN.value if released else node["health"],
-        "health_detail": None if released else (node["health_detail"] or None),
-        "health_checked_at": node["checked_at"], "health_changed_at": node["changed_at"],
-    }
-    return row, (endpoint if in_service else None)
+# The head's columns its ssh line is made of (connect.endpoint_of).
+_HEAD_COLUMNS = ("cluster_id", "index", "host__address", "host__name", "host__port", "host__ssh_user", "address")
 
 
 def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
-    """Rows of schemas.Cluster for clusters read with their catalogue (cluster_for_list): one
-    query for all their nodes and hosts, whatever their number."""
-    nodes: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    if clusters:
-        for node in (Node.objects.filter(cluster_id__in=[c.pk for c in clusters])
-                     .order_by("cluster_id", "index", "id").values(*_NODE_COLUMNS, **_NODE_FACTS)):
-            node["checked_at"], node["changed_at"] = _moment(node["checked_at"]), _moment(node["changed_at"])
-            nodes[node["cluster_id"]].append(node)
+    """Rows of schemas.ClusterSummary for clusters read with their catalogue (cluster_for_list):
+    one query for the heads in service and one for the unhealthy counts, whatever the number
+    of clusters and nodes."""
+    connectable = [c.pk for c in clusters if c.status in connect.CONNECTABLE]
+    heads = {
+        head["cluster_id"]: head
+        for head in Node.objects.filter(cluster_id__in=connectable, index=0, released_at__isnull=True,
+                                        replacing__isnull=True).values(*_HEAD_COLUMNS)
+    } if connectable else {}
+    ready = [c.pk for c in clusters if c.status == Status.READY]
+    unhealthy = dict(
+        Node.objects.filter(cluster_id__in=ready, released_at__isnull=True, health__in=BAD_HEALTH)
+        .order_by().values("cluster_id").annotate(count=Count("pk")).values_list("cluster_id", "count")
+    ) if ready else {}
     rows = []
     for cluster in clusters:
         machine_type = cluster.machine_type
-        connectable = cluster.status in connect.CONNECTABLE
-        gateway = connect.gateway_of(cluster.provider, machine_type.location.gateway_host)
-        node_rows, live, keyed = [], [], []
-        for node in nodes[cluster.pk]:
-            row, endpoint = _node_row(node, connectable, gateway, cluster.provider == "local")
-            node_rows.append(row)
-            if endpoint is not None:
-                live.append(endpoint)
-                keyed.append((endpoint, node["host_key"]))
-        unhealthy = 0
-        if cluster.status == Status.READY:
-            unhealthy = sum(1 for n in nodes[cluster.pk] if not n["released"] and n["health"] in BAD_HEALTH)
+        head = heads.get(cluster.pk)
+        ssh = None
+        if head is not None:
+            ssh = connect.endpoint_of(
+                head["index"], head["host__address"], head["host__name"], head["host__port"], head["host__ssh_user"],
+                connect.gateway_of(cluster.provider, machine_type.location.gateway_host),
+                head["address"] if cluster.provider == "local" else "",
+            ).ssh_command
         rows.append({
             "id": cluster.pk, "name": cluster.name, "status": cluster.status,
             "termination_reason": cluster.termination_reason or cluster.failure_reason or None,
@@ -195,17 +152,14 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "price_per_hour": cluster.price_per_hour, "created_at": cluster.created_at,
             "billing_started_at": cluster.billing_started_at, "billing_ended_at": cluster.billing_ended_at,
             "ready_at": cluster.ready_at, "terminated_at": cluster.terminated_at, "deadline_at": cluster.deadline_at,
-            "nodes": node_rows, "unhealthy_nodes": unhealthy,
-            "ssh_config": connect.ssh_config_of(cluster.name, cluster.machine_count, live) if connectable else None,
-            "known_hosts": connect.known_hosts_of(cluster.name, keyed) if connectable else None,
-            "launch": connect.launch_lines(cluster, len(live)) if connectable else None,
+            "unhealthy_nodes": unhealthy.get(cluster.pk, 0), "ssh": ssh,
         })
     return rows
 
 
 def cluster_page(request: HttpRequest, clusters: QuerySet[Cluster], pages: PageQuery) -> HttpResponse:
     window, total = _window(clusters, pages)
-    return answer(request, schemas.Cluster, cluster_rows(window), total, pages)
+    return answer(request, schemas.ClusterSummary, cluster_rows(window), total, pages)
 
 
 # -- instances, events, network tests -----------------------------------------------------------

@@ -335,7 +335,11 @@ class Node(Schema):
         return node.detail or None
 
 
-class Cluster(Schema):
+class ClusterSummary(Schema):
+    """A cluster as the list shows it: its own facts, how many of its nodes are unhealthy and the
+    head's ssh line, the same whatever its size. Its nodes, ssh_config, known_hosts and launch
+    lines are on `GET /clusters/{id}`; every machine of every cluster is on `GET /instances`."""
+
     id: int
     name: str
     status: Annotated[str, enum(Status.values)]
@@ -357,28 +361,8 @@ class Cluster(Schema):
     ready_at: OptionalTimestamp
     terminated_at: OptionalTimestamp
     deadline_at: Timestamp
-    nodes: list[Node]
     unhealthy_nodes: int = Field(description="Live nodes the last health check found unreachable, network down or software down.")
-    ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
-    known_hosts: str | None = Field(
-        description="known_hosts lines for every node's SSH host key, under its ssh_config alias and the address of "
-                    "its ssh line, once connectable (`runcrate clusters ssh-config` writes them).")
-    launch: dict[str, str] | None = Field(
-        description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array and "
-                    "srun_torchrun on Slurm; ray_job on Ray), once connectable. Run them on node-0 (torchrun: on "
-                    "every node).")
-
-    @staticmethod
-    def resolve_ssh_config(cluster: Any) -> str | None:
-        return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
-
-    @staticmethod
-    def resolve_known_hosts(cluster: Any) -> str | None:
-        return connect.known_hosts(cluster) if cluster.status in connect.CONNECTABLE else None
-
-    @staticmethod
-    def resolve_launch(cluster: Any) -> dict[str, str] | None:
-        return connect.launch_lines(cluster) if cluster.status in connect.CONNECTABLE else None
+    ssh: str | None = Field(description="The Connect card's ssh line for node-0 (the head), once the cluster is ready or degraded.")
 
     @staticmethod
     def resolve_termination_reason(cluster: Any) -> str | None:
@@ -403,6 +387,36 @@ class Cluster(Schema):
     @staticmethod
     def resolve_unhealthy_nodes(cluster: Any) -> int:
         return len(cluster.unhealthy_nodes)
+
+    @staticmethod
+    def resolve_ssh(cluster: Any) -> str | None:
+        return connect.head_ssh_line(cluster) if cluster.status in connect.CONNECTABLE else None
+
+
+class Cluster(ClusterSummary):
+    """A cluster with its nodes and what connecting to them takes."""
+
+    nodes: list[Node]
+    ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
+    known_hosts: str | None = Field(
+        description="known_hosts lines for every node's SSH host key, under its ssh_config alias and the address of "
+                    "its ssh line, once connectable (`runcrate clusters ssh-config` writes them).")
+    launch: dict[str, str] | None = Field(
+        description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array and "
+                    "srun_torchrun on Slurm; ray_job on Ray), once connectable. Run them on node-0 (torchrun: on "
+                    "every node).")
+
+    @staticmethod
+    def resolve_ssh_config(cluster: Any) -> str | None:
+        return connect.ssh_config(cluster) if cluster.status in connect.CONNECTABLE else None
+
+    @staticmethod
+    def resolve_known_hosts(cluster: Any) -> str | None:
+        return connect.known_hosts(cluster) if cluster.status in connect.CONNECTABLE else None
+
+    @staticmethod
+    def resolve_launch(cluster: Any) -> dict[str, str] | None:
+        return connect.launch_lines(cluster) if cluster.status in connect.CONNECTABLE else None
 
     @staticmethod
     def resolve_nodes(cluster: Any) -> list[Any]:

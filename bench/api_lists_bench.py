@@ -8,7 +8,7 @@ more with 50 clusters of 64 machines. Through Django's full request stack with a
 each list is fetched --repeat times after two warm-ups, sizes interleaved, and the median
 time, the SQL queries and the bytes of one answer are printed:
 
-- `GET /api/v1/clusters?status=all` (50 a page: nodes, health, ssh lines, ssh_config);
+- `GET /api/v1/clusters?status=all` (50 a page: each cluster with its unhealthy count and head ssh line);
 - `GET /api/v1/instances` (50 a page);
 - `GET /api/v1/clusters/{id}/events` of the newest cluster (50 a page, its history grows
   with the size: 3 events a cluster of the workspace, at most 5,000);

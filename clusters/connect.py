@@ -128,6 +128,13 @@ def ssh_line(node: Node) -> str | None:
     return _endpoint(node, _gateway(cluster)).ssh_command
 
 
+def head_ssh_line(cluster: Cluster) -> str | None:
+    """node-0's `ssh` line as the Connect card shows it first; None until the card shows, or
+    while the head is not in service."""
+    live = endpoints(cluster) if cluster.status in CONNECTABLE else []
+    return live[0].ssh_command if live and live[0].role == "head" else None
+
+
 def hostfile(cluster: Cluster) -> str:
     slots = cluster.machine_type.gpus_per_machine
     return "".join(f"{ep.name} slots={slots}\n" for ep in endpoints(cluster))

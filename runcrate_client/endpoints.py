@@ -61,7 +61,8 @@ class Clusters(Resource):
     def list(self, *, status: str | None = None, limit: int | None = None, offset: int | None = None) -> Page:
         """List clusters.
 
-        Clusters of the environment, newest first.
+        Clusters of the environment, newest first, each without its nodes: `GET
+        /clusters/{cluster_id}` has them, `GET /instances` every machine.
 
         GET /clusters (listClusters)
         """
