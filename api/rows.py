@@ -168,8 +168,21 @@ _INSTANCE_COLUMNS = (
     "id", "index", "state", "cluster_id", "cluster__name", "cluster__status", "cluster__environment__name",
     "cluster__machine_type__gpu__slug", "cluster__machine_type__gpus_per_machine", "cluster__machine_type__kind",
     "cluster__machine_type__location__code", "joined_at", "cluster__price_per_machine_hour", "billing_started_at",
-    "replacing_id", "released_at",
+    "replacing_id", "released_at", "health", "host__address", "host__name", "host__port", "host__ssh_user", "address",
+    "cluster__provider", "cluster__machine_type__location__gateway_host",
 )
+
+
+def _instance_ssh(node: dict[str, Any]) -> str | None:
+    """connect.ssh_line for an instance read as values."""
+    if node["cluster__status"] not in connect.CONNECTABLE or node["released_at"] or node["replacing_id"] is not None:
+        return None
+    provider = node["cluster__provider"]
+    return connect.endpoint_of(
+        node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"],
+        connect.gateway_of(provider, node["cluster__machine_type__location__gateway_host"]),
+        node["address"] if provider == "local" else "",
+    ).ssh_command
 
 
 def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery, total: int) -> HttpResponse:
@@ -184,6 +197,7 @@ def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQu
             "private_ip": f"10.77.0.{n['index'] + 1}" if n["joined_at"] else None,
             "price_per_hour": n["cluster__price_per_machine_hour"], "billing_started_at": n["billing_started_at"],
             "replaces_instance_id": n["replacing_id"] if n["replacing_id"] is not None and n["released_at"] is None else None,
+            "health": n["health"], "ssh": _instance_ssh(n),
         }
         for n in window
     ]

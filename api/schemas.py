@@ -673,10 +673,22 @@ class Instance(Schema):
     billing_started_at: OptionalTimestamp
     replaces_instance_id: int | None = Field(
         description="Set while this machine is being swapped in for that instance (same name and private address).")
+    health: Annotated[str, enum(NodeHealth.values)] = Field(
+        description="What the periodic health check last found (unknown until a ready cluster's first check).")
+    ssh: str | None = Field(description="The Connect card's ssh line for this machine, once its cluster is ready or "
+                                        "degraded (none for a machine being swapped in).")
 
     @staticmethod
     def resolve_status(node: Any) -> str:
         return node.state
+
+    @staticmethod
+    def resolve_ssh(node: Any) -> str | None:
+        return connect.ssh_line(node)
+
+    @staticmethod
+    def resolve_health(node: Any) -> str:
+        return NodeHealth.UNKNOWN.value if node.released_at is not None else node.health
 
     @staticmethod
     def resolve_replaces_instance_id(node: Any) -> int | None:

@@ -62,7 +62,8 @@ class Clusters(Resource):
         """List clusters.
 
         Clusters of the environment, newest first, each without its nodes: `GET
-        /clusters/{cluster_id}` has them, `GET /instances` every machine.
+        /clusters/{cluster_id}` has them, `GET /instances` every machine with its health and ssh
+        line.
 
         GET /clusters (listClusters)
         """

@@ -43,7 +43,7 @@ def fresh(cluster: Cluster) -> Cluster:
 
 @router.get("clusters", operation_id="listClusters", summary="List clusters",
             description="Clusters of the environment, newest first, each without its nodes: "
-                        "`GET /clusters/{cluster_id}` has them, `GET /instances` every machine.",
+                        "`GET /clusters/{cluster_id}` has them, `GET /instances` every machine with its health and ssh line.",
             response=responses({200: schemas.list_envelope(schemas.ClusterSummary)}, 400))
 def list_clusters(request: HttpRequest, filters: Query[schemas.ClusterQuery],
                   pages: Query[schemas.PageQuery]) -> HttpResponse:

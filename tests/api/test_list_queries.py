@@ -169,3 +169,22 @@ def test_a_list_writes_every_timestamp_as_the_schemas_do(moment):
     written = json.loads(twin.model_validate(fields).model_dump_json())
     assert written["health_checked_at"] == schemas.timestamp(moment)
     assert written["health_changed_at"] is None
+
+
+def test_every_instance_carries_its_nodes_health_and_ssh_line_as_the_cluster_endpoint_does(
+    environment, machine_type, owner_key
+):
+    api = ApiClient(owner_key)
+    clusters = make_clusters(environment, machine_type, 3, machines=2)  # provisioning, ready, degraded
+    Node.objects.filter(cluster=clusters[1], index=1).update(health=NodeHealth.NETWORK_DOWN, health_detail="wg0 down")
+    status, body = api.get("/instances", limit=50)
+    assert status == 200 and len(body["data"]) == 6
+    for cluster in clusters:
+        status, one = api.get(f"/clusters/{cluster.pk}")
+        listed = {i["name"]: i for i in body["data"] if i["cluster_id"] == cluster.pk}
+        assert {name: (i["health"], i["ssh"]) for name, i in listed.items()} == {
+            n["name"]: (n["health"], n["ssh"]) for n in one["data"]["nodes"]}
+    by_cluster = {(i["cluster_id"], i["name"]): i for i in body["data"]}
+    assert by_cluster[(clusters[0].pk, "node-0")]["ssh"] is None  # not connectable while it provisions
+    assert by_cluster[(clusters[1].pk, "node-1")]["health"] == "network_down"
+    assert by_cluster[(clusters[2].pk, "node-1")]["ssh"].startswith("ssh ")
