@@ -23,10 +23,11 @@ def instances_list(state: State, as_json: bool, quiet: bool) -> None:
     if listed_for_scripts(items, as_json=as_json, quiet=quiet, empty="No instances: no cluster is running."):
         return
     rows = [[i.get("id"), f"{i.get('cluster_name')} ({i.get('cluster_id')})", i.get("name"), i.get("role"),
-             i.get("status"), f"{i.get('gpus_per_machine')}x {i.get('gpu')}", i.get("environment"),
-             i.get("private_ip") or "-", format_money(i.get("price_per_hour")) + "/h"] for i in items]
-    click.echo(render_table(["ID", "CLUSTER", "NODE", "ROLE", "STATUS", "GPU", "ENVIRONMENT", "PRIVATE IP", "PRICE"],
-                            rows, right={8}))
+             i.get("status"), i.get("health") or "-", f"{i.get('gpus_per_machine')}x {i.get('gpu')}",
+             i.get("environment"), i.get("private_ip") or "-", format_money(i.get("price_per_hour")) + "/h"]
+            for i in items]
+    click.echo(render_table(["ID", "CLUSTER", "NODE", "ROLE", "STATUS", "HEALTH", "GPU", "ENVIRONMENT", "PRIVATE IP",
+                             "PRICE"], rows, right={9}))
 
 
 @instances.command("terminate")

@@ -16,7 +16,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     def list_instances() -> dict[str, Any]:
         """Every machine the workspace runs (in this server's environment when RUNCRATE_ENVIRONMENT is set,
         else in every environment), each with the cluster it belongs to
-        (cluster_id, cluster_name), its GPU, status, private IP and hourly price."""
+        (cluster_id, cluster_name), its GPU, status, health, ssh line, private IP and hourly price."""
         items = client.instances.list_all()
         return {"instances": items, "count": len(items)}
 

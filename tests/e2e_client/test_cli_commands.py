@@ -119,7 +119,8 @@ def test_instances_are_listed_with_their_cluster_and_never_terminated_alone(cli,
     listed = cli("instances", "list", "--json")
     instances = json.loads(listed.stdout)
     assert [(i["cluster_id"], i["name"]) for i in instances] == [(int(cluster_id), "node-0"), (int(cluster_id), "node-1")]
-    assert "train" in cli("instances", "list").stdout
+    table = cli("instances", "list").stdout.splitlines()
+    assert "HEALTH" in table[0].split() and all("train" in row and " unknown " in row for row in table[1:])
     refused = cli("instances", "terminate", str(instances[1]["id"]))
     assert refused.returncode == 6
     assert "node_terminate_refused" in refused.stderr and f"runcrate clusters delete {cluster_id}" in refused.stderr
