@@ -105,8 +105,17 @@ def _window(queryset: QuerySet[Any], pages: PageQuery, total: int | None = None)
 
 # -- clusters -----------------------------------------------------------------------------------
 
-# The head's columns its ssh line is made of (connect.endpoint_of).
-_HEAD_COLUMNS = ("cluster_id", "index", "host__address", "host__name", "host__port", "host__ssh_user", "address")
+# A node's columns its ssh line is made of (connect.endpoint_of).
+_SSH_COLUMNS = ("index", "host__address", "host__name", "host__port", "host__ssh_user", "address")
+
+
+def _ssh_line(node: dict[str, Any], provider: str, gateway_host: str) -> str:
+    """connect.ssh_line for a node read as values (_SSH_COLUMNS) that is in service on a
+    connectable cluster."""
+    return connect.endpoint_of(
+        node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"],
+        connect.gateway_of(provider, gateway_host), node["address"] if provider == "local" else "",
+    ).ssh_command
 
 
 def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
@@ -117,7 +126,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
     heads = {
         head["cluster_id"]: head
         for head in Node.objects.filter(cluster_id__in=connectable, index=0, released_at__isnull=True,
-                                        replacing__isnull=True).values(*_HEAD_COLUMNS)
+                                        replacing__isnull=True).values("cluster_id", *_SSH_COLUMNS)
     } if connectable else {}
     ready = [c.pk for c in clusters if c.status == Status.READY]
     unhealthy = dict(
@@ -128,13 +137,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
     for cluster in clusters:
         machine_type = cluster.machine_type
         head = heads.get(cluster.pk)
-        ssh = None
-        if head is not None:
-            ssh = connect.endpoint_of(
-                head["index"], head["host__address"], head["host__name"], head["host__port"], head["host__ssh_user"],
-                connect.gateway_of(cluster.provider, machine_type.location.gateway_host),
-                head["address"] if cluster.provider == "local" else "",
-            ).ssh_command
+        ssh = _ssh_line(head, cluster.provider, machine_type.location.gateway_host) if head else None
         rows.append({
             "id": cluster.pk, "name": cluster.name, "status": cluster.status,
             "termination_reason": cluster.termination_reason or cluster.failure_reason or None,
@@ -168,21 +171,15 @@ _INSTANCE_COLUMNS = (
     "id", "index", "state", "cluster_id", "cluster__name", "cluster__status", "cluster__environment__name",
     "cluster__machine_type__gpu__slug", "cluster__machine_type__gpus_per_machine", "cluster__machine_type__kind",
     "cluster__machine_type__location__code", "joined_at", "cluster__price_per_machine_hour", "billing_started_at",
-    "replacing_id", "released_at", "health", "host__address", "host__name", "host__port", "host__ssh_user", "address",
-    "cluster__provider", "cluster__machine_type__location__gateway_host",
+    "replacing_id", "released_at", "health", *_SSH_COLUMNS[1:], "cluster__provider",
+    "cluster__machine_type__location__gateway_host",
 )
 
 
 def _instance_ssh(node: dict[str, Any]) -> str | None:
-    """connect.ssh_line for an instance read as values."""
     if node["cluster__status"] not in connect.CONNECTABLE or node["released_at"] or node["replacing_id"] is not None:
         return None
-    provider = node["cluster__provider"]
-    return connect.endpoint_of(
-        node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"],
-        connect.gateway_of(provider, node["cluster__machine_type__location__gateway_host"]),
-        node["address"] if provider == "local" else "",
-    ).ssh_command
+    return _ssh_line(node, node["cluster__provider"], node["cluster__machine_type__location__gateway_host"])
 
 
 def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQuery, total: int) -> HttpResponse:
