@@ -5,11 +5,11 @@ and its network tests.
 ninja validates a response object by object through its `resolve_<field>` methods (a getter
 wrapped around every object, a root validator per object): thousands of Python calls for a
 page of clusters of 64 nodes, and each node's `ssh` line read its host with a query of its own.
-Here a page's rows are read as values (one query for the page, and for the clusters list one
-for the heads' hosts and one for the unhealthy counts), turned into plain dicts, and validated by plain pydantic twins of the response
-schemas (`plain`), in pydantic-core, as the usage API does. The twins carry the schemas' own
-fields, types and serializers, so the answer is the same JSON; the schemas in api/schemas.py
-stay the OpenAPI document, byte for byte.
+Here a page's rows are read as values (one query for the page; the clusters list adds one for
+the heads' hosts and one for the unhealthy counts), turned into plain dicts, and validated by
+plain pydantic twins of the response schemas (`plain`), in pydantic-core, as the usage API
+does. The twins carry the schemas' own fields, types and serializers, so the answer is the same
+JSON; the schemas in api/schemas.py stay the OpenAPI document, byte for byte.
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def answer(request: HttpRequest, item: type[Schema], rows: list[dict[str, Any]],
            **meta: Any) -> HttpResponse:
     """A list envelope: the rows validated by the item schema's twin and written as JSON by
     pydantic-core in one go (no Python objects between the models and the bytes: dumping to
-    dicts and then `json.dumps` took twice as long), with
-    the headers of ninja's renderer. Compact JSON: the same document as a validated return
-    value, without the spaces after separators."""
+    dicts and then `json.dumps` took twice as long), with the headers of ninja's renderer.
+    Compact JSON: the same document as a validated return value, without the spaces after
+    separators."""
     adapter = _list_of(item)
     data = adapter.dump_json(adapter.validate_python(rows))
     envelope = ListMeta(total=total, limit=pages.limit, offset=pages.offset).model_dump(mode="json") | meta
