@@ -114,7 +114,7 @@ def _ssh_line(node: dict[str, Any], provider: str, gateway_host: str) -> str:
     connectable cluster."""
     return connect.endpoint_of(
         node["index"], node["host__address"], node["host__name"], node["host__port"], node["host__ssh_user"],
-        connect.gateway_of(provider, gateway_host), node["address"] if provider == "local" else "",
+        provider=provider, gateway_host=gateway_host, reported=node["address"],
     ).ssh_command
 
 

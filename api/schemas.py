@@ -390,7 +390,7 @@ class ClusterSummary(Schema):
 
     @staticmethod
     def resolve_ssh(cluster: Any) -> str | None:
-        return connect.head_ssh_line(cluster) if cluster.status in connect.CONNECTABLE else None
+        return connect.head_ssh_line(cluster)
 
 
 class Cluster(ClusterSummary):
@@ -682,13 +682,9 @@ class Instance(Schema):
     def resolve_status(node: Any) -> str:
         return node.state
 
-    @staticmethod
-    def resolve_ssh(node: Any) -> str | None:
-        return connect.ssh_line(node)
-
-    @staticmethod
-    def resolve_health(node: Any) -> str:
-        return NodeHealth.UNKNOWN.value if node.released_at is not None else node.health
+    # What GET /clusters/{id} says of the node.
+    resolve_ssh = staticmethod(Node.resolve_ssh)
+    resolve_health = staticmethod(Node.resolve_health)
 
     @staticmethod
     def resolve_replaces_instance_id(node: Any) -> int | None:

@@ -30,43 +30,32 @@ class NodeEndpoint:
         return f"ssh{jump}{port} {self.user}@{self.host}"
 
 
-def _gateway(cluster: Cluster) -> str:
-    # Local machines are reached on this computer's loopback (their own gateway port there):
-    # there is no site gateway to go through.
-    return gateway_of(cluster.provider, cluster.machine_type.location.gateway_host)
-
-
 def endpoints(cluster: Cluster) -> list[NodeEndpoint]:
-    gateway = _gateway(cluster)
     # A machine being swapped in is not the node yet: the old one is, until the swap is done.
     live = [n for n in cluster.nodes.all() if n.released_at is None and n.replacing_id is None]
-    return [_endpoint(node, gateway) for node in live]
+    return [_endpoint(node) for node in live]
 
 
-def _endpoint(node: Node, gateway: str) -> NodeEndpoint:
-    host = node.host
-    # A local machine's gateway is opened when it boots (a loopback address of this computer
-    # never handed out before): the machine reported where.
-    reported = node.address if node.cluster.provider == "local" else ""
-    return endpoint_of(node.index, host.address, host.name, host.port, host.ssh_user, gateway, reported)
+def _endpoint(node: Node) -> NodeEndpoint:
+    host, cluster = node.host, node.cluster
+    return endpoint_of(node.index, host.address, host.name, host.port, host.ssh_user, provider=cluster.provider,
+                       gateway_host=cluster.machine_type.location.gateway_host, reported=node.address)
 
 
-def endpoint_of(index: int, address: str, host_name: str, port: int, ssh_user: str, gateway: str,
-                reported: str = "") -> NodeEndpoint:
-    """A node's endpoint from its host's columns (the API's lists read them as values), or from
-    the "host:port" the machine reported when it came up, where its provider opens one then."""
-    if ":" in reported:
+def endpoint_of(index: int, address: str, host_name: str, port: int, ssh_user: str, *, provider: str,
+                gateway_host: str, reported: str = "") -> NodeEndpoint:
+    """A node's endpoint from its host's columns (the API's lists read them as values) and its
+    cluster's provider and site gateway. A local machine's gateway is opened when it boots (a
+    loopback address of this computer never handed out before): it is the "host:port" the
+    machine reported then, and there is no site gateway to go through."""
+    if provider == "local" and ":" in reported:
         address, _, reported_port = reported.rpartition(":")
         port = int(reported_port)
     return NodeEndpoint(
         name=f"node-{index}", role="head" if index == 0 else "worker", private_ip=f"10.77.0.{index + 1}",
-        host=address or f"{host_name}.{NODE_DOMAIN}", port=port, user=ssh_user or "root", proxy_jump=gateway,
+        host=address or f"{host_name}.{NODE_DOMAIN}", port=port, user=ssh_user or "root",
+        proxy_jump="" if provider == "local" else gateway_host,
     )
-
-
-def gateway_of(provider: str, gateway_host: str) -> str:
-    """The ProxyJump of a cluster's ssh lines (see _gateway)."""
-    return "" if provider == "local" else gateway_host
 
 
 def host_alias(cluster: Cluster, node_name: str) -> str:
@@ -125,7 +114,7 @@ def ssh_line(node: Node) -> str | None:
     cluster = node.cluster
     if cluster.status not in CONNECTABLE or node.released_at is not None or node.replacing_id is not None:
         return None
-    return _endpoint(node, _gateway(cluster)).ssh_command
+    return _endpoint(node).ssh_command
 
 
 def head_ssh_line(cluster: Cluster) -> str | None:

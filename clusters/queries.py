@@ -45,13 +45,6 @@ def cluster_for_list(queryset: ClusterQuerySet) -> ClusterQuerySet:
     return queryset.select_related(*_CATALOGUE).defer("node_secrets")
 
 
-def with_nodes(queryset: ClusterQuerySet) -> ClusterQuerySet:
-    """Rows that list their nodes (the API's): prefetched once per page, without log tails."""
-    return queryset.prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.defer("log_tail").order_by("index", "pk"))
-    )
-
-
 def clusters_page(queryset: ClusterQuerySet, number: int | str | None, per_page: int = CLUSTERS_PER_PAGE) -> Page:
     """One page of rows, newest first; a number past the end gives the last page."""
     paginator = Paginator(cluster_for_list(queryset).order_by("-created_at", "-id"), per_page)
