@@ -122,6 +122,24 @@ def test_nothing_of_this_computers_tree_is_reachable_from_a_node_mount_tricks_in
         public_file.unlink()
 
 
+def test_a_node_reads_none_of_the_control_planes_environment_or_paths(run, monkeypatch):
+    # The control plane's process holds its secrets in its environment (SECRET_KEY, the
+    # database's password, Stripe's key): what it starts a node with must carry none of them,
+    # and no process of the node may name where this computer keeps the node.
+    secret = f"runcrate-secret-{random.getrandbits(40):010x}"
+    monkeypatch.setenv("RUNCRATE_TEST_SECRET", secret)
+    node = run.boot("a")
+    seen = sh(node, "for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; readlink $p/cwd $p/exe; echo; done "
+                    "2>/dev/null | tr '\\0' '\\n'").stdout
+    assert "sshd" in seen and "runcrate-node" in seen, "every process of the node was read"
+    assert secret not in seen
+    for host_path in (run.path, node.state_dir, realnodes.HOST_REGISTRY):
+        assert str(host_path) not in seen, host_path
+    # PID 1 is still recognised as the node's own, so release finds and ends it.
+    run.release("a")
+    assert not Path(f"/proc/{node.pid}").exists()
+
+
 def test_nodes_of_different_clusters_cannot_exchange_a_packet(run):
     a0, a1 = run.boot("a0"), run.boot("a1")
     b0 = run.boot("b0", segment="cluster-b")

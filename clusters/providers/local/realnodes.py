@@ -417,13 +417,19 @@ def proxy_command(pid: int) -> str:
     return f"nsenter -t {pid} -n socat - TCP:127.0.0.1:22,nodelay"
 
 
+def _init_name(state_dir: Path) -> str:
+    """The name the node's PID 1 runs under: it tells this node's init from any other process
+    that reuses its pid, and says nothing of this computer (the node's root reads it)."""
+    return f"runcrate-node-{_short_id(str(state_dir), 16)}"
+
+
 def _is_node_init(pid: int, state_dir: Path) -> bool:
     """True if `pid` is still this node's PID 1 (pids get reused)."""
     try:
-        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return f"runcrate-node {state_dir}" in command_line
+    return _init_name(state_dir).encode() in command_line
 
 
 def _root_dir(node: str) -> Path:
@@ -522,6 +528,9 @@ def _remove_cgroup(name: str) -> None:
 # -- boot -------------------------------------------------------------------------------------
 
 
+# The whole environment a node's PID 1 starts with, and every command run in a node from here.
+NODE_ENVIRONMENT = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
 SSHD_CONFIG = """\
 # Written by Runcrate when this node booted.
 ListenAddress 0.0.0.0:22
@@ -550,7 +559,7 @@ Subsystem sftp internal-sftp
 # node gets from the host. Each fstab is one `mount` process.
 HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
-STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5"
+STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5" INIT_NAME="$6"
 mount -a -T "$STATE/fstab.disk"
 cp -a "$STATE/seed/." "$ROOT/"
 chown -R "$BASE:$BASE" "$ROOT"
@@ -559,9 +568,14 @@ mount -a -T "$STATE/fstab.host"
 # readable and writable by everyone in the node as on any Linux machine, and the usual links
 # (boot's _write_devices); nothing else of the host's /dev is there.
 cp -a "$STATE/dev-seed/dev/." "$ROOT/dev/"
-exec unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(range)d" --setuid 0 --setgid 0 \
+# The node's root reads PID 1's command line and environment: they name no path of this
+# computer (PID 1 starts in the node's root directory) and hold nothing of the control
+# plane's environment, where its secrets are.
+cd "$ROOT"
+exec env -i %(environment)s \
+    unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(range)d" --setuid 0 --setgid 0 \
     --net --mount --uts --ipc --pid --fork --propagation private \
-    bash -c "$(cat "$STATE/node.sh")" "runcrate-node $STATE" "$ROOT" "$NODE_HOSTNAME" "$SSHD"
+    bash -c "$(cat "$STATE/node.sh")" "$INIT_NAME" "$NODE_HOSTNAME" "$SSHD"
 """
 
 # Stage two, PID 1 of the node, as the node's root (an unprivileged uid on this computer).
@@ -569,7 +583,7 @@ exec unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(rang
 # private keys to it. Then pivot_root and the old root detached: nothing of the host's tree
 # is left to mount again. Then reap orphans forever; release kills it (it ignores SIGTERM).
 NODE_STAGE = r"""set -euo pipefail
-ROOT="$1" NODE_HOSTNAME="$2" SSHD="$3"
+ROOT="$PWD" NODE_HOSTNAME="$1" SSHD="$2"
 cp -rn --preserve=timestamps,links /etc/. "$ROOT/etc/" 2>/dev/null || true
 rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid" \
     "$ROOT"/etc/ssh/ssh_host_rsa_key.pub "$ROOT"/etc/ssh/ssh_host_ecdsa_key.pub "$ROOT"/etc/ssh/ssh_host_dsa_key.pub
@@ -584,6 +598,7 @@ cd "$ROOT"
 mkdir -p .host
 pivot_root . .host
 cd /
+unset OLDPWD
 # A proc and a sysfs (of the node's own network namespace) are mounted only where one is
 # fully visible: before the old root goes.
 mount -t proc -o nosuid,nodev,noexec proc /proc
@@ -669,7 +684,8 @@ def boot(
         # takes it over on its attach).
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
     _write_devices(state_dir / "dev-seed", base)
-    (state_dir / "init.sh").write_text(HOST_STAGE % {"range": RANGE_SIZE})
+    environment = " ".join(f"{name}={value}" for name, value in NODE_ENVIRONMENT.items())
+    (state_dir / "init.sh").write_text(HOST_STAGE % {"range": RANGE_SIZE, "environment": environment})
     (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
     # The node's root is mounted (in a mount namespace of the node's own) on an empty
     # directory of this computer that its root may walk to: the state directory may sit in a
@@ -682,7 +698,7 @@ def boot(
     dirs = _make_cgroup(cgroup, limits)
     launcher = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"), str(state_dir),
-         str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root)],
+         str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root), _init_name(state_dir)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
     )
@@ -880,6 +896,7 @@ def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs
     """Run a command inside the node as its root would (every namespace of it, its cgroup,
     its limits): tests and the bench."""
     dirs = _cgroup_dirs(handle.cgroup) if handle.cgroup else []
+    kwargs.setdefault("env", NODE_ENVIRONMENT)  # nothing of the caller's environment
     return subprocess.run(
         ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout,
         preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
