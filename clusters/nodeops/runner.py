@@ -207,6 +207,14 @@ def _quiet_when_idle(connection: Connection) -> None:
         sock.settimeout(IDLE_WAKEUP)
 
 
+def _close(connection: Connection) -> None:
+    """Close a connection whose peer or gateway may be gone already (the goodbye then fails)."""
+    try:
+        connection.close()
+    except CONNECT_ERRORS:
+        pass
+
+
 def _fabric_config() -> Config:
     # No ~/.ssh/config: the control plane decides how nodes are reached, not the
     # environment of whichever worker process runs the task.
@@ -250,7 +258,7 @@ class NodeRunner:
             connections, self._connections = list(self._connections.values()), {}
             gateways, self._gateways = list(self._gateways.values()), {}
         for connection in connections + gateways:
-            connection.close()
+            _close(connection)
 
     def run(
         self,
@@ -278,6 +286,7 @@ class NodeRunner:
                 jump = self._gateway(gateway, nodes[0].key_filename)
             except NodeUnreachable as error:
                 return {node.name: self._unreachable(node, f"gateway {error}", 0.0) for node in nodes}
+        retired: list[Connection] = []
 
         def one(node: NodeTarget) -> NodeResult:
             full_env = dict(env or {})
@@ -290,11 +299,12 @@ class NodeRunner:
                 RUNCRATE_PRIVATE_IP=node.private_ip,
                 RUNCRATE_STEP=step,
             )
-            return self._run_on_node(node, build_payload(script, full_env), step, on_output, jump)
+            return self._run_on_node(node, build_payload(script, full_env), step, on_output, jump, retired)
 
         workers = max(1, min(self.max_workers, len(nodes)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nodeops") as pool:
             results = list(pool.map(one, nodes))
+        self._close_through(gateway, retired)
         return {result.node.name: result for result in results}
 
     def host_keys(self, nodes: Iterable[NodeTarget], *, gateway: str | None = None) -> dict[str, str]:
@@ -310,6 +320,7 @@ class NodeRunner:
                 jump = self._gateway(gateway, nodes[0].key_filename)
             except NodeUnreachable:
                 return {}
+        retired: list[Connection] = []
 
         def one(node: NodeTarget) -> tuple[str, str]:
             try:
@@ -322,11 +333,37 @@ class NodeRunner:
                 return node.name, f"{key.get_name()} {key.get_base64()}" if key is not None else ""
             finally:
                 if not self.keep_connections:
-                    connection.close()
+                    self._done_with(connection, jump, retired)
 
         workers = max(1, min(self.max_workers, len(nodes)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nodeops") as pool:
-            return {name: key for name, key in pool.map(one, nodes) if key}
+            keys = {name: key for name, key in pool.map(one, nodes) if key}
+        self._close_through(gateway, retired)
+        return keys
+
+    # -- closing ----------------------------------------------------------------------
+
+    def _done_with(self, connection: Connection, gateway: Connection | None, retired: list[Connection]) -> None:
+        """Close a node's connection the runner keeps no more. Through a gateway it waits for
+        the end of the run (`_close_through`): paramiko can send a packet on a tunnel's channel
+        after closing it, and the gateway's sshd answers that by ending the whole connection,
+        with every other node's session on it."""
+        if gateway is None:
+            _close(connection)
+        else:
+            retired.append(connection)
+
+    def _close_through(self, gateway: str | None, retired: list[Connection]) -> None:
+        """Once every node of a run is done: the node connections it retired, then the
+        gateway they rode (the next run opens it again)."""
+        if not gateway or not retired:
+            return
+        for connection in retired:
+            _close(connection)
+        with self._connections_lock:
+            jump = self._gateways.pop(gateway, None)
+        if jump is not None:
+            _close(jump)
 
     # -- one node -------------------------------------------------------------------
 
@@ -355,7 +392,7 @@ class NodeRunner:
                 try:
                     connection.open()
                 except CONNECT_ERRORS as error:
-                    connection.close()
+                    _close(connection)
                     last_error = error
                     if attempt < self.policy.attempts:
                         self._sleep(self.policy.delay(attempt))
@@ -394,7 +431,7 @@ class NodeRunner:
             try:
                 connection.open()
             except CONNECT_ERRORS as error:
-                connection.close()
+                _close(connection)
                 if "sock" in connect_kwargs:
                     connect_kwargs["sock"].close()
                 last_error = error
@@ -436,7 +473,8 @@ class NodeRunner:
         payload: str,
         step: str,
         on_output: OutputCallback | None,
-        gateway: Connection | None = None,
+        gateway: Connection | None,
+        retired: list[Connection],
     ) -> NodeResult:
         started = time.monotonic()
         try:
@@ -461,7 +499,7 @@ class NodeRunner:
                 if attempts:
                     raise
                 # A kept connection that died since the last step: reconnect once.
-                connection.close()
+                _close(connection)
                 with self._connections_lock:
                     self._connections.pop((node.host, node.port, node.user), None)
                 try:
@@ -471,9 +509,10 @@ class NodeRunner:
                 channel = connection.create_session()
             exit_code, stdout, stderr = _execute(channel, payload, out, err, self.policy.command_timeout)
         except Exception as error:  # noqa: BLE001 - any failure is reported per node
-            connection.close()
             with self._connections_lock:
                 self._connections.pop((node.host, node.port, node.user), None)
+            if self.keep_connections:  # (a connection not kept is closed below)
+                self._done_with(connection, gateway, retired)
             return NodeResult(
                 node=node,
                 ok=False,
@@ -488,7 +527,7 @@ class NodeRunner:
             out.close()
             err.close()
             if not self.keep_connections:
-                connection.close()
+                self._done_with(connection, gateway, retired)
 
         return NodeResult(
             node=node,
