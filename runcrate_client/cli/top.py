@@ -1,8 +1,10 @@
 """runcrate clusters top NAME: every node's latest CPU, memory, disk, private-network and GPU
-figures, busiest first, redrawn every few seconds (Ctrl-C to stop), or once with --once."""
+figures, busiest first, redrawn every few seconds on a terminal (Ctrl-C to stop), or once with
+--once or when the output is not a terminal."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -73,12 +75,15 @@ def render(name: str, rows: list[dict[str, Any]]) -> str:
 
 @clusters.command("top")
 @click.argument("cluster")
-@click.option("--once", is_flag=True, help="Print the table once and exit.")
+@click.option("--once", is_flag=True, help="Print the table once and exit (the default when the output is not a terminal).")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(1, 3600), help="Seconds between redraws.")
 @json_option
 @pass_state
 def clusters_top(state: State, cluster: str, once: bool, interval: float, as_json: bool) -> None:
-    """Live per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first."""
+    """Live per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first.
+
+    On a terminal the table redraws until Ctrl-C; piped or redirected, it prints once."""
+    once = once or not sys.stdout.isatty()
     client: Client = state.client()
     cluster_id = client.find_cluster_id(cluster)
     while True:

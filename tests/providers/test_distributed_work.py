@@ -181,7 +181,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     session = on_head("ssh node-2 'hostname; echo $NODE_RANK' && mpirun -np 4 --hostfile /shared/hostfile hostname | sort "
                       "&& srun -N4 hostname | sort")
     assert session.returncode == 0, session.stderr
-    assert session.stdout.split() == ["node-2", "2", *[f"node-{i}" for i in range(4)] * 2]
+    assert session.stdout.split() == ["node-2", "2", *[f"node-{i}" for i in range(4)] * 2], session.stderr
     # The customer's terminal trusts the new machine under the node's name (the refreshed known_hosts).
     assert known_hosts_ssh(tmp_path, cluster, key, "node-2", "hostname").stdout.strip() == "node-2"
 
