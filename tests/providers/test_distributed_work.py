@@ -181,7 +181,9 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     session = on_head("ssh node-2 'hostname; echo $NODE_RANK' && mpirun -np 4 --hostfile /shared/hostfile hostname | sort "
                       "&& srun -N4 hostname | sort")
     assert session.returncode == 0, session.stderr
-    assert session.stdout.split() == ["node-2", "2", *[f"node-{i}" for i in range(4)] * 2], session.stderr
+    if session.stdout.split() != ["node-2", "2", *[f"node-{i}" for i in range(4)] * 2]:
+        logs = on_head("tail -n 40 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log").stdout
+        pytest.fail(f"{session.stdout}\n{session.stderr}\nthe head's Slurm logs:\n{logs}")
     # The customer's terminal trusts the new machine under the node's name (the refreshed known_hosts).
     assert known_hosts_ssh(tmp_path, cluster, key, "node-2", "hostname").stdout.strip() == "node-2"
 
