@@ -36,19 +36,26 @@ if [ "$PHASE" != reach ]; then
         if is_sandbox; then
             log "sandbox: wg0.conf written, no interface brought up"
         else
-            apt_install wireguard-tools fping
             # Up without PersistentKeepalive: with it, wg0 greets every peer the moment it
             # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
             # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
             # for the pairs this node checked, once every tunnel is up.
             if ip link show wg0 >/dev/null 2>&1; then
-                : # already up (a peer was added or replaced): only its peers change
+                tunnel=up # already up (a peer was added or replaced): only its peers change
             elif [ -d /sys/module/wireguard ] || modprobe wireguard 2>/dev/null; then
-                ip link add wg0 type wireguard
+                tunnel=kernel
             else
                 # No kernel module (an older kernel, or one built without it): the userspace
                 # implementation over /dev/net/tun.
-                apt_install wireguard-go
+                tunnel=userspace
+            fi
+            # One apt_install (one read of dpkg's status file) for every package the step needs.
+            packages=(wireguard-tools fping)
+            [ "$tunnel" != userspace ] || packages+=(wireguard-go)
+            apt_install "${packages[@]}"
+            if [ "$tunnel" = kernel ]; then
+                ip link add wg0 type wireguard
+            elif [ "$tunnel" = userspace ]; then
                 log "no WireGuard kernel module: wg0 runs on wireguard-go"
                 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 wireguard-go wg0 >/dev/null
             fi

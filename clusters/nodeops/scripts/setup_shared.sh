@@ -163,9 +163,29 @@ write_shell_env() {
 }
 
 step "packages"
-# What the Connect card's lines call on every node: python, Open MPI, mpi4py.
+# How this node serves or mounts /shared: "nfs-server" (the head, with a kernel NFS server),
+# "nfs" (a worker, with a kernel NFS client), "sshfs" (a worker without one), or nothing.
+share=""
+if ! is_sandbox && [ "$KIND" != container ]; then
+    if is_head; then
+        if kernel_has nfsd; then share=nfs-server; fi
+    elif kernel_has nfs; then
+        share=nfs
+    else
+        share=sshfs
+    fi
+fi
+# What the Connect card's lines call on every node (python, Open MPI, mpi4py) and what /shared
+# needs here, in one apt_install: one read of dpkg's status file.
 if ! is_sandbox; then
-    apt_install python3 python-is-python3 openmpi-bin python3-mpi4py
+    packages=(python3 python-is-python3 openmpi-bin python3-mpi4py)
+    case "$share" in
+        nfs-server) packages+=(nfs-kernel-server) ;;
+        nfs) packages+=(nfs-common) ;;
+        sshfs) packages+=(sshfs) ;;
+        *) ;;
+    esac
+    apt_install "${packages[@]}"
 fi
 
 case "$KIND" in
@@ -184,8 +204,7 @@ case "$KIND" in
             managed_block "$ROOT/etc/exports" shared \
                 <<<"/shared ${RUNCRATE_NETWORK:-10.77.0.0/24}(rw,sync,no_subtree_check,no_root_squash)"
             if ! is_sandbox; then
-                if kernel_has nfsd; then
-                    apt_install nfs-kernel-server
+                if [ "$share" = nfs-server ]; then
                     if has_systemd; then
                         systemctl enable --now nfs-server
                     else
@@ -211,15 +230,13 @@ case "$KIND" in
                 standin_mount_shared  # the stand-in overlay: sandboxes share one computer's disk
             else
                 mkdir -p /shared
-                if kernel_has nfs; then
-                    apt_install nfs-common
+                if [ "$share" = nfs ]; then
                     managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
                     shared_mounted nfs nfs4 || mount /shared
                     log "mounted node-0:/shared on /shared (NFS)"
                 else
                     # The one stand-in for NFS where the kernel has no NFS client: a real
                     # network mount of the head's /shared, over SSH on the private network.
-                    apt_install sshfs
                     managed_block /etc/fstab shared <<<"root@node-0:/shared /shared fuse.sshfs _netdev,$SSHFS_OPTIONS 0 0"
                     shared_mounted fuse.sshfs || sshfs root@node-0:/shared /shared -o "$SSHFS_OPTIONS"
                     log "mounted node-0:/shared on /shared (sshfs over wg0: this kernel has no NFS client)"
