@@ -44,8 +44,12 @@ def address_problem(address: IPAddress) -> str | None:
 def resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TargetRefused(f"The host {host} does not resolve ({exc}).") from None
+    except socket.gaierror as exc:
+        if exc.errno == socket.EAI_AGAIN:
+            raise TargetRefused(f"The host {host} could not be looked up just now; try again in a moment.") from None
+        raise TargetRefused(f"The host {host} does not resolve.") from None
+    except UnicodeError:
+        raise TargetRefused(f"{host} is not a valid host name.") from None
     seen: list[IPAddress] = []
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])

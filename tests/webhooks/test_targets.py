@@ -47,6 +47,22 @@ def test_a_host_is_refused_when_any_of_its_addresses_is_private(monkeypatch, wor
         services.create_endpoint(workspace=workspace, url="https://hooks.example.com/x", events=[EventType.CLUSTER_READY])
 
 
+@pytest.mark.parametrize(("code", "said"), [
+    ("EAI_NONAME", "The host hooks.example.com does not resolve."),
+    ("EAI_AGAIN", "The host hooks.example.com could not be looked up just now; try again in a moment."),
+])
+def test_a_host_that_does_not_resolve_is_refused_in_the_customers_words(monkeypatch, workspace, code, said):
+    import socket
+
+    def getaddrinfo(*args, **kwargs):
+        raise socket.gaierror(getattr(socket, code), "resolver's own words")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    with pytest.raises(DomainError) as refused:
+        services.create_endpoint(workspace=workspace, url="https://hooks.example.com/rc", events=[EventType.CLUSTER_READY])
+    assert refused.value.message == said and refused.value.field == "url"
+
+
 def test_plain_http_user_info_and_other_schemes_are_refused_where_https_is_required(workspace, settings):
     settings.WEBHOOK_REQUIRE_HTTPS = True
     for url in ("http://hooks.example.com/x", "ftp://hooks.example.com/x", "file:///etc/passwd",
