@@ -492,6 +492,7 @@ class NodeRunner:
                     on_output(node.name, current_step[0], line)
 
         out, err = _LineSink(emit), _LineSink(emit)
+        failed = False
         try:
             try:
                 channel = connection.create_session()
@@ -509,10 +510,9 @@ class NodeRunner:
                 channel = connection.create_session()
             exit_code, stdout, stderr = _execute(channel, payload, out, err, self.policy.command_timeout)
         except Exception as error:  # noqa: BLE001 - any failure is reported per node
+            failed = True
             with self._connections_lock:
                 self._connections.pop((node.host, node.port, node.user), None)
-            if self.keep_connections:  # (a connection not kept is closed below)
-                self._done_with(connection, gateway, retired)
             return NodeResult(
                 node=node,
                 ok=False,
@@ -526,7 +526,7 @@ class NodeRunner:
         finally:
             out.close()
             err.close()
-            if not self.keep_connections:
+            if failed or not self.keep_connections:
                 self._done_with(connection, gateway, retired)
 
         return NodeResult(

@@ -76,14 +76,14 @@ def test_the_readme_terminal_block_runs_line_by_line_as_shown(live_server, tmp_p
                                 capture_output=True, text=True, timeout=240, check=False)
     except subprocess.TimeoutExpired as timeout:
         pytest.fail(f"the block did not finish:\n{timeout.stdout!r}\n{timeout.stderr!r}")
-    said = dict(re.findall(r"::line:: (\d+)\n(.*?)(?=::line:: |\Z)", result.stdout, re.DOTALL))
+    said = {int(number): text for number, text in re.findall(r"::line:: (\d+)\n(.*?)(?=::line:: |\Z)", result.stdout,
+                                                              re.DOTALL)}
     ran = len(said)
-    assert result.returncode == 0, f"`{lines[ran - 1]}` failed:\n{said.get(str(ran - 1))}\n{result.stderr}"
+    assert result.returncode == 0, f"`{lines[ran - 1]}` failed:\n{said.get(ran - 1)}\n{result.stderr}"
     assert ran == len(lines)
-    out = {line: said[str(number)] for number, line in enumerate(lines)}
 
     def output(command: str) -> str:
-        return next(text for line, text in out.items() if line.startswith(command))
+        return next(said[number] for number, line in enumerate(lines) if line.startswith(command))
 
     assert ApiKey.objects.get().name == "created by manage.py", "the block's manage.py line made the key"
     assert "laptop" in output("runcrate ssh-keys add")
