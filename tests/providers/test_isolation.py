@@ -34,11 +34,11 @@ class Run:
         self.booted: list[Path] = []
 
     def boot(self, name: str, *, segment: str = "cluster-a", limits: realnodes.NodeLimits | None = None,
-             binds: dict[str, str] | None = None) -> realnodes.NodeHandle:
+             binds: dict[str, str] | None = None, files: dict[str, str] | None = None) -> realnodes.NodeHandle:
         state = self.path / name
         self.booted.append(state)
         return realnodes.boot(self.path, state, key=name, hostname=name, authorized_keys=self.public + "\n",
-                              segment=segment, limits=limits, binds=binds)
+                              segment=segment, limits=limits, binds=binds, files=files)
 
     def release(self, name: str) -> None:
         realnodes.release(self.path, self.path / name)
@@ -257,6 +257,19 @@ def test_a_gateway_that_cannot_listen_fails_with_its_reason_and_is_never_shared(
         taken.close()
     saved = realnodes.NodeHandle.load(Path(node.state_dir))
     assert saved is not None and saved.gateway == "" and not realnodes.gateway_serves(saved)
+
+
+def test_a_node_that_cannot_start_says_why_and_leaves_nothing(run):
+    """The operator's log says what stopped a boot: the failing command, its program's own
+    words and what became of the node's PID 1; nothing of the node is left."""
+    with pytest.raises(RuntimeError) as failed:
+        run.boot("a", files={"/etc/ssh/sshd_config": "NoSuchOption yes\n"})
+    reason = str(failed.value)
+    assert "Bad configuration option: NoSuchOption" in reason, reason
+    assert "launcher exited with status 1" in reason and "PID 1" in reason and "exited" in reason, reason
+    assert realnodes.leftovers(run.path) == []
+    # The same name boots once the fault is gone.
+    assert realnodes.sshd_answers(run.boot("a"))
 
 
 def test_a_volume_is_the_heads_alone_and_its_root_owns_it(run, tmp_path):

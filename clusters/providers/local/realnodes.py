@@ -559,6 +559,7 @@ Subsystem sftp internal-sftp
 # node gets from the host. Each fstab is one `mount` process.
 HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
+trap 'echo "boot stage one stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
 STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5" INIT_NAME="$6"
 mount -a -T "$STATE/fstab.disk"
 cp -a "$STATE/seed/." "$ROOT/"
@@ -583,6 +584,7 @@ exec env -i %(environment)s \
 # private keys to it. Then pivot_root and the old root detached: nothing of the host's tree
 # is left to mount again. Then reap orphans forever; release kills it (it ignores SIGTERM).
 NODE_STAGE = r"""set -euo pipefail
+trap 'echo "boot stage two stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
 ROOT="$PWD" NODE_HOSTNAME="$1" SSHD="$2"
 cp -rn --preserve=timestamps,links /etc/. "$ROOT/etc/" 2>/dev/null || true
 rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid" \
@@ -627,7 +629,7 @@ if [ -f /etc/runcrate/boot-fault ]; then
     echo "boot fault injected: sshd is not started" >&2
 else
     # -r: no re-exec per connection (~10 ms of CPU each, and a step opens one per node)
-    "$SSHD" -r -f /etc/ssh/sshd_config -E /var/log/sshd.log
+    "$SSHD" -r -f /etc/ssh/sshd_config -E /var/log/sshd.log || { tail -n 5 /var/log/sshd.log >&2; exit 1; }
 fi
 echo "%(booted)s"
 trap '' TERM
@@ -636,6 +638,11 @@ while :; do
     wait || true
 done
 """
+
+
+# How long a boot may take: seconds on a quiet computer; a computer booting 64 nodes at once
+# beside other work may take many times that.
+BOOT_WAIT = 45
 
 
 def boot(
@@ -704,9 +711,7 @@ def boot(
     )
     log.close()
     pid = 0
-    # Seconds on a quiet computer; a computer booting 64 nodes at once beside other work may
-    # take many times that.
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + BOOT_WAIT
     # The waits back off (to 0.1 s): 64 nodes booting at once each polling /proc every 10 ms
     # cost more of the computer than the boots.
     delay = 0.01
@@ -735,10 +740,30 @@ def boot(
         delay = min(delay * 1.5, 0.1)
     shutil.rmtree(state_dir / "dev-seed", ignore_errors=True)
     if not pid or not _booted(state_dir):
-        reason = (state_dir / "init.log").read_text(errors="replace")[-400:]
+        reason = (state_dir / "init.log").read_text(errors="replace")[-400:].strip()
+        reason = "; ".join(filter(None, [reason, _why_not_booted(launcher, pid, state_dir, dirs, deadline)]))
         release(run_dir, state_dir)
-        raise RuntimeError(f"node {hostname} did not boot: {reason.strip() or 'no output'}")
+        raise RuntimeError(f"node {hostname} did not boot: {reason}")
     return handle
+
+
+def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs: list[Path], deadline: float) -> str:
+    """What became of a boot that printed no marker, for the operator's log: the launcher's
+    exit status, PID 1's fate, the wait, and the memory limit's kills."""
+    status = launcher.poll()
+    facts = [f"launcher exited with status {status}" if status is not None else "launcher still running"]
+    if not pid:
+        facts.append("PID 1 never started")
+    elif not _is_node_init(pid, state_dir):
+        facts.append(f"PID 1 ({pid}) exited")
+    if time.monotonic() >= deadline:
+        facts.append(f"gave up waiting after {BOOT_WAIT} s")
+    for path in dirs[:1]:
+        with contextlib.suppress(OSError):
+            events = dict(line.split() for line in (path / "memory.events").read_text().splitlines())
+            if events.get("oom_kill", "0") != "0":
+                facts.append(f"{events['oom_kill']} processes killed at the memory limit")
+    return ", ".join(facts)
 
 
 def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: bool, files: dict[str, str]) -> str:
