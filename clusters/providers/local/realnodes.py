@@ -39,6 +39,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -494,10 +495,16 @@ def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
     return dirs
 
 
-def _join_cgroup(dirs: list[Path]) -> None:
-    """In a child between fork and exec: everything it starts is counted against the node."""
-    for path in dirs:
-        (path / "cgroup.procs").write_text(str(os.getpid()))
+def _in_cgroup(dirs: list[Path], command: list[str]) -> list[str]:
+    """`command` started in the cgroup `dirs`, so everything it starts is counted against the
+    node: a shell writes its own pid there and execs it. Not a `preexec_fn`: Python code run
+    between fork and exec in a process with threads (the worker boots a cluster's nodes from
+    one thread each) can deadlock on a lock another thread held at the fork, and the node then
+    never starts."""
+    if not dirs:
+        return command
+    paths = " ".join(shlex.quote(str(path / "cgroup.procs")) for path in dirs)
+    return ["sh", "-c", f'for procs in {paths}; do echo $$ > "$procs"; done; exec "$@"', "sh", *command]
 
 
 def _kill_cgroup(name: str) -> None:
@@ -704,10 +711,10 @@ def boot(
     log = open(state_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
     dirs = _make_cgroup(cgroup, limits)
     launcher = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"), str(state_dir),
-         str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root), _init_name(state_dir)],
+        _in_cgroup(dirs, ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"),
+                          str(state_dir), str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root),
+                          _init_name(state_dir)]),
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
     )
     log.close()
     pid = 0
@@ -923,9 +930,8 @@ def run_in(handle: NodeHandle, command: list[str], timeout: float = 60, **kwargs
     dirs = _cgroup_dirs(handle.cgroup) if handle.cgroup else []
     kwargs.setdefault("env", NODE_ENVIRONMENT)  # nothing of the caller's environment
     return subprocess.run(
-        ["nsenter", "-t", str(handle.pid), "-a", *command], capture_output=True, text=True, timeout=timeout,
-        preexec_fn=lambda: _join_cgroup(dirs),  # only writes a pid to a file
-        **kwargs,
+        _in_cgroup(dirs, ["nsenter", "-t", str(handle.pid), "-a", *command]), capture_output=True, text=True,
+        timeout=timeout, **kwargs,
     )
 
 
