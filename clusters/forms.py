@@ -24,10 +24,7 @@ SOFTWARE_HELP = {
     Software.SLURM: "munge and slurmd on every machine, slurmctld on node-0; one partition \"gpu\" with every GPU. "
                     "Ready when every node is idle in sinfo.",
     Software.KUBERNETES: "containerd and kubeadm; the control plane on node-0, every machine a node with the NVIDIA "
-                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only. "
-                         "Unverified on real machines: this install has not been run end to end there, and it runs only "
-                         "once the operator has pinned flannel and the NVIDIA device plugin by version and sha256 "
-                         "(settings KUBERNETES_FLANNEL_VERSION/_SHA256, KUBERNETES_DEVICE_PLUGIN_VERSION/_SHA256).",
+                         "device plugin. Ready when every node is Ready with its GPUs allocatable. VM and bare metal only.",
     Software.RAY: "Ray on every machine, the head on node-0. Ready when every node is alive in ray status.",
 }
 
@@ -112,7 +109,9 @@ class CreateClusterForm(forms.Form):
             offers = machine_types_with_availability().filter(
                 Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
             )
-        self.offers = offers.order_by("gpu", "price_per_machine_hour", "id")
+        # Cheapest first, as the offers page and `runcrate clusters offers` list them: a page
+        # opened without an offer starts on the least a cluster can cost, never the most.
+        self.offers = offers.order_by("price_per_machine_hour", "id")
         offer = cast(forms.ModelChoiceField, self.fields["offer"])
         offer.queryset = self.offers
         offer.label_from_instance = offer_label  # type: ignore[method-assign,assignment]
