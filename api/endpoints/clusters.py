@@ -12,8 +12,9 @@ from ninja import Query, Router, Status
 
 from accounts.models import SSHKey
 from api import rows, schemas
-from api.app import API_FIELD_NAMES, ApiContext, ApiError, context, invalid, not_found, ok, responses
+from api.app import API_FIELD_NAMES, ApiContext, ApiError, context, from_domain_error, invalid, not_found, ok, responses
 from api.models import IdempotentRequest
+from clusters import rules
 from clusters.access import get_cluster_for_user
 from clusters.errors import ClusterError
 from clusters.models import FINAL_STATUSES, Cluster, Volume
@@ -21,6 +22,7 @@ from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status
 from clusters.services import create, progress, replace, terminate, workers
 from offers.inventory import find_offer
+from offers.models import MachineType
 
 router = Router(tags=["Clusters"])
 
@@ -89,19 +91,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
     if idempotency_key and (record := stored.filter(key=idempotency_key).first()):
         return _replay(record, fingerprint)
 
-    machine_type = find_offer(payload.offer_id)
-    if machine_type is None:
-        raise invalid({"offer_id": ["No such offer; list them with GET /api/v1/cluster-offers."]}, "Unknown offer.")
-    volume = None
-    if payload.volume_id is not None:
-        volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
-        if volume is None:
-            raise invalid({"volume_id": ["No such volume in this workspace."]}, "Unknown volume.")
-    ssh_keys = list(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids))
-    if len(ssh_keys) != len(payload.ssh_key_ids):
-        missing = sorted(set(payload.ssh_key_ids) - {k.pk for k in ssh_keys})
-        raise invalid({"ssh_key_ids": [f"No SSH key {i} in this workspace." for i in missing]}, "Unknown SSH key.")
-
+    machine_type, volume, ssh_keys = _check_create(ctx, payload)
     response_body: dict[str, Any] | None = None
     try:
         # The cluster and the record of its creation commit together: a concurrent retry with
@@ -128,6 +118,46 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
         # while the answer is built.
         response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
     return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
+
+
+def _check_create(
+    ctx: ApiContext, payload: schemas.CreateCluster,
+) -> tuple[MachineType, Volume | None, list[SSHKey]]:
+    """What a create names, looked up, and every refusal that needs no lock at once: one
+    refusal answers as itself (its code and status); several answer 400 `invalid` with each
+    field's messages, so a client fixes them in one round."""
+    refusals: list[ApiError] = []
+    machine_type = find_offer(payload.offer_id)
+    if machine_type is None:
+        refusals.append(invalid({"offer_id": ["No such offer; list them with GET /api/v1/cluster-offers."]},
+                                "Unknown offer."))
+    volume = None
+    if payload.volume_id is not None:
+        volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
+        if volume is None:
+            refusals.append(invalid({"volume_id": ["No such volume in this workspace."]}, "Unknown volume."))
+    ssh_keys = list(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids))
+    if len(ssh_keys) != len(payload.ssh_key_ids):
+        missing = sorted(set(payload.ssh_key_ids) - {k.pk for k in ssh_keys})
+        refusals.append(invalid({"ssh_key_ids": [f"No SSH key {i} in this workspace." for i in missing]},
+                                "Unknown SSH key."))
+    problems = [
+        problem for problem in rules.request_problems(
+            environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
+            software=payload.software, volume=volume,
+        )
+        if not (machine_type is None and problem.field == "offer")  # said once, above
+    ]
+    if len(refusals) + len(problems) == 1:
+        raise refusals[0] if refusals else from_domain_error(problems[0])
+    if refusals or problems:
+        details: dict[str, list[str]] = {}
+        for field_errors in [refusal.details for refusal in refusals] + [problem.field_errors for problem in problems]:
+            for field, messages in field_errors.items():
+                details.setdefault(API_FIELD_NAMES.get(field, field), []).extend(messages)
+        raise invalid(details)
+    assert machine_type is not None
+    return machine_type, volume, ssh_keys
 
 
 def _plan_data(plan: create.ClusterPlan, problems: list[ClusterError]) -> dict[str, Any]:

@@ -179,6 +179,27 @@ def test_create_refuses_bad_input_with_400_per_field(api, machine_type, override
     assert not Cluster.objects.exists()
 
 
+def test_create_refuses_every_bad_field_at_once(api, machine_type):
+    """A client fixes a create in one round: unknown ids and broken rules answer together."""
+    status, body = api.post("/clusters", create_body(machine_type, name="Bad Name!", machines=65, software="windows",
+                                                     ssh_key_ids=[424242], volume_id=424242))
+    assert status == 400
+    error = error_of(body)
+    assert error["code"] == "invalid"
+    assert set(error["details"]) == {"name", "machines", "software", "ssh_key_ids", "volume_id"}
+    assert error["details"]["machines"] == ["A cluster has 2 to 64 machines. For more, request a quote."]
+    assert not Cluster.objects.exists()
+
+
+def test_a_taken_name_beside_another_refusal_is_one_400_naming_both(api, machine_type):
+    assert api.post("/clusters", create_body(machine_type, name="train"))[0] == 201
+    status, body = api.post("/clusters", create_body(machine_type, name="train", offer_id=999999))
+    assert status == 400
+    details = error_of(body)["details"]
+    assert set(details) == {"name", "offer_id"} and "train" in details["name"][0]
+    assert Cluster.objects.count() == 1
+
+
 def test_kubernetes_on_a_container_offer_is_400(api):
     container = machine_type_with_hosts(2, kind="container")
     status, body = api.post("/clusters", create_body(container, software="kubernetes"))
