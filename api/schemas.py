@@ -449,12 +449,16 @@ class CreateCluster(Body):
     software: Annotated[Text, Field(max_length=20, description="Kubernetes only on vm and bare_metal offers.",
                    json_schema_extra={"enum": list(Software.values)})] = Software.NONE.value
     volume_id: Id | None = Field(None, description="Not on community offers.")
-    ssh_key_ids: list[Id] = []
+    ssh_key_ids: list[Id] | None = Field(
+        None, description="The SSH keys every node accepts for root. Omitted: every key of the workspace, as the "
+                          "dashboard picks them; [] installs none, and nobody could log in.",
+    )
 
     @model_validator(mode="after")
     def _distinct_keys(self) -> "CreateCluster":
         self.software = self.software.lower()
-        self.ssh_key_ids = list(dict.fromkeys(self.ssh_key_ids))
+        if self.ssh_key_ids is not None:
+            self.ssh_key_ids = list(dict.fromkeys(self.ssh_key_ids))
         return self
 
 
@@ -617,6 +621,7 @@ class ClusterPlan(Schema):
     runway: PlanRunway
     warnings: list[str]
     problems: list[Problem] = Field(description="Every refusal a create would answer, each with its code.")
+    ssh_key_ids: list[int] = Field(description="The SSH keys a create with this body would install.")
 
 
 # -- workspace, environments, SSH keys, instances -----------------------------------------------

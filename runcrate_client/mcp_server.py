@@ -247,7 +247,7 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
             "list_cluster_offers (pick an offer for the GPU and machine count) -> plan_cluster (the server's "
             "price, balance, runway and refusals; returns a confirmation_token) -> tell the user the price -> "
             "create_cluster with the same arguments and the token -> cluster_status until 'ready'. SSH keys: "
-            "list_ssh_keys / add_ssh_key, then pass ssh_key_ids. Billing runs until delete_cluster. Money values "
+            "list_ssh_keys / add_ssh_key; every key of the workspace is installed unless ssh_key_ids names some. Billing runs until delete_cluster. Money values "
             "are decimal strings in USD."
         ),
     )

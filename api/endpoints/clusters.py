@@ -120,6 +120,20 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
     return JsonResponse(response_body, status=201, headers={"Location": f"/api/v1/clusters/{cluster.pk}"})
 
 
+def _ssh_keys(ctx: ApiContext, ids: list[int] | None) -> tuple[list[SSHKey], list[int]]:
+    """The keys a create installs (every key of the workspace when it names none), and the
+    ids it named that are not the workspace's."""
+    keys = SSHKey.objects.filter(workspace=ctx.workspace).order_by("pk")
+    if ids is None:
+        return list(keys), []
+    found = list(keys.filter(pk__in=ids))
+    return found, sorted(set(ids) - {key.pk for key in found})
+
+
+NO_SSH_KEY = ("No SSH key: nobody could log in to these machines. Add one (POST /api/v1/ssh-keys, "
+              "`runcrate ssh-keys add`) and create with it.")
+
+
 def _check_create(
     ctx: ApiContext, payload: schemas.CreateCluster,
 ) -> tuple[MachineType, Volume | None, list[SSHKey]]:
@@ -136,9 +150,8 @@ def _check_create(
         volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
         if volume is None:
             refusals.append(invalid({"volume_id": ["No such volume in this workspace."]}, "Unknown volume."))
-    ssh_keys = list(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids))
-    if len(ssh_keys) != len(payload.ssh_key_ids):
-        missing = sorted(set(payload.ssh_key_ids) - {k.pk for k in ssh_keys})
+    ssh_keys, missing = _ssh_keys(ctx, payload.ssh_key_ids)
+    if missing:
         refusals.append(invalid({"ssh_key_ids": [f"No SSH key {i} in this workspace." for i in missing]},
                                 "Unknown SSH key."))
     problems = [
@@ -203,14 +216,18 @@ def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[s
         volume = Volume.objects.filter(pk=payload.volume_id, workspace=ctx.workspace).first()
         if volume is None:
             problems.append(ClusterError("volume_not_found", "No such volume in this workspace.", field="volume"))
-    known_keys = set(SSHKey.objects.filter(workspace=ctx.workspace, pk__in=payload.ssh_key_ids).values_list("pk", flat=True))
+    ssh_keys, missing = _ssh_keys(ctx, payload.ssh_key_ids)
     problems += [ClusterError("ssh_key_not_found", f"No SSH key {i} in this workspace.", field="ssh_key_ids")
-                 for i in payload.ssh_key_ids if i not in known_keys]
+                 for i in missing]
     plan = create.plan_cluster(
         environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
         software=payload.software, volume=volume,
     )
-    return ok({**_plan_data(plan, problems), "workspace_id": ctx.workspace.pk, "environment_id": ctx.environment.pk})
+    data = _plan_data(plan, problems)
+    if not ssh_keys and not missing:
+        data["warnings"] = [*data["warnings"], NO_SSH_KEY]
+    return ok({**data, "ssh_key_ids": [key.pk for key in ssh_keys], "workspace_id": ctx.workspace.pk,
+               "environment_id": ctx.environment.pk})
 
 
 @router.get("clusters/{cluster_id}", operation_id="getCluster", summary="A cluster and its nodes",

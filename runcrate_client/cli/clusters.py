@@ -111,7 +111,8 @@ def offers_table(items: list[Record]) -> str:
 @click.option("--software", type=click.Choice(SOFTWARE_CHOICES, case_sensitive=False), default="none",
               show_default=True, help="Software to install on every node.")
 @click.option("--volume", "volume_id", help="Volume id to sync into /shared/volume on the head node.")
-@click.option("--ssh-key", "ssh_key_ids", multiple=True, help="SSH key id to install (repeatable).")
+@click.option("--ssh-key", "ssh_key_ids", multiple=True,
+              help="SSH key id to install (repeatable). Default: every key of the workspace.")
 @click.option("--idempotency-key", help="Makes a retried create return the first result. Default: a fresh one.")
 @click.option("--watch", "then_watch", is_flag=True, help="Follow the cluster until it is ready or fails.")
 @click.option("--dry-run", is_flag=True, help="Only check and price it (the server's plan): nothing is reserved.")
@@ -130,7 +131,7 @@ def clusters_create(
     """
     if dry_run:
         plan = state.client().clusters.plan(name=name, offer_id=offer_id, machines=machines, software=software.lower(),
-                                           volume_id=volume_id, ssh_key_ids=list(ssh_key_ids))
+                                           volume_id=volume_id, ssh_key_ids=list(ssh_key_ids) or None)
         if as_json:
             print_json(plan)
         else:
@@ -140,7 +141,7 @@ def clusters_create(
     try:
         cluster = state.client().clusters.create(
             name=name, offer_id=offer_id, machines=machines, software=software.lower(),
-            volume_id=volume_id, ssh_key_ids=list(ssh_key_ids), idempotency_key=key,
+            volume_id=volume_id, ssh_key_ids=list(ssh_key_ids) or None, idempotency_key=key,
         )
     except TransportError as error:
         # The request may have reached the server: the same key makes a rerun safe.

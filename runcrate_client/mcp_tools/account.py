@@ -14,8 +14,9 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def list_ssh_keys() -> dict[str, Any]:
-        """The workspace's SSH public keys (id, name, fingerprint). Pass ids as `ssh_key_ids` to
-        plan_cluster/create_cluster so the user can SSH into every node as root."""
+        """The workspace's SSH public keys (id, name, fingerprint). plan_cluster/create_cluster
+        install every one of them unless `ssh_key_ids` names some: each lets the user SSH into
+        every node as root."""
         items = client.account.list_ssh_keys_all()
         return {"ssh_keys": items, "count": len(items)}
 

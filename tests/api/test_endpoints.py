@@ -207,6 +207,24 @@ def test_kubernetes_on_a_container_offer_is_400(api):
     assert "software" in error_of(body)["details"]
 
 
+def test_a_create_naming_no_key_installs_every_key_of_the_workspace_and_an_empty_list_none(api, machine_type, workspace):
+    laptop, desktop = (SSHKey.objects.create(workspace=workspace, name=name, public_key=f"ssh-ed25519 AAAA {name}",
+                                             fingerprint=f"SHA256:{name}") for name in ("laptop", "desktop"))
+    body = create_body(machine_type, name="keys")
+    body.pop("ssh_key_ids", None)
+    status, plan = api.post("/clusters/plan", body)
+    assert status == 200 and plan["data"]["ssh_key_ids"] == [laptop.pk, desktop.pk]
+    assert not any("No SSH key" in warning for warning in plan["data"]["warnings"])
+    assert api.post("/clusters", body)[0] == 201
+    assert set(Cluster.objects.get(name="keys").ssh_keys.all()) == {laptop, desktop}
+
+    status, plan = api.post("/clusters/plan", create_body(machine_type, name="nokeys", ssh_key_ids=[]))
+    assert plan["data"]["ssh_key_ids"] == []
+    assert any(warning.startswith("No SSH key: nobody could log in") for warning in plan["data"]["warnings"])
+    assert api.post("/clusters", create_body(machine_type, name="nokeys", ssh_key_ids=[]))[0] == 201
+    assert not Cluster.objects.get(name="nokeys").ssh_keys.exists()
+
+
 def test_another_workspaces_ssh_key_is_unknown(api, machine_type, outsider):
     from accounts.models import Membership
 
