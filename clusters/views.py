@@ -94,8 +94,10 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any) 
     return {
         "plan": plan, "machine_type": machine_type,
         "machines_valid": machines is not None and MIN_MACHINES <= machines <= MAX_MACHINES,
-        # A name not typed yet is no refusal to show while the rest is being picked.
-        "problems": [p.message for p in plan.problems if name or p.field != "name"],
+        # A name not typed yet is no refusal to show while the rest is being picked, and a field
+        # whose own error is shown under it is not said twice.
+        "problems": [p.message for p in plan.problems
+                     if (name or p.field != "name") and not (form.is_bound and p.field in form.errors)],
         "kubernetes_note": kubernetes.message if kubernetes is not None else "",
         "has_keys": keys is not None and keys.exists(), "keys_picked": bool(form["ssh_keys"].value()),
     }

@@ -94,6 +94,8 @@ def test_it_refuses_a_count_outside_2_to_64(member_client, machine_type, machine
     response = post(member_client, machine_type, machines=machines)
     assert response.status_code == 200
     assert message in response.text
+    # Said under the field, and not again in the plan's list of what stops the create.
+    assert "A cluster has 2 to 64 machines" not in response.text
     assert_nothing_created()
 
 
