@@ -259,6 +259,17 @@ def test_a_gateway_that_cannot_listen_fails_with_its_reason_and_is_never_shared(
     assert saved is not None and saved.gateway == "" and not realnodes.gateway_serves(saved)
 
 
+def test_nothing_starts_outside_a_cgroup_it_cannot_join(tmp_path):
+    """A node's launcher and the commands run in a node join its cgroup before they exec:
+    when the cgroup cannot be joined the command never runs, so nothing of a node escapes
+    its limits."""
+    marker = tmp_path / "ran"
+    gone = tmp_path / "no-such-cgroup"
+    result = subprocess.run(realnodes._in_cgroup([gone], ["touch", str(marker)]), capture_output=True, text=True)
+    assert result.returncode == 125 and not marker.exists(), result
+    assert subprocess.run(realnodes._in_cgroup([], ["touch", str(marker)])).returncode == 0 and marker.exists()
+
+
 def test_a_node_that_cannot_start_says_why_and_leaves_nothing(run):
     """The operator's log says what stopped a boot: the failing command, its program's own
     words and what became of the node's PID 1; nothing of the node is left."""

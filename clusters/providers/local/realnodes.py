@@ -500,11 +500,12 @@ def _in_cgroup(dirs: list[Path], command: list[str]) -> list[str]:
     node: a shell writes its own pid there and execs it. Not a `preexec_fn`: Python code run
     between fork and exec in a process with threads (the worker boots a cluster's nodes from
     one thread each) can deadlock on a lock another thread held at the fork, and the node then
-    never starts."""
+    never starts. A cgroup it cannot join stops it (status 125): nothing of a node runs
+    outside its limits."""
     if not dirs:
         return command
     paths = " ".join(shlex.quote(str(path / "cgroup.procs")) for path in dirs)
-    return ["sh", "-c", f'for procs in {paths}; do echo $$ > "$procs"; done; exec "$@"', "sh", *command]
+    return ["sh", "-c", f'for procs in {paths}; do echo $$ > "$procs" || exit 125; done; exec "$@"', "sh", *command]
 
 
 def _kill_cgroup(name: str) -> None:
