@@ -360,7 +360,7 @@ class ClusterSummary(Schema):
     billing_ended_at: OptionalTimestamp
     ready_at: OptionalTimestamp
     terminated_at: OptionalTimestamp
-    deadline_at: Timestamp
+    deadline_at: Timestamp = Field(description="Every machine must be up and joined by then, or the cluster fails: every machine released, nothing billed. It no longer applies once `billing_started_at` is set.")
     unhealthy_nodes: int = Field(description="Live nodes the last health check found unreachable, network down or software down.")
     ssh: str | None = Field(description="The Connect card's ssh line for node-0 (the head), once the cluster is ready or degraded.")
 
