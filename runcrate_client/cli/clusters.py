@@ -182,6 +182,8 @@ def plan_summary(plan: Record) -> str:
                   f"{offer.get('location')}" if offer else "-"),
         ("Machines", f"{plan.get('machines')} ({plan.get('available_machines')} free now)"),
         ("Software", plan.get("software")),
+        ("SSH keys", f"{', '.join(str(i) for i in plan['ssh_key_ids']) or 'none'} on every node"
+                     if "ssh_key_ids" in plan else "-"),
         ("Price", f"{format_money(plan.get('price_per_hour'))}/h for the whole cluster "
                   f"({format_money(plan.get('price_per_machine_hour'))}/h per machine)"),
         ("Balance", f"{format_money(balance.get('credits_balance'))} (needs {format_money(balance.get('required'))})"),

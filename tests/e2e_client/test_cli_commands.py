@@ -34,7 +34,12 @@ def test_create_dry_run_prices_from_the_server_and_reserves_nothing(cli, instant
     assert plan.returncode == 0, plan.stderr
     assert "$5.00/h for the whole cluster" in plan.stdout and "needs $10.00" in plan.stdout
     assert "Nothing was reserved" in plan.stdout
+    assert "none on every node" in plan.stdout and "Warning: No SSH key: nobody could log in" in plan.stdout
     assert not Cluster.objects.exists()
+    key = SSHKey.objects.create(workspace=workspace, name="laptop", public_key="ssh-ed25519 AAAA laptop",
+                                fingerprint="SHA256:laptop")
+    keyed = cli("clusters", "create", "--name", "dry", "--offer", str(instant_offer.pk), "--machines", "2", "--dry-run")
+    assert f"{key.pk} on every node" in keyed.stdout and "No SSH key" not in keyed.stdout
     as_json = json.loads(cli("clusters", "create", "--name", "dry", "--offer", str(instant_offer.pk),
                              "--machines", "2", "--dry-run", "--json").stdout)
     assert as_json["can_create"] is True and as_json["runway"]["hours"] == "200.00"
