@@ -109,9 +109,10 @@ class CreateClusterForm(forms.Form):
             offers = machine_types_with_availability().filter(
                 Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
             )
-        # Cheapest first, as the offers page and `runcrate clusters offers` list them: a page
-        # opened without an offer starts on the least a cluster can cost, never the most.
-        self.offers = offers.order_by("price_per_machine_hour", "id")
+        # Cheapest first, as `runcrate clusters offers` lists them, and community hosts
+        # (independent operators) after the rest: a page opened without an offer starts on the
+        # least a cluster costs on the platform's own machines, never the most.
+        self.offers = offers.order_by("community", "price_per_machine_hour", "id")
         offer = cast(forms.ModelChoiceField, self.fields["offer"])
         offer.queryset = self.offers
         offer.label_from_instance = offer_label  # type: ignore[method-assign,assignment]

@@ -52,6 +52,19 @@ def test_the_form_shows_the_picked_offer(member_client, machine_type):
     assert 'value="4"' in response.text
 
 
+def test_a_page_opened_without_an_offer_starts_on_the_cheapest_of_the_platforms_own(member_client, machine_type):
+    machine_type_with_hosts(6, price_per_machine_hour=Decimal("0.40"), community=True,
+                            location=LocationFactory(code="community-global", name="Community hosts", country="ZZ"))
+    cheapest = machine_type_with_hosts(6, price_per_machine_hour=Decimal("1.10"))
+    machine_type_with_hosts(6, price_per_machine_hour=Decimal("9.90"))
+    response = member_client.get(URL)
+    offers = re.search(r'<select name="offer".*?</select>', response.text, re.S)
+    assert offers is not None
+    picked = re.findall(r'<option value="(\d+)" selected', offers.group(0))
+    assert picked == [str(cheapest.pk)]
+    assert "$4.40/h for the whole cluster" in response.text  # 4 machines
+
+
 def test_the_form_warns_about_community_offers(member_client, community_type):
     response = member_client.get(URL, {"offer": community_type.pk})
     assert COMMUNITY_WARNING in response.text
