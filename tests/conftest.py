@@ -47,6 +47,15 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
         request.addfinalizer(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rendered_rows():
+    """Each test starts without the rows another test's pushes rendered: they are kept per
+    process by row id, and SQLite gives a rolled-back test's ids out again."""
+    from clusters import broadcast
+
+    broadcast._RENDERED.clear()
+
+
 @pytest.fixture
 async def socket_thread_connections():
     """Give back the database connection of the thread consumers query in, after the test.

@@ -12,6 +12,7 @@ from billing.models import LedgerEntry, MachineUsage
 from clusters import lifecycle
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Node, Reason, Status
+from clusters.services import progress
 from clusters.services.create import create_cluster
 from clusters.services.lease import claim_lease, release_lease
 from clusters.services.progress import append_node_logs, retry_install, update_nodes
@@ -348,3 +349,31 @@ def test_output_arriving_after_the_install_does_not_make_the_next_pass_install_a
     node.refresh_from_db()
     assert node.installed_at is not None and node.step == "checking readiness"
     assert "slurmd started" in node.log_tail
+
+
+@pytest.mark.parametrize("append", [progress._append_in_place, progress._append_here],
+                         ids=["in PostgreSQL", "in Python"])
+def test_a_log_tail_keeps_its_last_characters_counts_every_one_and_relabels_only_a_working_node(
+    environment, machine_type, append,
+):
+    """The same rules whether PostgreSQL appends (production) or Python does (SQLite)."""
+    from django.db import connection, transaction
+
+    if append is progress._append_in_place and connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL appends in place only on PostgreSQL")
+    cluster = create(environment, machine_type, count=3, software="slurm")
+    working, installed, settled = cluster.nodes.order_by("index")
+    Node.objects.filter(pk=working.pk).update(log_tail="x" * 10, log_written=25, step="install", installed_at=None,
+                                              state=Node.State.INSTALLING)
+    Node.objects.filter(pk=installed.pk).update(log_tail="", log_written=0, step="checking readiness",
+                                                installed_at=timezone.now(), state=Node.State.INSTALLING)
+    Node.objects.filter(pk=settled.pk).update(log_tail="", log_written=0, step="ready", state=Node.State.READY)
+    texts = {working.pk: "é" * 8 + "\n", installed.pk: "late line\n", settled.pk: ""}
+    steps = {working.pk: "install_software:daemons", installed.pk: "install_software:daemons", settled.pk: "install"}
+    with transaction.atomic():
+        assert append(texts, steps, 12) == sorted(texts)
+    rows = {node.pk: node for node in Node.objects.filter(cluster=cluster)}
+    assert rows[working.pk].log_tail == "xxx" + "é" * 8 + "\n" and rows[working.pk].log_written == 34
+    assert rows[working.pk].step == "install_software:daemons"
+    assert rows[installed.pk].log_tail == "late line\n" and rows[installed.pk].step == "checking readiness"
+    assert rows[settled.pk].log_tail == "" and rows[settled.pk].log_written == 0 and rows[settled.pk].step == "ready"
