@@ -104,6 +104,17 @@ def _duration(seconds: float) -> str:
     return " ".join(parts)
 
 
+def _terminated_by(cluster: Cluster) -> str:
+    """Who asked for the termination, as the cluster's events name them: a teammate's
+    username, or the API key they used (its prefix)."""
+    actor = cluster.events.filter(event="terminating").order_by("-pk").values_list("actor", flat=True).first()
+    if actor and actor.startswith("api key "):
+        return f"Terminated with the API key {actor.removeprefix('api key ')}"
+    if actor and actor != "system":
+        return f"Terminated by {actor}"
+    return Reason.USER_REQUESTED.label
+
+
 def cluster_context(stored: dict) -> dict:
     cluster = Cluster.objects.select_related(
         "machine_type__gpu", "machine_type__location", "workspace", "environment", "created_by"
@@ -127,6 +138,8 @@ def cluster_context(stored: dict) -> dict:
         "stopped_for_balance": cluster.termination_reason == Reason.BALANCE_EXHAUSTED,
         "stopped_for_budget": cluster.termination_reason == Reason.BUDGET_REACHED,
     }
+    if cluster.termination_reason == Reason.USER_REQUESTED:
+        context["termination_reason"] = _terminated_by(cluster)
     if cluster.billing_started_at:
         ended = cluster.billing_ended_at or cluster.terminated_at or timezone.now()
         billed_seconds = (ended - cluster.billing_started_at).total_seconds()

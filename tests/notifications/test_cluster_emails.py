@@ -99,7 +99,7 @@ def test_the_terminated_email_gives_the_duration_and_total_cost(smtp, environmen
     text = text_of(terminated)
     assert "Total cost: $7.50" in text
     assert "Ran for:    1 h 30 min" in text
-    assert "Terminated by a user" in text
+    assert "Terminated by alice. Every machine stopped" in text
     assert "$7.50" in html_of(terminated)
     # The email's total is what billing posted.
     posted = sum(u.posted_amount for u in MachineUsage.objects.filter(cluster=cluster))
@@ -123,6 +123,18 @@ def test_a_cluster_stopped_by_billing_gets_the_critical_stopped_email(smtp, envi
     text = text_of(stopped)
     assert says in text and "Total cost: $" in text and "cannot be turned off" in text
     assert Notification.objects.get(dedupe_key=f"cluster:{cluster.pk}:terminated").kind == "cluster_stopped"
+
+
+@pytest.mark.parametrize(
+    ("actor", "says"),
+    [("api key rc_live_c4OAT1if", "Terminated with the API key rc_live_c4OAT1if. Every machine stopped"),
+     ("system", "Terminated by a user. Every machine stopped")],
+)
+def test_the_terminated_email_names_who_asked_for_it(smtp, environment, machine_type, owner, actor, says):
+    cluster = create(environment, machine_type, owner, count=2)
+    terminate_cluster(cluster, actor=actor)
+    lifecycle.advance(cluster.pk)
+    assert says in text_of(smtp.messages[-1])
 
 
 def test_without_a_creator_the_workspace_owners_get_it(smtp, environment, machine_type, owner, developer):
