@@ -766,11 +766,14 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
         facts.append(f"PID 1 ({pid}) exited")
     if time.monotonic() >= deadline:
         facts.append(f"gave up waiting after {BOOT_WAIT} s")
-    for path in dirs[:1]:
-        with contextlib.suppress(OSError):
-            events = dict(line.split() for line in (path / "memory.events").read_text().splitlines())
+    # The memory controller comes first in `dirs`; v2 counts its kills in memory.events, v1
+    # in memory.oom_control, both as an "oom_kill N" line.
+    for events_file in ("memory.events", "memory.oom_control"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            events = dict(line.split() for line in (dirs[0] / events_file).read_text().splitlines())
             if events.get("oom_kill", "0") != "0":
                 facts.append(f"{events['oom_kill']} processes killed at the memory limit")
+            break
     return ", ".join(facts)
 
 
