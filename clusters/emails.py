@@ -20,6 +20,7 @@ from accounts.models import Role
 from billing.models import MachineUsage
 from billing.services import machines_cost
 from clusters.models import Cluster, Node, NodeHealth, Reason
+from clusters.services.common import SYSTEM
 from notifications.kinds import Kind
 from notifications.services import notify
 
@@ -110,7 +111,7 @@ def _terminated_by(cluster: Cluster) -> str:
     actor = cluster.events.filter(event="terminating").order_by("-pk").values_list("actor", flat=True).first()
     if actor and actor.startswith("api key "):
         return f"Terminated with the API key {actor.removeprefix('api key ')}"
-    if actor and actor != "system":
+    if actor and actor != SYSTEM:
         return f"Terminated by {actor}"
     return Reason.USER_REQUESTED.label
 

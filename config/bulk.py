@@ -16,6 +16,15 @@ from typing import cast
 from django.db import connection, models
 
 
+def lock_rows(model: type[models.Model], ids: Sequence[int]) -> None:
+    """Lock `ids` of `model`'s table in primary-key order (the lock order in
+    docs/architecture.md), PostgreSQL only: one statement, no row read back."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    key = connection.ops.quote_name(str(model._meta.pk.column))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE {key} = ANY(%s) ORDER BY {key} FOR UPDATE", [list(ids)])
+
+
 def update_rows(model: type[models.Model], objs: Sequence[models.Model], fields: Sequence[str], *, locked: bool = False) -> None:
     """Save `fields` of `objs` (model instances with a primary key) in one UPDATE.
 
@@ -39,7 +48,7 @@ def update_rows(model: type[models.Model], objs: Sequence[models.Model], fields:
     )
     sets = ", ".join(f"{connection.ops.quote_name(str(f.column))} = v.{connection.ops.quote_name(str(f.column))}" for f in columns)
     table, key = connection.ops.quote_name(meta.db_table), connection.ops.quote_name(str(pk.column))
+    if not locked:
+        lock_rows(model, arrays[0])
     with connection.cursor() as cursor:
-        if not locked:
-            cursor.execute(f"SELECT 1 FROM {table} WHERE {key} = ANY(%s) ORDER BY {key} FOR UPDATE", [arrays[0]])
         cursor.execute(f"UPDATE {table} AS t SET {sets} FROM (SELECT {selects}) AS v WHERE t.{key} = v.{key}", arrays)

@@ -17,7 +17,7 @@ from clusters.errors import Conflict
 from clusters.models import Cluster, Node, NodeHealth, NodeStep, Reason, Software, Status
 from clusters.services.common import SYSTEM, after_commit_changed, record_event, transition
 from clusters.services.network_tests import network_test_after_ready
-from config.bulk import update_rows
+from config.bulk import lock_rows, update_rows
 from offers import inventory
 
 
@@ -75,8 +75,8 @@ def _append_in_place(texts: dict[int, str], steps: dict[int, str], keep: int) ->
         quote(str(cast(models.Field, meta.get_field(name)).column)) for name in ("id", "log_tail", "log_written", "step", "state", "installed_at")
     )
     ids = sorted(texts)
+    lock_rows(Node, ids)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM {table} WHERE {key} = ANY(%s) ORDER BY {key} FOR UPDATE", [ids])
         cursor.execute(
             f"UPDATE {table} AS t SET {tail} = right(t.{tail} || v.text, %s), {written} = t.{written} + v.length, "
             f"{step} = CASE WHEN t.{state} <> ALL(%s) AND t.{installed_at} IS NULL THEN v.step ELSE t.{step} END "
