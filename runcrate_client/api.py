@@ -14,7 +14,7 @@ over `~/.runcrate/config.yaml` (or the file named by `RUNCRATE_CONFIG`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -68,6 +68,16 @@ class ApiError(RuncrateError):
 GENERIC_INVALID = "Some fields are not valid."
 
 
+def _joined(parts: Iterable[str]) -> str:
+    """Problems one after another: a sentence ends where it ends, a fragment gets a semicolon."""
+    text = ""
+    for part in parts:
+        if text:
+            text += " " if text.endswith((".", "!", "?")) else "; "
+        text += part
+    return text
+
+
 def describe_api_error(error: ApiError) -> str:
     """One line a person can act on, with the details that matter for this kind of error."""
     message = error.message or error.code or f"HTTP {error.status}"
@@ -80,15 +90,15 @@ def describe_api_error(error: ApiError) -> str:
         parts = []
         for name, problems in details.items():
             if isinstance(problems, (list, tuple)):
-                problems = "; ".join(str(p) for p in problems)
+                problems = _joined(str(p) for p in problems)
             if str(problems) == message:
                 continue  # the message already says it: once is enough
             parts.append(str(problems) if name == "__all__" else f"{name}: {problems}")
         if not parts:
             return message
         if message == GENERIC_INVALID:
-            return "; ".join(parts)
-        return f"{message} ({'; '.join(parts)})"
+            return _joined(parts)
+        return f"{message} ({_joined(parts)})"
     if error.status == 429 and details.get("retry_after"):
         return f"{message} (retry after {details['retry_after']}s)"
     return message

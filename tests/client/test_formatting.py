@@ -86,7 +86,9 @@ def test_a_field_error_is_said_once_in_the_apis_words() -> None:
     assert str(same) == "Use lowercase letters."
     generic = ApiError(400, "invalid", "Some fields are not valid.",
                        {"machines": ["Must be a whole number."], "ssh_key_ids": ["Must be a list."]})
-    assert str(generic) == "machines: Must be a whole number.; ssh_key_ids: Must be a list."
+    assert str(generic) == "machines: Must be a whole number. ssh_key_ids: Must be a list."
+    fragments = ApiError(400, "invalid", "Some fields are not valid.", {"name": ["too long", "not lowercase"]})
+    assert str(fragments) == "name: too long; not lowercase"
     whole = ApiError(400, "invalid", "This invitation was already accepted or revoked.",
                      {"__all__": ["This invitation was already accepted or revoked."]})
     assert str(whole) == "This invitation was already accepted or revoked."

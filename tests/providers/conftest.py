@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 
 import pytest
@@ -9,6 +12,19 @@ from clusters import lifecycle
 from clusters.models import Cluster, Status
 from offers.models import Host
 from tests.factories import MachineTypeFactory
+
+
+@contextlib.contextmanager
+def terminal_stdin() -> Iterator[int]:
+    """A stdin like a person's terminal: open, and empty until the command is done. srun sends
+    its stdin to every task, and on a busy node Slurm 22.05 can lose a step to the end of an
+    empty stdin (docs/nodeops.md "Slurm"); a person at a prompt never sends that end."""
+    read, write = os.pipe()
+    try:
+        yield read
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.workers import add_workers
 from offers.models import Host
-from tests.providers.conftest import SETTLED, drive
+from tests.providers.conftest import SETTLED, drive, terminal_stdin
 from tests.providers.test_real_nodes import (
     customer_key,
     grow,
@@ -55,8 +55,9 @@ def known_hosts_ssh(tmp_path: Path, cluster, key: str, node: str, command: str) 
     )
     options = ["-F", str(written.config), "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
                "-o", "ConnectTimeout=10"]
-    return subprocess.run(["ssh", *options, f"{cluster.name}-{node}", command],
-                          capture_output=True, text=True, timeout=180)
+    with terminal_stdin() as stdin:
+        return subprocess.run(["ssh", *options, f"{cluster.name}-{node}", command],
+                              capture_output=True, text=True, timeout=180, stdin=stdin)
 
 
 def install_standins(real_machines, nodes: list[Node]) -> None:

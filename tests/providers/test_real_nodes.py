@@ -32,7 +32,7 @@ from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers
 from offers.models import Host, HostFault
 from tests.factories import MachineTypeFactory
-from tests.providers.conftest import SETTLED, drive
+from tests.providers.conftest import SETTLED, drive, terminal_stdin
 
 CAN, WHY = realnodes.capability()
 pytestmark = [
@@ -76,7 +76,8 @@ def handle(real_machines, node: Node) -> realnodes.NodeHandle:
 
 
 def on_node(real_machines, node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return realnodes.run_in(handle(real_machines, node), ["bash", "-lc", command], timeout=timeout)
+    with terminal_stdin() as stdin:
+        return realnodes.run_in(handle(real_machines, node), ["bash", "-lc", command], timeout=timeout, stdin=stdin)
 
 
 def customer_key(tmp_path, name: str) -> tuple[str, str]:
@@ -96,7 +97,10 @@ def customer_ssh(line: str, key: str, command: str) -> subprocess.CompletedProce
     assert words[0] == "ssh"
     options = ["-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
                "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-F", "/dev/null"]
-    return subprocess.run(["ssh", *options, *words[1:], command], capture_output=True, text=True, timeout=60)
+    with terminal_stdin() as stdin:
+        return subprocess.run(
+            ["ssh", *options, *words[1:], command], capture_output=True, text=True, timeout=60, stdin=stdin
+        )
 
 
 def wait_for(predicate, timeout: float = 60, interval: float = 0.5):
@@ -114,6 +118,15 @@ def story(cluster: Cluster) -> str:
     events = "\n".join(cluster.events.order_by("id").values_list("message", flat=True))
     tails = "\n".join(f"--- {n.name}\n{n.log_tail[-1500:]}" for n in cluster.nodes.order_by("index"))
     return f"{events}\n{tails}"
+
+
+def slurm_logs(real_machines, nodes: list[Node]) -> str:
+    """Every node's Slurm log tail, for a failing job: which daemon ended the step, and why."""
+    return "\n".join(
+        f"--- {node.name}\n"
+        + on_node(real_machines, node, "tail -n 30 /var/log/slurm/slurmd.log /var/log/slurm/slurmctld.log 2>&1").stdout
+        for node in nodes
+    )
 
 
 def grow(cluster: Cluster, timeout: float = 120) -> Cluster:
@@ -148,7 +161,9 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
         "node-0 idle", "node-1 idle", "node-2 idle"
     ]
     srun = on_node(real_machines, nodes[0], "srun -N3 hostname")
-    assert sorted(srun.stdout.split()) == ["node-0", "node-1", "node-2"], srun.stderr
+    assert sorted(srun.stdout.split()) == ["node-0", "node-1", "node-2"], (
+        f"{srun.stderr}\n{slurm_logs(real_machines, nodes)}"
+    )
 
     # The Connect card's line, with the key the customer attached, lands on node-1.
     lines = {ep.name: ep.ssh_command for ep in connect.endpoints(cluster)}

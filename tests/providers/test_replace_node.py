@@ -19,7 +19,7 @@ from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from offers.models import Host, HostFault
-from tests.providers.conftest import SETTLED, drive, local_machine_type
+from tests.providers.conftest import SETTLED, drive, local_machine_type, terminal_stdin
 from tests.providers.test_real_nodes import CAN, WHY, real_machine_type, real_machines, story  # noqa: F401 - a fixture
 
 pytestmark = [
@@ -195,7 +195,8 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     assert head is not None and new_handle is not None
     assert realnodes.run_in(new_handle, ["hostname"]).stdout.strip() == "node-1"
     assert sinfo(head) == {"node-0": "idle", "node-1": "idle", "node-2": "idle"}
-    ran = realnodes.run_in(head, ["srun", "-N3", "hostname"], timeout=90)
+    with terminal_stdin() as stdin:
+        ran = realnodes.run_in(head, ["srun", "-N3", "hostname"], timeout=90, stdin=stdin)
     assert sorted(ran.stdout.split()) == ["node-0", "node-1", "node-2"], ran.stderr
     # node-1's job ran on the new machine: the old one is gone, namespaces and processes.
     assert realnodes.running(provider._dir(old.host)) is None

@@ -30,8 +30,16 @@ if [ "$RUNCRATE_SOFTWARE" = slurm ] && ! is_sandbox; then
     done
     if [ "$idle" = "${#wanted[@]}" ]; then
         printf '::begin-accept::\n'
-        # -I: give up rather than queue if the nodes cannot be had within 30 s.
-        timeout 90 srun -N "${#wanted[@]}" -w "$accept" -I30 hostname 2>&1 || printf 'srun exit status %s\n' "$?"
+        # -I: give up rather than queue if the nodes cannot be had within 30 s. srun sends its
+        # stdin to every task; this script's is /dev/null, and on a busy node Slurm 22.05 can
+        # lose the step to that empty stdin's end ("io error with slurmstepd", docs/nodeops.md
+        # "Slurm"). An open pipe that stays empty sends nothing.
+        exec {empty}< <(exec sleep 100 2>/dev/null)
+        writer=$!
+        timeout 90 srun -N "${#wanted[@]}" -w "$accept" -I30 hostname <&"$empty" 2>&1 \
+            || printf 'srun exit status %s\n' "$?"
+        exec {empty}<&-
+        kill "$writer" 2>/dev/null || true
         printf '::end-accept::\n'
     fi
 fi

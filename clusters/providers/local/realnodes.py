@@ -373,7 +373,7 @@ class Underlay:
         guards = self.run_dir / "guard-routes.json"
         if guards.exists():
             GuardRoutes.release(self.run_id, tuple(json.loads(guards.read_text())))
-            guards.unlink()
+            guards.unlink(missing_ok=True)
 
 
 # -- a node ---------------------------------------------------------------------------------
