@@ -17,7 +17,7 @@ from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from notifications.models import Notification
 from tests.providers.conftest import SETTLED, drive
-from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
+from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story, wait_for  # noqa: F401
 
 CAN, WHY = realnodes.capability()
 pytestmark = [
@@ -68,6 +68,8 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
     # wireguard-go of node-1 dies: node-1 has lost the private network, its peers have not.
     [wireguard] = pids_named(real_machines, nodes[1], "wireguard-go")
     os.kill(wireguard, signal.SIGKILL)
+    # Dead, not dying: a round while it still exits sees wg0 and a daemon, and peers it cannot reach.
+    assert wait_for(lambda: not pids_named(real_machines, nodes[1], "wireguard-go"), timeout=30)
     number, found = rounds_until(cluster, 1, NodeHealth.NETWORK_DOWN, rounds=2)
     assert number, found
     assert found["node-0"] == found["node-2"] == NodeHealth.HEALTHY

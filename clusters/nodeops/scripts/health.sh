@@ -38,12 +38,16 @@ daemon_state() {
     fi
 }
 
-# process_runs NAME: a process whose command is exactly NAME runs (procfs: no pgrep fork).
+# process_runs NAME: a process whose command is exactly NAME runs (procfs: no pgrep fork). A
+# process that is exiting (state Z or X, after `kill -9`, say) does not run any more.
 process_runs() {
-    local comm path
+    local comm path stat state
     for path in /proc/[0-9]*/comm; do
         read -r comm 2>/dev/null <"$path" || continue
-        [ "$comm" = "$1" ] && return 0
+        [ "$comm" = "$1" ] || continue
+        read -r stat 2>/dev/null <"${path%/comm}/stat" || continue
+        state="${stat##*) }"
+        case "${state%% *}" in Z | X) continue ;; *) return 0 ;; esac
     done
     return 1
 }
