@@ -1,8 +1,11 @@
-"""The node-side helpers run locally with bash (no SSH): properties of lib.sh."""
+"""The node-side helpers run locally with bash (no SSH): properties of lib.sh and health.sh's."""
 
 from __future__ import annotations
 
+import secrets
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +14,8 @@ from hypothesis import strategies as st
 from clusters.nodeops import operations as ops
 from clusters.nodeops.parsers import parse_sinfo
 
-LIB = (Path(__file__).resolve().parents[2] / "clusters/nodeops/scripts/lib.sh").read_text()
+SCRIPTS = Path(__file__).resolve().parents[2] / "clusters/nodeops/scripts"
+LIB = (SCRIPTS / "lib.sh").read_text()
 ENV = {"RUNCRATE_NODE_NAME": "node-0", "RUNCRATE_NODE_INDEX": "0", "RUNCRATE_NODES": "node-0 10.77.0.1", "PATH": "/usr/bin:/bin"}
 
 line = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30).filter(
@@ -92,3 +96,34 @@ def test_apt_install_asks_apt_only_for_the_packages_dpkg_does_not_have(tmp_path)
     assert calls.read_text().splitlines() == [
         "update -q", "install -y -q --no-install-recommends runcrate-no-such-package runcrate-nor-this-one",
     ]
+
+
+def test_a_daemon_runs_while_its_process_lives_and_not_once_it_has_exited(tmp_path):
+    """health.sh's process_runs: a killed wireguard-go that its parent has not reaped yet (a
+    zombie) is not a running daemon."""
+    health = (SCRIPTS / "health.sh").read_text()
+    start = health.index("process_runs() {")
+    function = health[start : health.index("\n}\n", start) + 3]
+    name = f"rcz{secrets.token_hex(4)}"  # a command name no other process here has
+    program = tmp_path / name
+    shutil.copy("/bin/sleep", program)
+
+    def runs() -> bool:
+        return subprocess.run(["bash", "-c", function + 'process_runs "$1"', "_", name]).returncode == 0
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+
+    assert not runs()
+    daemon = subprocess.Popen([program, "30"])
+    try:
+        assert runs()
+        daemon.kill()
+        deadline = time.monotonic() + 10
+        while state(daemon.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state(daemon.pid) == "Z", "killed and not reaped"
+        assert not runs()
+    finally:
+        daemon.kill()
+        daemon.wait()
