@@ -348,6 +348,14 @@ LOCAL_NODE_PIDS = env_int("LOCAL_NODE_PIDS", 4096)
 for _name in ("LOCAL_NODE_MEMORY_MB", "LOCAL_NODE_DISK_MB", "LOCAL_NODE_SHARED_MB", "LOCAL_NODE_PIDS"):
     if globals()[_name] < 64:
         raise ImproperlyConfigured(f"{_name} must be at least 64, not {globals()[_name]}")
+# What the kernel counts per user, per real local machine: namespaces of each kind its root
+# may make, and inotify instances. Kept in a user namespace above the machine's own, which its
+# root cannot raise (docs/security.md, "Tenant-facing limits").
+LOCAL_NODE_NAMESPACES = env_int("LOCAL_NODE_NAMESPACES", 1024)
+LOCAL_NODE_INOTIFY_INSTANCES = env_int("LOCAL_NODE_INOTIFY_INSTANCES", 128)
+for _name in ("LOCAL_NODE_NAMESPACES", "LOCAL_NODE_INOTIFY_INSTANCES"):
+    if globals()[_name] < 8:
+        raise ImproperlyConfigured(f"{_name} must be at least 8, not {globals()[_name]}")
 # Where volumes keep their data (a mounted filesystem in production).
 VOLUMES_DIR = env_str("VOLUMES_DIR", str(VAR_DIR / "volumes"))
 

@@ -7,13 +7,18 @@ computer's side. Skipped where this computer cannot run namespaces.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import fcntl
 import os
 import random
 import re
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,7 +77,11 @@ def test_root_in_a_node_is_an_unprivileged_uid_of_its_own_on_this_computer(run):
                         if line.startswith("Uid:"))
         assert set(uid_line.split()[1:]) == {str(handle.uid_base)}
         assert handle.uid_base >= realnodes.FIRST_UID
-        assert sh(handle, "cat /proc/self/uid_map").stdout.split() == ["0", str(handle.uid_base), "65536"]
+        # Its map, as this computer reads it: the node's 65,536 ids are the range's. (Read in the
+        # node, the map is "0 0 65536": relative to the namespace above the node's, which
+        # holds its limits and maps the same range.)
+        assert Path(f"/proc/{handle.pid}/uid_map").read_text().split() == ["0", str(handle.uid_base), "65536"]
+        assert Path(f"/proc/{handle.pid}/gid_map").read_text().split() == ["0", str(handle.uid_base), "65536"]
     assert first.uid_base != second.uid_base, "every node has a range of its own"
     # Root of the node holds no capability over this computer: it cannot load a module, set the
     # clock, or reach a device it was not given.
@@ -286,6 +295,29 @@ def test_a_node_that_cannot_start_says_why_and_leaves_nothing(run):
     assert realnodes.sshd_answers(run.boot("a"))
 
 
+def test_what_a_boot_prints_is_read_up_to_a_cap_and_its_end_kept_for_the_reason():
+    """A boot's output is a pipe the runtime reads, never a file: a flood stops being read at
+    the cap (the writer then blocks on a full pipe, it fills nothing of this computer)."""
+    flood = subprocess.Popen(["sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' x; echo last words"],
+                             stdout=subprocess.PIPE)
+    assert flood.stdout is not None
+    with realnodes._BootOutput(flood.stdout) as output:
+        output.drain(timeout=30)
+        assert output.over_cap and not output.booted
+        assert output.tail().endswith(f"[it printed more than {realnodes.BOOT_OUTPUT_CAP} bytes]")
+    flood.kill()
+    flood.wait()
+    said = subprocess.Popen(["sh", "-c", f"echo 'cp: cannot stat x'; echo '{realnodes.BOOTED}'; sleep 30"],
+                            stdout=subprocess.PIPE)
+    assert said.stdout is not None
+    with realnodes._BootOutput(said.stdout) as output:
+        while not output.booted:
+            output.wait(1)
+        assert output.tail() == f"cp: cannot stat x\n{realnodes.BOOTED}" and not output.over_cap
+    said.kill()
+    said.wait()
+
+
 def test_a_volume_is_the_heads_alone_and_its_root_owns_it(run, tmp_path):
     volume = tmp_path / "volume"
     volume.mkdir()
@@ -297,3 +329,297 @@ def test_a_volume_is_the_heads_alone_and_its_root_owns_it(run, tmp_path):
     assert sh(worker, "ls /mnt/runcrate-volume").stdout == ""
     # On this computer the volume's files belong to the head's unprivileged root, never to root.
     assert {os.stat(path).st_uid for path in volume.iterdir()} == {head.uid_base}
+
+
+# -- nothing of this computer is open in a node ----------------------------------------------
+
+# Where a socket of a network namespace is listed (/proc/<pid>/net/<table>), and the column of
+# its inode there.
+SOCKET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "udplite": 9, "udplite6": 9, "raw": 9, "raw6": 9,
+                 "icmp": 9, "icmp6": 9, "unix": 6, "netlink": 9, "packet": 8}
+NAMESPACE_KINDS = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+
+
+def node_processes(handle: realnodes.NodeHandle) -> set[int]:
+    """Host pids of every process in the node's PID namespace."""
+    own = os.readlink(f"/proc/{handle.pid}/ns/pid")
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.readlink(proc / "ns" / "pid") == own:
+                    found.add(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+class NodeView:
+    """What belongs to a node, as this computer sees it: its processes, the sockets its network
+    namespace lists, the namespaces its processes are in, its own in-memory filesystems, and
+    which processes of this computer hold each pipe."""
+
+    def __init__(self, handle: realnodes.NodeHandle) -> None:
+        self.root = f"/proc/{handle.pid}/root"
+        self.processes = node_processes(handle)
+        self.sockets: set[str] = set()
+        for table, column in SOCKET_TABLES.items():
+            with contextlib.suppress(OSError):
+                lines = Path(f"/proc/{handle.pid}/net/{table}").read_text().splitlines()[1:]
+                self.sockets |= {cols[column] for cols in (line.split() for line in lines) if len(cols) > column}
+        self.namespaces = {os.readlink(f"/proc/{pid}/ns/{kind}") for pid in self.processes for kind in NAMESPACE_KINDS
+                           if os.path.exists(f"/proc/{pid}/ns/{kind}")}
+        self.filesystems = set()
+        for line in Path(f"/proc/{handle.pid}/mountinfo").read_text().splitlines():
+            fields = line.split()
+            if fields[fields.index("-") + 1] in ("tmpfs", "devpts", "mqueue"):
+                major, minor = fields[2].split(":")
+                self.filesystems.add(os.makedev(int(major), int(minor)))
+        self.pipe_holders: dict[str, set[int]] = {}
+        for fd in Path("/proc").glob("[0-9]*/fd/*"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("pipe:"):
+                    self.pipe_holders.setdefault(target, set()).add(int(fd.parent.parent.name))
+
+    def outside(self, pid: int, fd: Path, target: str, seen: os.stat_result) -> str:
+        """Why this descriptor refers to something outside the node ("" if it does not)."""
+        if target.startswith("/"):
+            try:
+                inside = os.stat(self.root + target.removesuffix(" (deleted)"))
+                if (inside.st_dev, inside.st_ino) == (seen.st_dev, seen.st_ino):
+                    return ""
+            except OSError:
+                pass
+            if target.endswith(" (deleted)") and seen.st_dev in self.filesystems:
+                return ""
+            return "not this file in the node's tree"
+        if target.startswith("socket:["):
+            return "" if target[len("socket:["):-1] in self.sockets else "a socket of another network namespace"
+        if target.startswith("pipe:"):
+            others = self.pipe_holders.get(target, set()) - self.processes
+            return f"a pipe also held by {sorted(others)}" if others else ""
+        if target == "anon_inode:[pidfd]":
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+            process = int(re.search(r"^Pid:\s*(-?\d+)", info, re.M).group(1))  # type: ignore[union-attr]
+            return f"a pidfd of process {process}" if process > 0 and process not in self.processes else ""
+        if target.startswith("anon_inode:"):
+            return ""
+        return "" if target in self.namespaces else "a namespace no process of the node is in"
+
+
+def outside_descriptors(handle: realnodes.NodeHandle) -> list[str]:
+    """Every descriptor of every process of the node that refers to something outside it.
+
+    A file, directory or device counts as the node's when its path, looked up in the node's own
+    tree, is that very inode (this computer's /dev/null is not the node's; a host file is not in
+    its tree at all); a socket when the node's network namespace lists it; a pipe when every
+    process of this computer that holds it is the node's; a pidfd when its process is the
+    node's; a namespace when a process of the node is in it. Other anonymous inodes (eventfd,
+    epoll, inotify, timerfd, signalfd) are made by the process that holds them."""
+    view = NodeView(handle)
+    found = []
+    for pid in sorted(view.processes):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target, seen = os.readlink(fd), os.stat(fd)
+            except OSError:
+                continue  # closed meanwhile
+            why = view.outside(pid, fd, target, seen)
+            if why:
+                found.append(f"{name} ({pid}) fd {fd.name} -> {target}: {why}")
+    return found
+
+
+def test_no_descriptor_of_any_node_process_refers_to_anything_outside_the_node(run):
+    node = run.boot("a")
+    # A customer's session open while the node is looked at: sshd's own processes and the
+    # shell it started hold their descriptors too.
+    session = subprocess.Popen(
+        ["ssh", "-F", "/dev/null", "-i", str(run.path / "client"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+         f"ProxyCommand={node.proxy_command}", "-tt", "root@node", "echo session-open; exec sleep 120"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert session.stdout is not None and session.stderr is not None
+        opened = session.stdout.readline()
+        assert b"session-open" in opened, session.stderr.read()  # stdout ended: ssh has exited
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in node_processes(node)}
+        assert {"sshd", "sleep"} <= names, names
+        found = outside_descriptors(node)
+        assert found == [], "\n".join(found)
+    finally:
+        session.kill()
+        session.wait()
+
+
+ATTACK = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = os.pidfd_open(1)
+for number in (0, 1, 2):
+    fd = libc.syscall(438, pidfd, number, 0)  # pidfd_getfd: a copy of PID 1's descriptor
+    if fd < 0:
+        print(number, "getfd", os.strerror(ctypes.get_errno()))
+        continue
+    print(number, "target", os.readlink(f"/proc/self/fd/{fd}"))
+    try:
+        os.write(fd, sys.argv[1].encode() + b"\n")
+        print(number, "wrote")
+    except OSError as error:
+        print(number, "write", error.strerror)
+    try:
+        os.posix_fallocate(fd, 0, 64 << 20)
+        print(number, "fallocated")
+    except OSError as error:
+        print(number, "fallocate", error.strerror)
+"""
+
+
+def test_root_in_a_node_taking_pid_1s_stdio_reaches_nothing_of_this_computer(run):
+    """The attack that took 6 GiB of this computer's disk: PID 1's stdout was a host file."""
+    marker = f"runcrate-stdio-{random.getrandbits(40):010x}"
+    node = run.boot("a")
+    attack = realnodes.run_in(node, ["python3", "-c", ATTACK, marker])
+    assert attack.returncode == 0, attack.stderr
+    said = attack.stdout.splitlines()
+    # The node's root may take the descriptors (they are its PID 1's) ...
+    assert [line for line in said if "target" in line] == [f"{n} target /dev/null" for n in (0, 1, 2)], said
+    # ... and they are the node's own /dev/null: nothing to fill, nothing of this computer.
+    assert not [line for line in said if "fallocated" in line], said
+    null = os.stat(f"/proc/{node.pid}/root/dev/null")
+    for number in (0, 1, 2):
+        held = os.stat(f"/proc/{node.pid}/fd/{number}")
+        assert (held.st_dev, held.st_ino) == (null.st_dev, null.st_ino), number
+    for tree in (run.path, realnodes.HOST_REGISTRY):
+        found = subprocess.run(["grep", "-rl", marker, str(tree)], capture_output=True, text=True).stdout
+        assert found == "", found
+
+
+# -- what a node creates counts against its own uid, never this computer's root ---------------
+
+NS_GET_PARENT = 0xB702
+NS_GET_OWNER_UID = 0xB704
+
+
+def user_namespace_owners(pid: int) -> list[int]:
+    """The owner uid of the process's user namespace and of each one above it, to this
+    computer's own (whose owner is 0). The kernel charges what a namespace's processes create
+    to each owner up this chain."""
+    owners = []
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        while True:
+            uid = bytearray(4)
+            fcntl.ioctl(fd, NS_GET_OWNER_UID, uid, True)
+            owners.append(int.from_bytes(uid, sys.byteorder))
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except PermissionError:  # this computer's own namespace has no parent
+                return owners
+            os.close(fd)
+            fd = parent
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def holding(handle: realnodes.NodeHandle, program: str, *args: str) -> Iterator[str]:
+    """Run `program` in the node; yield the line it prints once it holds what it made, and
+    end it afterwards (closing its stdin)."""
+    process = subprocess.Popen(
+        realnodes._in_cgroup(realnodes._cgroup_dirs(handle.cgroup),
+                             ["nsenter", "-t", str(handle.pid), "-a", "python3", "-c", program, *args]),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=realnodes.NODE_ENVIRONMENT,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+
+
+# Make user namespaces (siblings, each held by a descriptor) until the kernel refuses one or
+# `cap` are made; print how many and why it stopped; hold them until stdin closes.
+MAKE_USER_NAMESPACES = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held, why = [], ""
+for _ in range(int(sys.argv[1])):
+    made_r, made_w = os.pipe()
+    done_r, done_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        answer = b"0" if libc.unshare(0x10000000) == 0 else str(ctypes.get_errno()).encode()
+        os.write(made_w, answer)
+        os.read(done_r, 1)
+        os._exit(0)
+    answer = os.read(made_r, 16)
+    if answer == b"0":
+        held.append(os.open(f"/proc/{child}/ns/user", os.O_RDONLY))
+    else:
+        why = os.strerror(int(answer))
+    os.write(done_w, b"x")
+    os.waitpid(child, 0)
+    for fd in (made_r, made_w, done_r, done_w):
+        os.close(fd)
+    if why:
+        break
+print(len(held), why, flush=True)
+sys.stdin.read()
+"""
+
+MAKE_INOTIFY_INSTANCES = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held, why = [], ""
+for _ in range(int(sys.argv[1])):
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        why = os.strerror(ctypes.get_errno())
+        break
+    held.append(fd)
+print(len(held), why, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_nodes_user_namespaces_count_against_its_own_uid_and_stop_at_its_own_limit(run):
+    limits = dataclasses.replace(realnodes.NodeLimits(), namespaces=24)
+    node, neighbour = run.boot("a", limits=limits), run.boot("b", segment="cluster-b")
+    # Every user namespace above the node's, to this computer's own, is owned by the node's
+    # uid: nothing the node makes is charged to this computer's root.
+    for handle in (node, neighbour):
+        owners = user_namespace_owners(handle.pid)
+        assert owners[-1] == 0 and len(owners) > 1
+        assert set(owners[:-1]) == {handle.uid_base}, owners
+    # Its root may raise the limit it sees (its own namespace's); the one above it holds.
+    assert sh(node, "echo 1000000 >/proc/sys/user/max_user_namespaces").returncode == 0
+    with holding(node, MAKE_USER_NAMESPACES, str(limits.namespaces + 8)) as made:
+        assert made == f"{limits.namespaces} No space left on device", made
+        # This computer's root and another node still make theirs.
+        assert subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode == 0
+        assert sh(neighbour, "unshare --user true").returncode == 0
+        assert realnodes.sshd_answers(node), "the node itself keeps working"
+
+
+def test_a_nodes_inotify_instances_stop_at_its_own_limit_and_never_starve_this_computers_root(run):
+    limits = dataclasses.replace(realnodes.NodeLimits(), inotify_instances=16)
+    node, neighbour = run.boot("a", limits=limits), run.boot("b", segment="cluster-b")
+    assert sh(node, "echo 100000 >/proc/sys/user/max_inotify_instances").returncode == 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    with holding(node, MAKE_INOTIFY_INSTANCES, str(limits.inotify_instances + 8)) as made:
+        assert made == f"{limits.inotify_instances} Too many open files", made
+        mine = libc.inotify_init1(0)
+        assert mine >= 0, os.strerror(ctypes.get_errno())
+        os.close(mine)
+        assert realnodes.run_in(neighbour, ["python3", "-c", MAKE_INOTIFY_INSTANCES, "8"], input="").stdout.strip() == "8"

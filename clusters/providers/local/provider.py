@@ -84,6 +84,8 @@ def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
         disk_mb=min(machine_type.disk_gb * 1024, settings.LOCAL_NODE_DISK_MB),
         shared_mb=settings.LOCAL_NODE_SHARED_MB,
         pids=settings.LOCAL_NODE_PIDS,
+        namespaces=settings.LOCAL_NODE_NAMESPACES,
+        inotify_instances=settings.LOCAL_NODE_INOTIFY_INSTANCES,
         # CPU time is shared by weight: a 32-vCPU machine weighs twice a 16-vCPU one.
         cpu_shares=max(2, 1024 * machine_type.vcpus // 16),
     )

@@ -4,7 +4,10 @@ This is what a `container` offer is on a GPU host, and the code an operator runs
 one (docs/nodeops.md, "Isolated machines"). A node is:
 
 - **a user namespace** whose root is an unprivileged uid range of this computer, its own
-  per node (`UidRanges`): root in the node owns the node's files and nothing else here;
+  per node (`UidRanges`): root in the node owns the node's files and nothing else here. It
+  is owned by that range's first uid, not this computer's root, and sits in an outer one
+  (owned by the same uid) that holds the node's per-user kernel limits (`userns.py`):
+  namespaces and inotify instances the node makes count against its own uid and limits;
 - **its own root filesystem**: a size-limited tmpfs (the node's disk, charged to the node's
   memory cgroup) that the node `pivot_root`s into and whose old root is detached, so nothing
   of this computer's tree is reachable, `mount` tricks included. Into it go read-only binds of
@@ -19,7 +22,9 @@ one (docs/nodeops.md, "Isolated machines"). A node is:
   host's interfaces: nodes of different clusters share no segment;
 - **cgroup limits** (`NodeLimits`): memory (tmpfs pages included: an allocation past it is
   OOM-killed inside the node's cgroup), process count and CPU share;
-- its own sshd with a host key generated at boot.
+- its own sshd with a host key generated at boot;
+- **nothing of this computer open**: stage one's and PID 1's output is a pipe boot() reads
+  (capped) until the boot marker, then PID 1 and all it starts hold the node's own /dev/null.
 
 The control plane never dials the node: `proxy_command()` enters only the node's network
 namespace and connects to the node's own loopback. The customer's gateway (`start_gateway`)
@@ -39,6 +44,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -50,7 +56,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import paramiko
 
@@ -58,7 +64,9 @@ from clusters.nodeops.targets import PRIVATE_NETWORK
 
 from .sandbox import find_sshd, write_ed25519_keypair
 
-TOOLS = ("ip", "unshare", "nsenter", "newuidmap", "newgidmap", "socat", "wg", "wg-quick", "fping")
+TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping")
+# Makes a node's user namespaces, owned by the node's uid (stage one runs it).
+USERNS_HELPER = Path(__file__).with_name("userns.py")
 # This computer's registry of what every run of the product holds here: uid ranges, guard
 # routes (a tmpfs: none of it outlives a reboot, and neither do the nodes), and the gateway
 # counter (on disk: a customer's known_hosts outlives a reboot).
@@ -103,6 +111,10 @@ class NodeLimits:
     cpu_shares: int = 1024
     disk_mb: int = 4096
     shared_mb: int = 2048
+    # What the kernel counts per user: namespaces the node may make of each kind, and its
+    # inotify instances (docs/security.md, "Tenant-facing limits").
+    namespaces: int = 1024
+    inotify_instances: int = 128
 
     @property
     def cgroup_memory_mb(self) -> int:
@@ -139,8 +151,8 @@ def capability() -> tuple[bool, str]:
         return False, f"cannot create a network namespace: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     user = subprocess.run(
-        ["unshare", "--user", f"--map-users={FIRST_UID},0,1", f"--map-groups={FIRST_UID},0,1", "--setuid", "0",
-         "--setgid", "0", "--mount", "true"], capture_output=True, text=True,
+        [sys.executable, "-I", "-S", str(USERNS_HELPER), str(FIRST_UID), "1", "--", "unshare", "--mount", "true"],
+        capture_output=True, text=True,
     )
     if user.returncode != 0:
         return False, f"cannot create a user namespace: {user.stderr.strip()}"
@@ -564,7 +576,9 @@ Subsystem sftp internal-sftp
 
 # Stage one, as this computer's root in a mount namespace of its own: the node's disk (a
 # tmpfs of its size, owned by the node's root) with what boot() seeded, then every mount the
-# node gets from the host. Each fstab is one `mount` process.
+# node gets from the host. Each fstab is one `mount` process. Then the node's user namespaces
+# (userns.py: owned by the node's uid, not this computer's root, under an outer one holding
+# the node's per-user limits) and, from inside them, its other namespaces and PID 1.
 HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
 trap 'echo "boot stage one stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
@@ -582,8 +596,8 @@ cp -a "$STATE/dev-seed/dev/." "$ROOT/dev/"
 # plane's environment, where its secrets are.
 cd "$ROOT"
 exec env -i %(environment)s \
-    unshare --user --map-users="$BASE,0,%(range)d" --map-groups="$BASE,0,%(range)d" --setuid 0 --setgid 0 \
-    --net --mount --uts --ipc --pid --fork --propagation private \
+    %(python)s -I -S %(userns)s "$BASE" %(range)d %(user_limits)s -- \
+    unshare --net --mount --uts --ipc --pid --fork --propagation private \
     bash -c "$(cat "$STATE/node.sh")" "$INIT_NAME" "$NODE_HOSTNAME" "$SSHD"
 """
 
@@ -636,10 +650,15 @@ ip link set lo up
 if [ -f /etc/runcrate/boot-fault ]; then
     echo "boot fault injected: sshd is not started" >&2
 else
-    # -r: no re-exec per connection (~10 ms of CPU each, and a step opens one per node)
-    "$SSHD" -r -f /etc/ssh/sshd_config -E /var/log/sshd.log || { tail -n 5 /var/log/sshd.log >&2; exit 1; }
+    # -r: no re-exec per connection (~10 ms of CPU each, and a step opens one per node).
+    # Its stdio are the node's own from the start: a daemon keeps what it was started with.
+    "$SSHD" -r -f /etc/ssh/sshd_config -E /var/log/sshd.log </dev/null >/dev/null 2>>/var/log/sshd.log \
+        || { tail -n 5 /var/log/sshd.log >&2; exit 1; }
 fi
 echo "%(booted)s"
+# Stdout and stderr were a pipe the runtime read until the line above; from now on PID 1 and
+# everything it starts hold the node's own /dev/null, nothing of this computer.
+exec </dev/null >/dev/null 2>&1
 trap '' TERM
 while :; do
     sleep 3600 &
@@ -651,6 +670,16 @@ done
 # How long a boot may take: seconds on a quiet computer; a computer booting 64 nodes at once
 # beside other work may take many times that.
 BOOT_WAIT = 45
+# What a boot may print before its marker (a good one prints the marker line alone).
+BOOT_OUTPUT_CAP = 64 * 1024
+
+
+def _user_limits(limits: NodeLimits) -> dict[str, int]:
+    """The node's limits in its outer user namespace's /proc/sys/user (userns.py). The node's
+    own namespace of each kind counts one there, so the node itself may make `namespaces`."""
+    kinds = ("user", "mnt", "net", "pid", "ipc", "uts", "cgroup", "time")
+    return {**{f"max_{kind}_namespaces": limits.namespaces + 1 for kind in kinds},
+            "max_inotify_instances": limits.inotify_instances}
 
 
 def boot(
@@ -700,7 +729,11 @@ def boot(
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
     _write_devices(state_dir / "dev-seed", base)
     environment = " ".join(f"{name}={value}" for name, value in NODE_ENVIRONMENT.items())
-    (state_dir / "init.sh").write_text(HOST_STAGE % {"range": RANGE_SIZE, "environment": environment})
+    (state_dir / "init.sh").write_text(HOST_STAGE % {
+        "range": RANGE_SIZE, "environment": environment, "python": shlex.quote(sys.executable),
+        "userns": shlex.quote(str(USERNS_HELPER)),
+        "user_limits": " ".join(f"{name}={value}" for name, value in _user_limits(limits).items()),
+    })
     (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
     # The node's root is mounted (in a mount namespace of the node's own) on an empty
     # directory of this computer that its root may walk to: the state directory may sit in a
@@ -709,31 +742,44 @@ def boot(
     root.mkdir(parents=True, exist_ok=True)
     _write_mounts(state_dir, root, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
 
-    log = open(state_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
     dirs = _make_cgroup(cgroup, limits)
+    # Stage one's and PID 1's stdout and stderr are a pipe read here, never a file of this
+    # computer: a node's root can take a copy of any descriptor its PID 1 holds (pidfd_getfd),
+    # and a host file would be this computer's disk to fill.
     launcher = subprocess.Popen(
         _in_cgroup(dirs, ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"),
                           str(state_dir), str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root),
                           _init_name(state_dir)]),
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    log.close()
+    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
+                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key=host_key)
+    assert launcher.stdout is not None
+    with _BootOutput(launcher.stdout) as output:
+        _wait_for_boot(run_dir, handle, hostname, launcher, output, dirs, underlay, drop_wireguard=drop_wireguard)
+    return handle
+
+
+def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: subprocess.Popen, output: _BootOutput,
+                   dirs: list[Path], underlay: Underlay, *, drop_wireguard: bool) -> None:
+    """Find the node's PID 1, wire it to its network and wait for its boot marker (or the
+    deadline); a node that does not boot is released and the reason raised."""
+    state_dir = Path(handle.state_dir)
     pid = 0
     deadline = time.monotonic() + BOOT_WAIT
     # The waits back off (to 0.1 s): 64 nodes booting at once each polling /proc every 10 ms
     # cost more of the computer than the boots.
     delay = 0.01
     while time.monotonic() < deadline and not pid:
-        # The launcher's children are stage one's tools (mount, cp, newuidmap's helper), then PID 1.
+        # The launcher's children are stage one's tools (mount, cp, userns.py's map writer), then PID 1.
         pid = next((child for child in _children(launcher.pid) if _is_node_init(child, state_dir)
                     and _in_own_namespaces(child)), 0)
         if launcher.poll() is not None:
             break
         if not pid:
-            time.sleep(delay)
+            output.wait(delay)
             delay = min(delay * 1.5, 0.1)
-    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=pid, address=address, state_dir=str(state_dir),
-                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key=host_key)
+    handle.pid = pid
     handle.save()
     (state_dir / "claimed").unlink()
     if pid:
@@ -743,23 +789,82 @@ def boot(
             release(run_dir, state_dir)
             raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
     delay = 0.02
-    while time.monotonic() < deadline and pid and not _booted(state_dir) and _is_node_init(pid, state_dir):
-        time.sleep(delay)
+    while (time.monotonic() < deadline and pid and not output.booted and not output.over_cap
+           and _is_node_init(pid, state_dir)):
+        output.wait(delay)
         delay = min(delay * 1.5, 0.1)
     shutil.rmtree(state_dir / "dev-seed", ignore_errors=True)
-    if not pid or not _booted(state_dir):
-        reason = (state_dir / "init.log").read_text(errors="replace")[-400:].strip()
-        reason = "; ".join(filter(None, [reason, _why_not_booted(launcher, pid, state_dir, dirs, deadline)]))
+    if not pid or not output.booted:
+        facts = _why_not_booted(launcher, pid, state_dir, dirs, deadline, output)
         release(run_dir, state_dir)
+        # Every writer is gone with the node: what they said last is all in the pipe now.
+        output.drain()
+        reason = "; ".join(filter(None, [output.tail(), facts]))
         raise RuntimeError(f"node {hostname} did not boot: {reason}")
-    return handle
 
 
-def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs: list[Path], deadline: float) -> str:
+class _BootOutput:
+    """What a booting node's stage one and PID 1 print (their stdout and stderr, one pipe),
+    read until the boot marker: a few lines on a good boot, the failing command and its
+    program's words on a bad one. At most BOOT_OUTPUT_CAP bytes are read; a boot that says
+    more never boots. Closing the pipe after the marker leaves nothing of it in the node (PID 1
+    moved to the node's /dev/null before; a later write would only fail)."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        self._read = bytearray()
+        self.booted = False
+        self.ended = False  # end of file, or the cap
+        self.over_cap = False
+
+    def __enter__(self) -> _BootOutput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pipe.close()
+
+    def wait(self, timeout: float) -> None:
+        """Read what arrives within `timeout` (or just wait, once the pipe has ended)."""
+        if self.ended:
+            time.sleep(timeout)
+            return
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        if ready:
+            self._take()
+
+    def _take(self) -> None:
+        chunk = os.read(self._fd, min(65536, BOOT_OUTPUT_CAP - len(self._read)))
+        self._read += chunk
+        if not chunk or len(self._read) >= BOOT_OUTPUT_CAP:
+            self.ended = True
+            self.over_cap = bool(chunk)
+        # The marker is PID 1's own line, printed once sshd runs; nothing of the customer's
+        # runs before it.
+        if not self.booted and (BOOTED + "\n").encode() in self._read:
+            self.booted = True
+
+    def drain(self, timeout: float = 2.0) -> None:
+        """Read to the end of the pipe (or the cap, or `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while not self.ended and time.monotonic() < deadline:
+            self.wait(max(0.0, deadline - time.monotonic()))
+
+    def tail(self, size: int = 400) -> str:
+        said = self._read.decode(errors="replace")[-size:].strip()
+        if self.over_cap:
+            said = f"{said} [it printed more than {BOOT_OUTPUT_CAP} bytes]"
+        return said
+
+
+def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs: list[Path], deadline: float,
+                    output: _BootOutput) -> str:
     """What became of a boot that printed no marker, for the operator's log: the launcher's
-    exit status, PID 1's fate, the wait, and the memory limit's kills."""
+    exit status, PID 1's fate, the wait, the output cap and the memory limit's kills."""
     status = launcher.poll()
     facts = [f"launcher exited with status {status}" if status is not None else "launcher still running"]
+    if output.over_cap:
+        facts.append(f"stopped reading its output at {BOOT_OUTPUT_CAP} bytes")
     if not pid:
         facts.append("PID 1 never started")
     elif not _is_node_init(pid, state_dir):
@@ -896,13 +1001,6 @@ def pin_neighbours(handles: list[NodeHandle]) -> None:
                         for address, mac in macs.items() if address != handle.address)
         if handle.address in macs and lines:
             subprocess.run(["ip", "-n", handle.netns, "-batch", "-"], input=lines, capture_output=True, text=True)
-
-
-def _booted(state_dir: Path) -> bool:
-    try:
-        return BOOTED in (state_dir / "init.log").read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def running(state_dir: Path) -> NodeHandle | None:
