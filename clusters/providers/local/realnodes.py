@@ -5,20 +5,22 @@ one (docs/nodeops.md, "Isolated machines"). A node is:
 
 - **a user namespace** whose root is an unprivileged uid range of this computer, its own
   per node (`UidRanges`): root in the node owns the node's files and nothing else here;
-- **its own root filesystem**: a size-limited tmpfs (the node's disk, charged to the node's
-  memory cgroup) that the node `pivot_root`s into and whose old root is detached, so nothing
+- **its own root filesystem**: its disk, an ext4 filesystem in a sparse file of the disk's
+  size on this computer's disk (not in its memory), that the node `pivot_root`s into and whose old root is detached, so nothing
   of this computer's tree is reachable, `mount` tricks included. Into it go read-only binds of
   the software this computer installed (`/usr`, dpkg's database, the Ray virtualenv), a copy
   of the host's `/etc` *as the node's root can read it* (the kernel leaves out shadow files
   and private keys), the node's own `/usr/local`, `/opt`, `/var`, `/root`, `/tmp`, `/run`, a
-  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, and `/shared`, a
-  size-limited tmpfs of its own;
+  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, a `/dev/shm` of half
+  its memory, and `/shared`, a second such disk;
 - **its own network, UTS, IPC, mount and PID namespaces**, owned by its user namespace (so
   wireguard-go, `ip` and fping work inside); `eth0` is one end of a veth whose other end is
   on its *cluster's* bridge (`Underlay.bridge`) inside a switch namespace with no link to the
   host's interfaces: nodes of different clusters share no segment;
-- **cgroup limits** (`NodeLimits`): memory (tmpfs pages included: an allocation past it is
-  OOM-killed inside the node's cgroup), process count and CPU share;
+- **cgroup limits** (`NodeLimits`): memory (its machine's; tmpfs pages included: an
+  allocation past it is OOM-killed inside the node's cgroup), process count and CPU share,
+  in one parent for every node of this computer whose memory and process limits leave this
+  computer a reserve (`HostReserve`);
 - its own sshd with a host key generated at boot.
 
 The control plane never dials the node: `proxy_command()` enters only the node's network
@@ -125,7 +127,7 @@ class NodeLimits:
     @property
     def cgroup_memory_mb(self) -> int:
         """The machine's memory alone: its disk and /shared are filesystems on this computer's
-        disk (`_write_disks`), and every tmpfs it has (/dev/shm, /run, /dev) is sized and
+        disk (`_write_mounts`), and every tmpfs it has (/dev/shm, /run, /dev) is sized and
         charged to this same cgroup, so it holds them inside this limit."""
         return self.memory_mb
 
@@ -862,7 +864,7 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
 
 
 def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: bool, files: dict[str, str]) -> str:
-    """What the node's disk starts with (stage one copies it onto the node's tmpfs): the tree
+    """What the node's disk starts with (stage one copies it onto the node's disk): the tree
     of a Debian machine, its sshd with a host key made now, fault files. Returns the public key."""
     for path in (*NODE_TREE, *(directory.lstrip("/") for directory in NODE_DIRS)):
         (seed / path).mkdir(parents=True, exist_ok=True)
