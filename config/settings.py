@@ -339,8 +339,8 @@ if LOCAL_NODES not in ("auto", "namespaces", "sandbox"):
     raise ImproperlyConfigured(f"LOCAL_NODES must be auto, namespaces or sandbox, not {LOCAL_NODES!r}")
 # What one real local machine may use of this computer: the machine type's own memory,
 # disk and CPUs, capped here so 64 of them fit on one computer (limits, not reservations).
-# The node's disk and /shared are tmpfs here: its memory cgroup holds memory + disk + shared,
-# enforced by the kernel inside the node.
+# Its memory cgroup holds its memory alone (its /dev/shm and /run count inside it); its disk
+# and /shared are filesystems of those sizes on this computer's disk.
 LOCAL_NODE_MEMORY_MB = env_int("LOCAL_NODE_MEMORY_MB", 4096)
 LOCAL_NODE_DISK_MB = env_int("LOCAL_NODE_DISK_MB", 4096)
 LOCAL_NODE_SHARED_MB = env_int("LOCAL_NODE_SHARED_MB", 2048)
@@ -356,6 +356,16 @@ LOCAL_NODE_INOTIFY_INSTANCES = env_int("LOCAL_NODE_INOTIFY_INSTANCES", 128)
 for _name in ("LOCAL_NODE_NAMESPACES", "LOCAL_NODE_INOTIFY_INSTANCES"):
     if globals()[_name] < 8:
         raise ImproperlyConfigured(f"{_name} must be at least 8, not {globals()[_name]}")
+# What this computer keeps for itself and the control plane whatever its nodes do: all its
+# nodes together may use its memory less LOCAL_NODES_MEMORY_RESERVE_MB and its process count
+# (kernel.pid_max) less LOCAL_NODES_PIDS_RESERVE (one parent cgroup). The defaults fit a
+# 24 GiB, 32,768-pid computer: nodes share ~19.5 GiB and 24,576 processes.
+LOCAL_NODES_MEMORY_RESERVE_MB = env_int("LOCAL_NODES_MEMORY_RESERVE_MB", 4096)
+LOCAL_NODES_PIDS_RESERVE = env_int("LOCAL_NODES_PIDS_RESERVE", 8192)
+if LOCAL_NODES_MEMORY_RESERVE_MB < 512:
+    raise ImproperlyConfigured(f"LOCAL_NODES_MEMORY_RESERVE_MB must be at least 512, not {LOCAL_NODES_MEMORY_RESERVE_MB}")
+if LOCAL_NODES_PIDS_RESERVE < 1024:
+    raise ImproperlyConfigured(f"LOCAL_NODES_PIDS_RESERVE must be at least 1024, not {LOCAL_NODES_PIDS_RESERVE}")
 # Where volumes keep their data (a mounted filesystem in production).
 VOLUMES_DIR = env_str("VOLUMES_DIR", str(VAR_DIR / "volumes"))
 

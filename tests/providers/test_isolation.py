@@ -202,13 +202,49 @@ def test_a_fork_loop_a_memory_hog_and_a_full_disk_stop_at_the_nodes_limits(run):
     assert realnodes.sshd_answers(neighbour), "another cluster's node still answers"
     time.sleep(6)  # the loop's children end on their own
 
-    # Disk: the node's root and /shared have the node's sizes, and fill up at them.
-    sizes = sh(hog, "df -m --output=size / /shared | tail -2").stdout.split()
-    assert sizes == ["64", "32"]
+    # Disk: the node's root and /shared have the node's sizes (less the filesystem's own
+    # records, as on any disk), and fill up at them.
+    root_size, shared_size = map(int, sh(hog, "df -m --output=size / /shared | tail -2").stdout.split())
+    assert 0.85 * 64 <= root_size <= 64 and 0.85 * 32 <= shared_size <= 32, (root_size, shared_size)
     full = sh(hog, "dd if=/dev/zero of=/srv/fill bs=1M count=200 2>&1")
     assert "No space left on device" in full.stdout
     assert "No space left on device" in sh(hog, "dd if=/dev/zero of=/shared/fill bs=1M count=100 2>&1").stdout
     assert sh(neighbour, "df -m --output=avail / | tail -1").stdout.strip() not in ("0", "")
+
+
+def test_a_nodes_memory_is_its_machines_alone_and_its_dev_shm_is_bounded_and_counted_in_it(run):
+    limits = realnodes.NodeLimits(memory_mb=256, pids=256, disk_mb=512, shared_mb=64)
+    node = run.boot("a", limits=limits)
+    cgroup = Path("/sys/fs/cgroup/memory/runcrate", node.cgroup)
+
+    # Its memory limit is its machine's memory: nothing else of it lives in this computer's memory.
+    assert int((cgroup / "memory.limit_in_bytes").read_text()) == 256 << 20
+    # /dev/shm is half of it, fills up there, and its pages count against the node.
+    assert sh(node, "df -m --output=size /dev/shm | tail -1").stdout.strip() == "128"
+    before = int((cgroup / "memory.usage_in_bytes").read_text())
+    assert "No space left on device" in sh(node, "dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>&1").stdout
+    assert int((cgroup / "memory.usage_in_bytes").read_text()) - before >= 120 << 20
+    # The node's root cannot make it larger.
+    assert sh(node, "mount -o remount,size=8g /dev/shm").returncode != 0
+    assert sh(node, "df -m --output=size /dev/shm | tail -1").stdout.strip() == "128"
+    # With /dev/shm full, what is left of its memory is 128 MiB: an allocation of 200 MiB is
+    # killed inside its cgroup.
+    eaten = sh(node, "python3 -c 'b = b\"x\" * (200 << 20); print(len(b))'")
+    assert eaten.returncode in (137, -9) and eaten.stdout == "", eaten
+
+    # Its disk is on this computer's disk: what it writes there takes none of its memory (the
+    # page cache of it is reclaimed) and lands in the file behind its disk.
+    image = realnodes.DISKS_DIR / node.cgroup / "disk.img"
+    allocated = image.stat().st_blocks * 512
+    wrote = sh(node, "dd if=/dev/urandom of=/srv/data bs=1M count=300 conv=fsync 2>&1")
+    assert wrote.returncode == 0, wrote.stdout
+    assert image.stat().st_blocks * 512 - allocated >= 300 << 20
+    # What it deletes is given back to this computer's disk.
+    assert sh(node, "rm /srv/data && sync").returncode == 0
+    deadline = time.monotonic() + 30
+    while image.stat().st_blocks * 512 - allocated > 32 << 20 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert image.stat().st_blocks * 512 - allocated <= 32 << 20
 
 
 def test_everything_a_node_wrote_is_gone_after_release_and_never_seen_by_another_cluster(run):

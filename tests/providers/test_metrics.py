@@ -76,4 +76,6 @@ def test_a_busy_loop_on_a_real_node_moves_its_cpu_and_wg0_traffic_shows(environm
     # A container machine's memory is its own cgroup's, not this computer's.
     from clusters.providers.local.provider import node_limits
     assert sample.memory_total_bytes == node_limits(machine_type).cgroup_memory_mb << 20
-    assert sample.root_total_bytes == node_limits(machine_type).disk_mb << 20
+    # Its own disk's size, less what ext4 keeps for itself.
+    disk = node_limits(machine_type).disk_mb << 20
+    assert sample.root_total_bytes is not None and 0.95 * disk <= sample.root_total_bytes <= disk

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import random
 import subprocess
 import time
@@ -495,3 +496,104 @@ def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
     with joined_nodes(tmp_path, 40, wait_seconds=30) as joined:
         assert joined.failed_pairs == []
         assert joined.joined
+
+
+# Run in every node of two clusters at once: /dev/shm written to its size (tmpfs pages that
+# belong to no process); one allocation past the machine's memory (its node kills it); a fork
+# loop whose children hold their pids; then, once the processes are full, a process that
+# holds the rest of the memory. Bounded: `timeout` ends them, release ends what is left.
+FILL_THE_NODE = r"""
+dd if=/dev/zero of=/dev/shm/fill bs=1M count=1000000 2>/dev/null
+python3 -c '
+chunks = []
+while True:
+    chunks.append(b"x" * (16 << 20))
+' || true
+nohup timeout 300 python3 -c '
+import time
+def read(name):
+    return int(open("/sys/fs/cgroup/" + name).read())
+while read("pids/pids.current") < 0.95 * read("pids/pids.max"):
+    time.sleep(0.2)
+chunks = []
+while read("memory/memory.usage_in_bytes") < read("memory/memory.limit_in_bytes") - (48 << 20):
+    chunks.append(b"x" * (8 << 20))
+time.sleep(300)
+' >/dev/null 2>&1 &
+nohup timeout 300 python3 -c '
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+    except OSError:
+        time.sleep(0.5)
+' >/dev/null 2>&1 &
+"""
+
+
+def cgroup_value(controller: str, cgroup: str, name: str) -> int:
+    return int(Path("/sys/fs/cgroup", controller, "runcrate", cgroup, name).read_text().split()[0])
+
+
+def test_every_node_of_two_clusters_filling_memory_shm_and_processes_leaves_the_control_plane_and_new_clusters_room(
+    environment, owner, real_machines, client, settings
+):
+    from django.urls import reverse
+
+    settings.LOCAL_NODE_PIDS = 2048
+    machine_type = real_machine_type(6, memory_gb=1, disk_gb=1)
+    clusters = [create_cluster(environment=environment, name=f"tenant-{i}", machine_type=machine_type,
+                               machine_count=2) for i in range(2)]
+    clusters = [drive(cluster, SETTLED, timeout=120) for cluster in clusters]
+    assert all(cluster.status == Status.READY for cluster in clusters), [story(c) for c in clusters]
+    nodes = [node for cluster in clusters for node in cluster.nodes.select_related("host")]
+    handles = [handle(real_machines, node) for node in nodes]
+
+    # Each node's memory is its machine's (1 GiB), /dev/shm half of it, as the node sees them.
+    for node in nodes:
+        assert on_node(real_machines, node, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.strip() == str(1 << 30)
+        assert on_node(real_machines, node, "df -m --output=size /dev/shm | tail -1").stdout.strip() == "512"
+    # Every node of this computer sits in one parent that leaves it its reserve.
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    memory_total = int(meminfo["MemTotal"].split()[0]) * 1024
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    parent_memory = int(Path("/sys/fs/cgroup/memory/runcrate/memory.limit_in_bytes").read_text())
+    parent_pids = int(Path("/sys/fs/cgroup/pids/runcrate/pids.max").read_text())
+    assert parent_memory <= memory_total - (settings.LOCAL_NODES_MEMORY_RESERVE_MB << 20)
+    assert parent_pids <= pid_max - settings.LOCAL_NODES_PIDS_RESERVE
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        filled = list(pool.map(lambda node: on_node(real_machines, node, FILL_THE_NODE, timeout=120), nodes))
+    assert all(result.returncode == 0 for result in filled), filled
+
+    def fill(found: realnodes.NodeHandle) -> tuple[int, int]:
+        return (cgroup_value("pids", found.cgroup, "pids.current"),
+                cgroup_value("memory", found.cgroup, "memory.usage_in_bytes") >> 20)
+
+    def full(found: realnodes.NodeHandle) -> bool:
+        processes, memory = fill(found)
+        return processes >= 2048 * 0.95 and memory >= 1024 - 96
+
+    assert wait_for(lambda: all(full(found) for found in handles), timeout=90), [fill(h) for h in handles]
+    for found in handles:
+        oom = Path(f"/sys/fs/cgroup/memory/runcrate/{found.cgroup}/memory.oom_control").read_text().split()
+        assert int(oom[oom.index("oom_kill") + 1]) >= 1, "the allocation past its memory was killed in its node"
+    for found in handles:
+        # Seen from here (the node has no process left to run `df` with).
+        shm = os.statvfs(f"/proc/{found.pid}/root/dev/shm")
+        assert shm.f_bavail == 0 and shm.f_blocks * shm.f_frsize == 512 << 20
+
+    # While every node is full: this computer starts processes, the control plane answers its
+    # pages, and another tenant's cluster starts.
+    assert subprocess.run(["true"]).returncode == 0
+    client.force_login(owner)
+    for cluster in clusters:
+        assert client.get(reverse("clusters:detail", args=[cluster.pk])).status_code == 200
+    newcomer = create_cluster(environment=environment, name="newcomer", machine_type=machine_type, machine_count=2)
+    newcomer = drive(newcomer, SETTLED, timeout=180)
+    assert newcomer.status == Status.READY, story(newcomer)
+    assert all(full(found) for found in handles), ("the fill held while the new cluster started", [fill(h) for h in handles])

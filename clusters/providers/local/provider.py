@@ -78,7 +78,8 @@ def _at_once(work: Callable[[T], R], items: list[T], name: str) -> list[R]:
 
 def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
     """A real machine's limits: its machine type's memory, disk and CPUs, capped to what
-    this computer can give each of 64 machines (settings LOCAL_NODE_*)."""
+    this computer can give each of 64 machines (settings LOCAL_NODE_*), and what this
+    computer keeps for itself from all of them (LOCAL_NODES_*_RESERVE)."""
     return realnodes.NodeLimits(
         memory_mb=min(machine_type.memory_gb * 1024, settings.LOCAL_NODE_MEMORY_MB),
         disk_mb=min(machine_type.disk_gb * 1024, settings.LOCAL_NODE_DISK_MB),
@@ -88,6 +89,8 @@ def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
         inotify_instances=settings.LOCAL_NODE_INOTIFY_INSTANCES,
         # CPU time is shared by weight: a 32-vCPU machine weighs twice a 16-vCPU one.
         cpu_shares=max(2, 1024 * machine_type.vcpus // 16),
+        reserve=realnodes.HostReserve(memory_mb=settings.LOCAL_NODES_MEMORY_RESERVE_MB,
+                                      pids=settings.LOCAL_NODES_PIDS_RESERVE),
     )
 
 

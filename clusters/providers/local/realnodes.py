@@ -8,20 +8,22 @@ one (docs/nodeops.md, "Isolated machines"). A node is:
   is owned by that range's first uid, not this computer's root, and sits in an outer one
   (owned by the same uid) that holds the node's per-user kernel limits (`userns.py`):
   namespaces and inotify instances the node makes count against its own uid and limits;
-- **its own root filesystem**: a size-limited tmpfs (the node's disk, charged to the node's
-  memory cgroup) that the node `pivot_root`s into and whose old root is detached, so nothing
+- **its own root filesystem**: its disk, an ext4 filesystem in a sparse file of the disk's
+  size on this computer's disk (not in its memory), that the node `pivot_root`s into and whose old root is detached, so nothing
   of this computer's tree is reachable, `mount` tricks included. Into it go read-only binds of
   the software this computer installed (`/usr`, dpkg's database, the Ray virtualenv), a copy
   of the host's `/etc` *as the node's root can read it* (the kernel leaves out shadow files
   and private keys), the node's own `/usr/local`, `/opt`, `/var`, `/root`, `/tmp`, `/run`, a
-  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, and `/shared`, a
-  size-limited tmpfs of its own;
+  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, a `/dev/shm` of half
+  its memory, and `/shared`, a second such disk;
 - **its own network, UTS, IPC, mount and PID namespaces**, owned by its user namespace (so
   wireguard-go, `ip` and fping work inside); `eth0` is one end of a veth whose other end is
   on its *cluster's* bridge (`Underlay.bridge`) inside a switch namespace with no link to the
   host's interfaces: nodes of different clusters share no segment;
-- **cgroup limits** (`NodeLimits`): memory (tmpfs pages included: an allocation past it is
-  OOM-killed inside the node's cgroup), process count and CPU share;
+- **cgroup limits** (`NodeLimits`): memory (its machine's; tmpfs pages included: an
+  allocation past it is OOM-killed inside the node's cgroup), process count and CPU share,
+  in one parent for every node of this computer whose memory and process limits leave this
+  computer a reserve (`HostReserve`);
 - its own sshd with a host key generated at boot;
 - **nothing of this computer open**: stage one's and PID 1's output is a pipe boot() reads
   (capped) until the boot marker, then PID 1 and all it starts hold the node's own /dev/null.
@@ -64,7 +66,7 @@ from clusters.nodeops.targets import PRIVATE_NETWORK
 
 from .sandbox import find_sshd, write_ed25519_keypair
 
-TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping")
+TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping", "losetup", "mkfs.ext4")
 # Makes a node's user namespaces, owned by the node's uid (stage one runs it).
 USERNS_HELPER = Path(__file__).with_name("userns.py")
 # This computer's registry of what every run of the product holds here: uid ranges, guard
@@ -72,6 +74,12 @@ USERNS_HELPER = Path(__file__).with_name("userns.py")
 # counter (on disk: a customer's known_hosts outlives a reboot).
 HOST_REGISTRY = Path(os.environ.get("RUNCRATE_NODES_REGISTRY", "/run/runcrate-nodes"))
 GATEWAY_COUNTER = Path(os.environ.get("RUNCRATE_GATEWAY_COUNTER", "/var/lib/runcrate-nodes/gateway-serial"))
+# The nodes' disks: a folder per node on this computer's disk (a path that names nothing of
+# the run or its machines: a node can read the file behind its own loop device in /sys).
+DISKS_DIR = Path(os.environ.get("RUNCRATE_NODES_DISKS", "/var/lib/runcrate-nodes/disks"))
+# A node's disks are made and mounted within its boot: a folder with no disk in use that is
+# older than this is what a killed run (or a reboot) left, and the next boot removes it.
+STALE_DISKS = 600
 # Each node's root is this computer's FIRST_UID + index × RANGE_SIZE; /etc/subuid and
 # /etc/subgid must delegate the block to root (`install_host_packages` writes the line).
 FIRST_UID = 1_048_576
@@ -103,6 +111,16 @@ BOOTED = "runcrate: node booted"
 
 
 @dataclass(frozen=True)
+class HostReserve:
+    """What this computer keeps for itself and the control plane, whatever its nodes do: every
+    node of every run sits in one parent cgroup (`runcrate/`) limited to the computer's memory
+    and process count less these."""
+
+    memory_mb: int = 4096
+    pids: int = 8192
+
+
+@dataclass(frozen=True)
 class NodeLimits:
     """What one node may use of this computer."""
 
@@ -115,12 +133,20 @@ class NodeLimits:
     # inotify instances (docs/security.md, "Tenant-facing limits").
     namespaces: int = 1024
     inotify_instances: int = 128
+    reserve: HostReserve = field(default_factory=HostReserve)
 
     @property
     def cgroup_memory_mb(self) -> int:
-        """The node's disk and /shared are tmpfs, in this computer's memory and charged to the
-        node's cgroup: its limit holds them beside what its processes use."""
-        return self.memory_mb + self.disk_mb + self.shared_mb
+        """The machine's memory alone: its disk and /shared are filesystems on this computer's
+        disk (`_write_mounts`), and every tmpfs it has (/dev/shm, /run, /dev) is sized and
+        charged to this same cgroup, so it holds them inside this limit."""
+        return self.memory_mb
+
+    @property
+    def shm_mb(self) -> int:
+        """/dev/shm: half the machine's memory, as a tmpfs is by default on a Linux machine."""
+        return max(1, self.memory_mb // 2)
+
 
 
 def capability() -> tuple[bool, str]:
@@ -136,6 +162,8 @@ def capability() -> tuple[bool, str]:
         return False, "missing " + ", ".join(missing)
     if not os.path.exists("/dev/net/tun"):
         return False, "no /dev/net/tun for WireGuard"
+    if not os.path.exists("/dev/loop-control"):
+        return False, "no /dev/loop-control for the machines' disks"
     if not Path("/sys/module/wireguard").exists() and shutil.which("wireguard-go") is None:
         return False, "no WireGuard kernel module and no wireguard-go"
     for path in ("/etc/subuid", "/etc/subgid"):
@@ -483,27 +511,72 @@ def _cgroup_dirs(name: str) -> list[Path]:
             for controller in CGROUP_CONTROLLERS if Path("/sys/fs/cgroup", controller).is_dir()]
 
 
+def host_share(reserve: HostReserve) -> tuple[int, int]:
+    """(bytes, processes) every node of this computer may use together: its memory and its
+    process count less what it keeps for itself. Limits, not reservations: the nodes' own
+    limits may add up to more, and then the parent's limit is the one that holds."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    memory = int(fields["MemTotal"].split()[0]) * 1024 - (reserve.memory_mb << 20)
+    processes = min(int(Path("/proc/sys/kernel/pid_max").read_text()),
+                    int(Path("/proc/sys/kernel/threads-max").read_text())) - reserve.pids
+    if memory < 256 << 20 or processes < 1024:
+        raise RuntimeError(f"this computer cannot keep {reserve.memory_mb} MB and {reserve.pids} processes "
+                           "for itself and still run a node")
+    return memory, processes
+
+
+def _write_limits(path: Path, settings: dict[str, str], *, strict: bool = True) -> None:
+    """Write `settings` in order, then once more those refused: v1 refuses a memory limit
+    above its memory+swap twin (when raising) and the reverse (when lowering). Not `strict`
+    (the parent), a limit below what is in use now (EBUSY) keeps the one in force, and the
+    operator's log says so; a node's own limits must hold, or it does not boot."""
+    refused = []
+    for file, value in settings.items():
+        if (path / file).exists():
+            try:
+                (path / file).write_text(value)
+            except OSError:
+                refused.append(file)
+    for file in refused:
+        try:
+            (path / file).write_text(settings[file])
+        except OSError as error:
+            if strict:
+                raise
+            print(f"runcrate: {path / file} stays at {(path / file).read_text().strip()}: {error}", file=sys.stderr)
+
+
 def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
     """The node's cgroup under every controller, with its limits written before any of its
-    processes start."""
+    processes start, in the parent every node of this computer shares (`runcrate/`), whose
+    limits leave this computer its reserve (`host_share`). Every boot writes the parent's
+    limits again: a changed reserve holds from the next boot on."""
     memory = str(limits.cgroup_memory_mb * 1024 * 1024)
+    shared_memory, shared_pids = host_share(limits.reserve)
     if _cgroup_v2():
         parent = Path("/sys/fs/cgroup/runcrate")
         parent.mkdir(exist_ok=True)
         with contextlib.suppress(OSError):
             (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+        _write_limits(parent, {"memory.max": str(shared_memory), "memory.swap.max": "0", "pids.max": str(shared_pids)},
+                      strict=False)
         settings = {"memory.max": memory, "memory.swap.max": "0", "pids.max": str(limits.pids),
                     "cpu.weight": str(max(1, min(10_000, limits.cpu_shares * 100 // 1024)))}
     else:
+        # v1: the memory hierarchy is always hierarchical on this kernel (use_hierarchy is
+        # 1 and fixed since Linux 5.11), so the parent's limit counts every node's pages.
+        for path in {path.parent for path in _cgroup_dirs(name)}:
+            path.mkdir(exist_ok=True)
+            _write_limits(path, {"memory.limit_in_bytes": str(shared_memory),
+                                 "memory.memsw.limit_in_bytes": str(shared_memory), "pids.max": str(shared_pids)},
+                          strict=False)
         settings = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
                     "pids.max": str(limits.pids), "cpu.shares": str(limits.cpu_shares)}
     dirs = _cgroup_dirs(name)
     for path in dirs:
         path.mkdir(parents=True, exist_ok=True)
     for path in dirs:
-        for file, value in settings.items():
-            if (path / file).exists():
-                (path / file).write_text(value)
+        _write_limits(path, settings)
     return dirs
 
 
@@ -574,16 +647,29 @@ LogLevel ERROR
 Subsystem sftp internal-sftp
 """
 
-# Stage one, as this computer's root in a mount namespace of its own: the node's disk (a
-# tmpfs of its size, owned by the node's root) with what boot() seeded, then every mount the
-# node gets from the host. Each fstab is one `mount` process. Then the node's user namespaces
-# (userns.py: owned by the node's uid, not this computer's root, under an outer one holding
-# the node's per-user limits) and, from inside them, its other namespaces and PID 1.
+# Stage one, as this computer's root in a mount namespace of its own: the node's disks (an
+# ext4 filesystem in a sparse file each, of its sizes, owned by the node's root: its root, then
+# /shared) with what boot() seeded, then every mount the node gets from the host. The fstab
+# is one `mount` process. Then the node's user namespaces (userns.py: owned by the node's uid,
+# not this computer's root, under an outer one holding the node's per-user limits) and, from
+# inside them, its other namespaces and PID 1.
 HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
 trap 'echo "boot stage one stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
 STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5" INIT_NAME="$6"
-mount -a -T "$STATE/fstab.disk"
+# No journal: the disk lives and dies with the node, nothing is ever recovered from it.
+# Direct I/O: the file's blocks are not cached a second time in this computer's memory.
+# discard: what the node deletes is given back to this computer's disk. `losetup -d` on a
+# mounted device detaches it when the node's last mount of it goes.
+while IFS=$'\t' read -r image size target; do
+    mkdir -p "$target"
+    truncate -s "${size}M" "$image"
+    mkfs.ext4 -q -F -m 0 -O ^has_journal -E "root_owner=$BASE:$BASE" "$image"
+    loop="$(losetup --find --show --direct-io=on "$image")"
+    mount -t ext4 -o nodev,discard "$loop" "$target"
+    losetup -d "$loop"
+    rmdir "$target/lost+found"
+done < "$STATE/disks"
 cp -a "$STATE/seed/." "$ROOT/"
 chown -R "$BASE:$BASE" "$ROOT"
 mount -a -T "$STATE/fstab.host"
@@ -644,7 +730,6 @@ mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
 mkdir -p /run/sshd /run/munge /run/wireguard /run/lock \
     /usr/local/bin /usr/local/sbin /usr/local/lib /usr/local/include /usr/local/share /usr/local/src /usr/local/etc
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
-mount -t tmpfs -o mode=1777,nosuid,nodev node-shm /dev/shm
 hostname "$NODE_HOSTNAME"
 ip link set lo up
 if [ -f /etc/runcrate/boot-fault ]; then
@@ -883,7 +968,7 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
 
 
 def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: bool, files: dict[str, str]) -> str:
-    """What the node's disk starts with (stage one copies it onto the node's tmpfs): the tree
+    """What the node's disk starts with (stage one copies it onto the node's disk): the tree
     of a Debian machine, its sshd with a host key made now, fault files. Returns the public key."""
     for path in (*NODE_TREE, *(directory.lstrip("/") for directory in NODE_DIRS)):
         (seed / path).mkdir(parents=True, exist_ok=True)
@@ -926,7 +1011,7 @@ def _write_devices(seed: Path, base: int) -> None:
     seed.mkdir(mode=0o700)
     dev = seed / "dev"
     dev.mkdir()
-    for name in ("pts", "shm", "net"):
+    for name in ("pts", "net"):  # /dev/shm is a mount of stage one's (`_write_mounts`)
         (dev / name).mkdir()
         os.chown(dev / name, base, base)
     for name, major, minor in DEVICES:
@@ -942,11 +1027,19 @@ def _write_devices(seed: Path, base: int) -> None:
 
 def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits, cgroup: str,
                   binds: dict[str, str]) -> None:
-    """Stage one's two fstabs: the node's disk, then everything it gets from this computer."""
+    """What stage one mounts: the node's disks (`disks`: image, size in MiB, mount point, a
+    line each, its root first), then everything it gets from this computer (`fstab.host`).
+
+    The disks are on this computer's disk, not in its memory: an ext4 filesystem in a sparse
+    file of the machine's size (its root, then /shared), so the node's memory limit is its
+    machine's memory alone and a full disk stops at the machine's size. The files are in the
+    state directory, which release removes."""
     ids = f"uid={base},gid={base}"
-    _write_fstab(state_dir / "fstab.disk", [
-        ("node-disk", str(root), "tmpfs", f"size={limits.disk_mb}m,mode=0755,{ids}"),
-    ])
+    disks = _disks_dir(cgroup)
+    (state_dir / "disks").write_text("".join(
+        f"{disks / image}\t{size}\t{target}\n"
+        for image, size, target in (("disk.img", limits.disk_mb, root), ("shared.img", limits.shared_mb, root / "shared"))
+    ))
     _write_fstab(state_dir / "fstab.host", [
         *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
         # Over the host's /usr/local (inside the /usr bind): the node's own, on its disk.
@@ -957,7 +1050,10 @@ def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits,
           for path in _cgroup_dirs(cgroup) if not _cgroup_v2()),
         ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
         ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
-        ("node-shared", f"{root}/shared", "tmpfs", f"size={limits.shared_mb}m,mode=0755,{ids}"),
+        # Sized (half the machine's memory) and mounted from here, so the node's root cannot
+        # remount it larger; only the node's processes reach it, so its pages are charged to
+        # the node's memory cgroup (they outlive the process that wrote them, not the node).
+        ("node-shm", f"{root}/dev/shm", "tmpfs", f"mode=1777,nosuid,nodev,size={limits.shm_mb}m,{ids},X-mount.mkdir"),
         *((host_path, f"{root}{node_path}", "none", "bind,nosuid,nodev,X-mount.mkdir")
           for node_path, host_path in binds.items()),
     ])
@@ -1061,12 +1157,49 @@ def release(run_dir: Path, state_dir: Path) -> None:
         Underlay(run_dir).leave(handle.key, handle.veth, handle.bridge)
         if handle.cgroup:
             _remove_cgroup(handle.cgroup)
+            _wait_for_disks(handle.cgroup)
         if handle.uid_base:
             UidRanges.free(state_dir, handle.uid_base)
         if handle.cgroup:
             with contextlib.suppress(OSError):
                 _root_dir(handle.cgroup).rmdir()
     shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _disks_dir(node: str) -> Path:
+    """The node's (new, empty) folder for its disks; folders that a killed run or a reboot
+    left (no disk of theirs in use, older than STALE_DISKS) go first."""
+    DISKS_DIR.mkdir(parents=True, exist_ok=True)
+    DISKS_DIR.chmod(0o700)
+    for folder in DISKS_DIR.iterdir():
+        with contextlib.suppress(OSError):
+            if time.time() - folder.stat().st_mtime > STALE_DISKS and not _loop_devices(folder):
+                shutil.rmtree(folder)
+    folder = DISKS_DIR / node
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    return folder
+
+
+def _loop_devices(under: Path) -> list[str]:
+    """Loop devices of this computer whose file is under `under` (a node's disks)."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing.read_text().strip().startswith(f"{under.resolve()}/"):
+                found.append(backing.parent.parent.name)
+    return found
+
+
+def _wait_for_disks(node: str) -> None:
+    """Remove the node's disks once they are detached: the kernel unmounts them when the
+    node's last process is gone, a moment after it died (a file removed before that would
+    keep its space until then)."""
+    folder = DISKS_DIR / node
+    deadline = time.monotonic() + 10
+    while _loop_devices(folder) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- the customer's gateway ---------------------------------------------------------------
@@ -1184,6 +1317,7 @@ def leftovers(run_dir: Path) -> list[str]:
         if str(run_dir) in command_line:
             found.append(f"process {proc.name}: {command_line[:120]}")
     run_id = Underlay(run_dir).run_id
+    found += [f"disks {folder}" for folder in DISKS_DIR.glob(f"{run_id}-*")]
     for path in _cgroup_dirs(f"{run_id}-*"):
         found += [f"cgroup {match}" for match in path.parent.glob(path.name)]
     uids = UidRanges._dir()
