@@ -568,6 +568,10 @@ X11Forwarding no
 AllowTcpForwarding yes
 # The control plane opens a session per step and every node at once.
 MaxStartups 200:30:400
+# The control plane's key sets SHLVL=1 (runcrate_control_plane_keys): Debian's bash, started
+# by sshd as a top-level shell, would read /etc/bash.bashrc and ~/.bashrc first. Customers'
+# sessions are unchanged.
+PermitUserEnvironment SHLVL
 MaxSessions 64
 LogLevel ERROR
 Subsystem sftp internal-sftp
@@ -808,7 +812,7 @@ def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: 
     ssh_dir.mkdir(parents=True, exist_ok=True)
     host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
-    (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
+    (ssh_dir / "runcrate_control_plane_keys").write_text(control_plane_keys(authorized_keys))
     if boot_fails:
         (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
     for path, text in files.items():
@@ -817,6 +821,18 @@ def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: 
         (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (seed / path.lstrip("/")).write_text(text)
     return host_key
+
+
+# What the control plane's sessions on a node read of the node: no ~/.ssh/rc, and a login
+# shell that starts as if nested (bash reads no rc file then; see SSHD_CONFIG). A node's root
+# can undo both (its sshd is its own): the runner's deadline and output cap are what hold.
+CONTROL_PLANE_KEY_OPTIONS = 'no-user-rc,no-pty,no-agent-forwarding,no-X11-forwarding,environment="SHLVL=1"'
+
+
+def control_plane_keys(authorized_keys: str) -> str:
+    """The control plane's authorized_keys lines with CONTROL_PLANE_KEY_OPTIONS."""
+    return "".join(f"{CONTROL_PLANE_KEY_OPTIONS} {line.strip()}\n" for line in authorized_keys.splitlines()
+                   if line.strip() and not line.lstrip().startswith("#"))
 
 
 # The links every Linux /dev has, made in the node's /dev at boot.
