@@ -560,14 +560,15 @@ class NodeRunner:
             exit_code, stdout, stderr = _execute(channel, payload, out, err, limits.timeout, limits.max_output)
             if watchdog.fired:  # the closed channel reads as an exit status of -1
                 raise CommandTimeout(f"did not finish within {limits.timeout:g} seconds")
-        except Exception:  # noqa: BLE001 - any failure is reported per node
+        except Exception as raised:  # noqa: BLE001 - any failure is reported per node
             failed = True
             with self._connections_lock:
                 self._connections.pop((node.host, node.port, node.user), None)
-            if watchdog is not None and watchdog.fired:
-                error = CommandTimeout(f"did not finish within {limits.timeout:g} seconds")
-            cut_off = isinstance(error, CommandTimeout | OutputTooLarge)
-            said = str(error) if cut_off else f"{type(error).__name__}: {error}"
+            # Whatever the closed session raised, a watchdog that fired means the deadline.
+            fired = watchdog is not None and watchdog.fired
+            problem = CommandTimeout(f"did not finish within {limits.timeout:g} seconds") if fired else raised
+            cut_off = isinstance(problem, CommandTimeout | OutputTooLarge)
+            said = str(problem) if cut_off else f"{type(problem).__name__}: {problem}"
             return NodeResult(
                 node=node,
                 ok=False,
