@@ -314,7 +314,7 @@ def test_a_node_whose_pid_1_dies_closes_its_gateway_and_its_pid_taken_again_lead
     reached.touch()
     impostor = _spawn_with_pid(node.pid, ["unshare", "--net", sys.executable, "-c", IMPOSTOR, str(reached)])
     try:
-        assert impostor is None or impostor.stdout.readline().strip() == "listening"
+        assert impostor is None or (impostor.stdout is not None and impostor.stdout.readline().strip() == "listening")
         # The gateway closed by itself: its port refuses.
         deadline = time.monotonic() + 30
         while realnodes._is_gateway(node.gateway_pid, Path(node.state_dir)) and time.monotonic() < deadline:
