@@ -16,7 +16,10 @@ from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec
 
 # A round is bounded: a node that has not answered in this long is reported without figures.
-METRICS_POLICY = RetryPolicy(connect_timeout=HEALTH_POLICY.connect_timeout, attempts=1, backoff=0.0, command_timeout=20.0)
+# It holds to this on the health rounds' kept connections too (their own deadline is longer),
+# and reads back at most what a node's exporter lines take, with room to spare.
+METRICS_POLICY = RetryPolicy(connect_timeout=HEALTH_POLICY.connect_timeout, attempts=1, backoff=0.0, command_timeout=20.0,
+                             max_output=1024 * 1024)
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -147,7 +150,7 @@ def collect_metrics(spec: ClusterSpec, *, runner: NodeRunner | None = None, stop
     `error`). stop=True stops the exporters instead (tests; stop.sh does it on terminate)."""
     with _Session(runner or NodeRunner(METRICS_POLICY), owned=runner is None) as session:
         results = _run(spec, spec.nodes, "metrics.sh", "metrics", session, None,
-                       extra_env={"RUNCRATE_METRICS_STOP": "1" if stop else "0"})
+                       extra_env={"RUNCRATE_METRICS_STOP": "1" if stop else "0"}, policy=METRICS_POLICY)
     readings: dict[str, NodeReading] = {}
     carried = 0
     for name, result in results.items():

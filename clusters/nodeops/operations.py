@@ -19,6 +19,7 @@ import ipaddress
 import os
 import secrets as _secrets
 import string
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.x509.oid import NameOID
 
 from .parsers import (
+    UNREACHABLE,
     HealthReport,
     NcclRow,
     NodeHealthVerdict,
@@ -387,10 +389,18 @@ def _run(
     on_output: OutputCallback | None,
     extra_env: Mapping[str, str] | None = None,
     node_env: NodeEnv | None = None,
+    *,
+    policy: RetryPolicy | None = None,
+    timeout: float | None = None,
 ) -> dict[str, NodeResult]:
+    """`policy`: the deadline and output cap of this step (the runner's own apply too, the
+    tighter wins: health and metrics rounds share connections); `timeout` tightens it further."""
     _check_sandbox(spec)
     env = cluster_env(spec)
     env.update(extra_env or {})
+    deadline = timeout
+    if policy is not None and policy.command_timeout is not None:
+        deadline = policy.command_timeout if timeout is None else min(policy.command_timeout, timeout)
     return runner.run(
         nodes,
         load_script(script_name, standins=needs_standins(env)),
@@ -399,6 +409,8 @@ def _run(
         node_env=node_env,
         on_output=on_output,
         gateway=spec.gateway,
+        timeout=deadline,
+        max_output=policy.max_output if policy is not None else None,
     )
 
 
@@ -710,14 +722,26 @@ def _between(text: str, begin: str, end: str) -> str:
     return text[start + len(begin) : stop].strip("\n")
 
 
+# How long the machines' own stop may take, all its phases together. Past it, what a node
+# has not done is not waited for: the provider releases the machine from outside (a local
+# node's cgroup is killed), so a node whose sessions hang (its rc files are its root's) holds
+# a terminate this long at most.
+STOP_SECONDS = 30.0
+
+
 def stop(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
-    only: Iterable[str] | None = None,
+    only: Iterable[str] | None = None, seconds: float = STOP_SECONDS,
 ) -> StepResult:
-    """Stop the software and leave the private network on every node (best effort),
-    before the provider releases the machines. Run sync_volume_out first. `only` names the
-    nodes to stop when the spec holds more (a worker released on its own)."""
+    """Stop the software and leave the private network on every node (best effort, within
+    `seconds` in all), before the provider releases the machines. Run sync_volume_out first.
+    `only` names the nodes to stop when the spec holds more (a worker released on its own)."""
     nodes = spec.nodes if only is None else tuple(n for n in spec.nodes if n.name in set(only))
+    deadline = time.monotonic() + seconds
+
+    def left() -> float:
+        return max(1.0, deadline - time.monotonic())
+
     with _Session(runner) as session:
         # The software on every node before any node leaves the network (stop.sh,
         # RUNCRATE_STOP_PHASE), and the workers' before the head's: slurmctld answers the
@@ -727,16 +751,24 @@ def stop(
         workers_then_head = ([n for n in nodes if n != spec.head], [n for n in nodes if n == spec.head])
         for group in filter(None, workers_then_head):  # a worker stopped alone: no head round
             software.update(_run(spec, group, "stop.sh", "stop", session, on_output,
-                                 extra_env={"RUNCRATE_STOP_PHASE": "software"}))
-        network = _run(spec, nodes, "stop.sh", "stop", session, on_output, extra_env={"RUNCRATE_STOP_PHASE": "network"})
+                                 extra_env={"RUNCRATE_STOP_PHASE": "software"}, timeout=left()))
+        # A node that could not be reached, or whose session was cut off, is not asked again:
+        # it is released from outside all the same.
+        answering = [n for n in nodes if software[n.name].exit_code is not None]
+        network = _run(spec, answering, "stop.sh", "stop", session, on_output,
+                       extra_env={"RUNCRATE_STOP_PHASE": "network"}, timeout=left())
     # Each node's first phase that failed is what its result reports.
-    return StepResult("stop", {name: network[name] if software[name].ok else software[name] for name in network})
+    return StepResult("stop", {n.name: network[n.name] if software[n.name].ok and n.name in network
+                               else software[n.name] for n in nodes})
 
 
 # How hard one health round tries a node: a machine that does not answer within seconds is
 # unreachable for this round (the next round asks again), and one round never outlasts an
 # interval by much.
-HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0)
+# Its output is a few lines a node (the head's software status: a line a node): a session
+# that prints more is cut off (a node's rc file can print anything).
+HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0,
+                            max_output=1024 * 1024)
 
 
 def health_ring(spec: ClusterSpec) -> NodeEnv:
@@ -755,25 +787,38 @@ def health_ring(spec: ClusterSpec) -> NodeEnv:
     return ring
 
 
+# The verdict's detail for a machine its provider knows has stopped (a local node whose PID 1
+# exited): the customer's words, not how it was found out.
+MACHINE_STOPPED = "The machine stopped"
+
+
 def check_health(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
-    ping_wait: int = 2,
+    ping_wait: int = 2, stopped: Iterable[str] = (),
 ) -> StepResult:
     """One round of the periodic health check: health.sh on every node at once, one SSH
     session each (over the runner's kept connection when it has one). `result.health` has
-    every node's verdict: healthy, unreachable, network_down or software_down, with why."""
+    every node's verdict: healthy, unreachable, network_down or software_down, with why.
+    `stopped` names machines the provider knows have stopped: they are not asked, and are
+    unreachable because "The machine stopped"."""
     env = {"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)}
     ring = health_ring(spec)
+    stopped = set(stopped)
+    asked = [node for node in spec.nodes if node.name not in stopped]
     with _Session(runner) as session:
-        results = _run(spec, spec.nodes, "health.sh", "health", session, on_output, extra_env=env, node_env=ring)
+        results = _run(spec, asked, "health.sh", "health", session, on_output, extra_env=env, node_env=ring,
+                       policy=HEALTH_POLICY)
         # A node that did not answer while every node was being asked at once is asked once
         # more on its own, after the others finished: a login that timed out under the load
         # of the round itself is no verdict. Only a node that fails this second time too is
         # unreachable.
-        again = [node for node in spec.nodes if results[node.name].unreachable]
+        again = [node for node in asked if results[node.name].unreachable]
         if again:
-            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env, node_env=ring))
-    reports: dict[str, HealthReport | str] = {}
+            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env, node_env=ring,
+                                policy=HEALTH_POLICY))
+    # A stopped machine answers nothing; its peers' failed pings to it are its own (judged
+    # like any node that could not be asked).
+    reports: dict[str, HealthReport | str] = {node.name: MACHINE_STOPPED for node in spec.nodes if node.name in stopped}
     for name, result in results.items():
         if result.unreachable:
             # "node-1 (host:port) unreachable after 2 attempts: TimeoutError: ..." -> the kind only.
@@ -781,8 +826,13 @@ def check_health(
             reports[name] = f"no answer after {result.attempts} attempts ({kind})"
         else:
             report = parse_health_report(result.stdout)
-            reports[name] = report if report.printed_anything else (result.error or "the check printed nothing")
+            if result.cut_off:
+                reports[name] = f"its health check {result.error}"
+            else:
+                reports[name] = report if report.printed_anything else (result.error or "the check printed nothing")
     health = judge_health(reports, spec.software, head=spec.head.name)
+    for name in stopped & set(health):
+        health[name] = NodeHealthVerdict(name, UNREACHABLE, MACHINE_STOPPED)
     return StepResult("check_health", results, health=health, detail=spec.software)
 
 

@@ -11,6 +11,13 @@ Connection failures (refused, timed out, no SSH banner, authentication refused w
 machine is still booting) are retried with exponential backoff; a node that never
 answers is reported `unreachable`. A script that ran and failed is *not* retried: the
 caller decides (design rule 5: nothing is retried without the customer).
+
+A node is its tenant's: its root controls its sshd, its login shell and every file a session
+reads. So nothing a node does may hold or flood the control plane: every command has a
+deadline (a watchdog closes the session, whatever paramiko call it is in) and a cap on the
+output read back (`RetryPolicy.command_timeout`, `max_output`; a run may tighten both), and
+the command runs with no rc file where the node's sshd honours the runtime's settings
+(`REMOTE_COMMAND`; docs/security.md, "The control plane's sessions on a node").
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ class RetryPolicy:
     backoff_factor: float = 2.0
     max_backoff: float = 30.0
     command_timeout: float | None = 1800.0
+    # Bytes of stdout and stderr together read back from one command; past it the session is
+    # closed and the node's result says so. Install logs are the largest legitimate output.
+    max_output: int = 16 * 1024 * 1024
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
@@ -68,6 +78,8 @@ class NodeResult:
     attempts: int = 1
     error: str = ""
     seconds: float = 0.0
+    # The session was closed by the control plane: past its deadline, or past its output cap.
+    cut_off: bool = False
 
     @property
     def name(self) -> str:
@@ -80,6 +92,14 @@ class NodeResult:
 
 class NodeUnreachable(Exception):
     pass
+
+
+class CommandTimeout(TimeoutError):
+    """The command did not finish by its deadline (its session was closed)."""
+
+
+class OutputTooLarge(Exception):
+    """The command printed more than the control plane reads back (its session was closed)."""
 
 
 # Errors that mean "could not get a working SSH session", as opposed to "the script failed".
@@ -104,7 +124,11 @@ STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "local" / "standins
 # (`$(</dev/stdin)` would save the `cat`, ~1 ms a session, but through a gateway it made one
 # run in five end with the gateway's sshd dropping the connection: "data packet referred to
 # nonexistent channel 0".)
-REMOTE_COMMAND = "bash -c 'eval \"$(cat)\"'"
+# sshd runs this with the account's login shell (`$SHELL -c`); the script's own bash reads no
+# rc file (--noprofile --norc, and no BASH_ENV or ENV file). The login shell itself is kept
+# from the rc files by the node's sshd where the runtime configures it (realnodes: SHLVL=1
+# for the control plane's key, no ~/.ssh/rc); `exec` keeps it from running anything after.
+REMOTE_COMMAND = "BASH_ENV= ENV= exec bash --noprofile --norc -c 'eval \"$(cat)\"'"
 
 
 def load_script(name: str, *, standins: bool = False) -> str:
@@ -224,6 +248,18 @@ def _fabric_config() -> Config:
     )
 
 
+@dataclass(frozen=True)
+class _Limits:
+    timeout: float | None
+    max_output: int
+
+
+def _tighter(policy: float | None, asked: float | None) -> float | None:
+    if asked is None:
+        return policy
+    return asked if policy is None else min(policy, asked)
+
+
 class NodeRunner:
     """Runs scripts on nodes; optionally keeps SSH connections open between steps.
 
@@ -270,13 +306,21 @@ class NodeRunner:
         node_env: NodeEnv | None = None,
         on_output: OutputCallback | None = None,
         gateway: str | None = None,
+        timeout: float | None = None,
+        max_output: int | None = None,
     ) -> dict[str, NodeResult]:
         """Run `script` (full bash text, see `load_script`) on every node in parallel.
 
         Each node gets `env`, then `node_env(node)`, then RUNCRATE_ROOT / node name / index.
         `gateway` ("user@host:port") is a jump host every node is reached through.
+        `timeout` and `max_output` tighten the policy's deadline and output cap for this run
+        (a metrics round on the health rounds' connections has a shorter budget).
         Returns node name -> NodeResult, in node order.
         """
+        limits = _Limits(
+            _tighter(self.policy.command_timeout, timeout),
+            min(self.policy.max_output, max_output) if max_output is not None else self.policy.max_output,
+        )
         nodes = list(nodes)
         if not nodes:
             return {}
@@ -299,7 +343,7 @@ class NodeRunner:
                 RUNCRATE_PRIVATE_IP=node.private_ip,
                 RUNCRATE_STEP=step,
             )
-            return self._run_on_node(node, build_payload(script, full_env), step, on_output, jump, retired)
+            return self._run_on_node(node, build_payload(script, full_env), step, on_output, jump, retired, limits)
 
         workers = max(1, min(self.max_workers, len(nodes)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nodeops") as pool:
@@ -440,12 +484,13 @@ class NodeRunner:
                 continue
             _no_delay(connection)
             _quiet_when_idle(connection)
+            # Opening a session must fail within the connect timeout, not paramiko's hour: a
+            # kept connection can outlive its peer silently (no RST), and a node's sshd is its
+            # tenant's to make answer nothing.
+            transport = connection.client.get_transport() if connection.client else None
+            if transport is not None:
+                transport.channel_timeout = policy.connect_timeout
             if self.keep_connections:
-                # A kept connection can outlive its peer silently (no RST): opening the next
-                # step's session on it must fail within the connect timeout, not paramiko's hour.
-                transport = connection.client.get_transport() if connection.client else None
-                if transport is not None:
-                    transport.channel_timeout = policy.connect_timeout
                 with self._connections_lock:
                     self._connections[key] = connection
             return connection, attempt
@@ -475,7 +520,9 @@ class NodeRunner:
         on_output: OutputCallback | None,
         gateway: Connection | None,
         retired: list[Connection],
+        limits: _Limits | None = None,
     ) -> NodeResult:
+        limits = limits or _Limits(self.policy.command_timeout, self.policy.max_output)
         started = time.monotonic()
         try:
             connection, attempts = self._connect(node, gateway)
@@ -493,6 +540,7 @@ class NodeRunner:
 
         out, err = _LineSink(emit), _LineSink(emit)
         failed = False
+        watchdog: _Watchdog | None = None
         try:
             try:
                 channel = connection.create_session()
@@ -508,22 +556,33 @@ class NodeRunner:
                 except NodeUnreachable as error:
                     return self._unreachable(node, str(error), time.monotonic() - started)
                 channel = connection.create_session()
-            exit_code, stdout, stderr = _execute(channel, payload, out, err, self.policy.command_timeout)
-        except Exception as error:  # noqa: BLE001 - any failure is reported per node
+            watchdog = _Watchdog(connection, limits.timeout)
+            exit_code, stdout, stderr = _execute(channel, payload, out, err, limits.timeout, limits.max_output)
+            if watchdog.fired:  # the closed channel reads as an exit status of -1
+                raise CommandTimeout(f"did not finish within {limits.timeout:g} seconds")
+        except Exception as raised:  # noqa: BLE001 - any failure is reported per node
             failed = True
             with self._connections_lock:
                 self._connections.pop((node.host, node.port, node.user), None)
+            # Whatever the closed session raised, a watchdog that fired means the deadline.
+            fired = watchdog is not None and watchdog.fired
+            problem = CommandTimeout(f"did not finish within {limits.timeout:g} seconds") if fired else raised
+            cut_off = isinstance(problem, CommandTimeout | OutputTooLarge)
+            said = str(problem) if cut_off else f"{type(problem).__name__}: {problem}"
             return NodeResult(
                 node=node,
                 ok=False,
                 exit_code=None,
                 stdout="",
-                stderr=f"{type(error).__name__}: {error}",
+                stderr=said,
                 attempts=max(attempts, 1),
-                error=f"{type(error).__name__}: {error}",
+                error=said,
                 seconds=time.monotonic() - started,
+                cut_off=cut_off,
             )
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             out.close()
             err.close()
             if failed or not self.keep_connections:
@@ -541,12 +600,37 @@ class NodeRunner:
         )
 
 
+class _Watchdog:
+    """Closes a node's connection at the command's deadline, whatever paramiko call the
+    node's thread is blocked in: `exec_command` waits for the server's reply with no timeout
+    of its own, and `sendall` for window space the server may never give."""
+
+    def __init__(self, connection: Connection, timeout: float | None) -> None:
+        self.fired = False
+        self._connection = connection
+        self._timer = None if timeout is None else threading.Timer(timeout, self._fire)
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        transport = self._connection.client.get_transport() if self._connection.client else None
+        if transport is not None:
+            transport.close()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 def _execute(
     channel: paramiko.Channel,
     payload: str,
     out: _LineSink,
     err: _LineSink,
     timeout: float | None,
+    max_output: int | None = None,
 ) -> tuple[int, str, str]:
     """Run `payload` (see `REMOTE_COMMAND`) over one SSH session; stream the output.
 
@@ -555,29 +639,46 @@ def _execute(
     threads per command, which with 64 nodes costs more control-plane CPU than the SSH
     work itself. Here each node's
     thread sleeps in the kernel until its channel has data.
+
+    Raises CommandTimeout past `timeout` seconds and OutputTooLarge past `max_output` bytes
+    of stdout and stderr together (nothing past the cap is kept).
     """
     try:
+        if timeout is not None:
+            channel.settimeout(timeout)  # sendall into a window the server never opens
         channel.exec_command(REMOTE_COMMAND)
         channel.sendall(payload.encode())
         channel.shutdown_write()
         decoders = (codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace"))
         chunks: tuple[list[str], list[str]] = ([], [])
         deadline = None if timeout is None else time.monotonic() + timeout
+        received = 0
+
+        def take(data: bytes) -> None:
+            nonlocal received
+            received += len(data)
+            if max_output is not None and received > max_output:
+                raise OutputTooLarge(f"printed more than {max_output // 1024} KiB, more than the control plane reads")
+
         with selectors.DefaultSelector() as selector:
             selector.register(channel, selectors.EVENT_READ)
             while True:
                 while channel.recv_ready():
-                    text = decoders[0].decode(channel.recv(65536))
+                    data = channel.recv(65536)
+                    take(data)
+                    text = decoders[0].decode(data)
                     chunks[0].append(text)
                     out.write(text)
                 while channel.recv_stderr_ready():
-                    text = decoders[1].decode(channel.recv_stderr(65536))
+                    data = channel.recv_stderr(65536)
+                    take(data)
+                    text = decoders[1].decode(data)
                     chunks[1].append(text)
                     err.write(text)
                 if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                     break
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"command did not finish within {timeout} seconds")
+                    raise CommandTimeout(f"did not finish within {timeout:g} seconds")
                 if channel.eof_received:
                     # No more output will come, and paramiko keeps the channel readable from
                     # here on: wait for the exit status itself (sshd often sends it after EOF),

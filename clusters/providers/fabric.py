@@ -222,8 +222,13 @@ class FabricProvider(Provider):
         if not any(node.index == 0 for node in nodes):
             return None  # the head answers for the software: no round without it
         spec = self.spec_for(cluster, nodes)
-        result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk))
+        result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk), stopped=self.stopped_machines(nodes))
         return {name: NodeHealthReport(verdict.health, verdict.detail) for name, verdict in result.health.items()}
+
+    def stopped_machines(self, nodes: list[Node]) -> set[str]:
+        """Names of the nodes whose machine this provider knows has stopped (it does not ask
+        them over SSH). A driver that cannot tell knows of none."""
+        return set()
 
     def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
         """metrics.sh on `nodes`, over the connections the health rounds keep (no new session setup)."""

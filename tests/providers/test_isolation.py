@@ -305,6 +305,78 @@ def test_a_gateway_that_cannot_listen_fails_with_its_reason_and_is_never_shared(
     assert saved is not None and saved.gateway == "" and not realnodes.gateway_serves(saved)
 
 
+# A process listening on 127.0.0.1:22 in a network namespace of its own, which records every
+# connection: whatever enters it came through a way into a node that led somewhere else.
+IMPOSTOR = r"""
+import socket, subprocess, sys
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+listener = socket.socket()
+listener.bind(("127.0.0.1", 22))
+listener.listen(16)
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    with open(sys.argv[1], "a") as log:
+        log.write("reached\n")
+    connection.sendall(b"SSH-2.0-impostor\r\n")
+    connection.close()
+"""
+
+
+def _spawn_with_pid(pid: int, command: list[str]) -> subprocess.Popen | None:
+    """`command` started as process `pid` (this computer's root picks the next pid through
+    ns_last_pid, as checkpoint/restore tools do), or None if another process keeps taking it."""
+    for _ in range(50):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        if process.pid == pid:
+            return process
+        process.kill()
+        process.wait()
+    return None
+
+
+def test_a_node_whose_pid_1_dies_closes_its_gateway_and_its_pid_taken_again_leads_nowhere(run, tmp_path):
+    """The node's root can end its own PID 1 (through ptrace); once it is gone its host pid is
+    free, and the next process to get it may sit in this computer's network namespace or in
+    another tenant's. Neither the customer's gateway nor the control plane's proxy may follow
+    the pid there: the gateway closes, and the proxy enters the node's own (dead) namespace."""
+    node = run.boot("a")
+    gateway = realnodes.start_gateway(node)
+    node = realnodes.NodeHandle.load(Path(node.state_dir))
+    assert node is not None and realnodes.gateway_serves(node)
+    host, port = gateway.rsplit(":", 1)
+
+    os.kill(node.pid, 9)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{node.pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert realnodes.running(Path(node.state_dir)) is None
+    # The pid, taken again by a process in a namespace of this test's own with a listener
+    # where the node's sshd was.
+    reached = tmp_path / "reached"
+    reached.touch()
+    impostor = _spawn_with_pid(node.pid, ["unshare", "--net", sys.executable, "-c", IMPOSTOR, str(reached)])
+    try:
+        assert impostor is None or (impostor.stdout is not None and impostor.stdout.readline().strip() == "listening")
+        # The gateway closed by itself: its port refuses.
+        deadline = time.monotonic() + 30
+        while realnodes._is_gateway(node.gateway_pid, Path(node.state_dir)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port)), timeout=5):
+            pass
+        assert not realnodes.gateway_serves(node)
+        # The control plane's way in reaches nothing either.
+        proxied = subprocess.run(node.proxy_command.split(), input=b"", capture_output=True, timeout=30)
+        assert b"SSH-" not in proxied.stdout
+        assert not realnodes.sshd_answers(node)
+        assert reached.read_text() == "", "a way into the node led into another namespace"
+    finally:
+        if impostor is not None:
+            impostor.kill()
+            impostor.wait()
+
+
 def test_nothing_starts_outside_a_cgroup_it_cannot_join(tmp_path):
     """A node's launcher and the commands run in a node join its cgroup before they exec:
     when the cgroup cannot be joined the command never runs, so nothing of a node escapes

@@ -140,3 +140,29 @@ def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_neve
     advice = cluster.events.filter(event="node_unhealthy").order_by("-id").values_list("message", flat=True)[0]
     assert advice.startswith("node-0 is private network down: wg0 is down.") and "replace node-0" not in advice
     assert "cannot be replaced" in advice
+
+
+def test_a_node_whose_pid_1_died_is_unhealthy_because_the_machine_stopped_at_the_next_round(
+    environment, owner, real_machines
+):
+    """The node's root can end its own PID 1 (through ptrace); every process of the node dies
+    with it. The next round says so in the customer's words, not as a node that merely does
+    not answer, and its peer is not blamed for the link it lost."""
+    cluster = create_cluster(
+        environment=environment, name="ended", machine_type=real_machine_type(2), machine_count=2, software="none",
+        created_by=owner,
+    )
+    cluster = drive(cluster, SETTLED, timeout=120)
+    assert cluster.status == Status.READY, story(cluster)
+    assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+    node = cluster.nodes.select_related("host").get(index=1)
+    pid = handle(real_machines, node).pid
+
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
+    found = tasks.check_cluster_health(cluster.pk)
+    assert found == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.UNREACHABLE}, found
+    assert cluster.nodes.get(index=1).health_detail == "The machine stopped"
+    event = cluster.events.filter(event="node_unhealthy").get()
+    assert event.reason == Reason.NODE_UNREACHABLE
+    assert event.message.startswith("node-1 is unreachable: The machine stopped.")

@@ -278,6 +278,13 @@ class LocalProvider(FabricProvider):
         self._emit(node.name, "boot", f"{host.name}: real node (pid {handle.pid}), eth0 {handle.address}, "
                                       f"sshd reached at {gateway}")
 
+    def stopped_machines(self, nodes: list[Node]) -> set[str]:
+        """Real nodes whose PID 1 is gone (its root can end it): the health round says "The
+        machine stopped" instead of asking a dead namespace over SSH."""
+        if not self.real:
+            return set()
+        return {node.name for node in nodes if realnodes.running(self._dir(node.host)) is None}
+
     def _boot_error(self, host: Host) -> Path:
         """Why a machine did not come up, in the customer's words (its state is gone)."""
         return machines_dir() / f"{host.name}.boot-error"

@@ -29,9 +29,11 @@ one (docs/nodeops.md, "Isolated machines"). A node is:
   (capped) until the boot marker, then PID 1 and all it starts hold the node's own /dev/null.
 
 The control plane never dials the node: `proxy_command()` enters only the node's network
-namespace and connects to the node's own loopback. The customer's gateway (`start_gateway`)
-listens on a loopback address of this computer drawn from a counter that is never reused
-(`GatewayAddresses`), and forwards each connection the same way.
+namespace, by its bind mount under /run/netns (never by a pid, which this computer reuses),
+and connects to the node's own loopback. The customer's gateway (`start_gateway`, the program
+in gateway.py) listens on a loopback address of this computer drawn from a counter that is
+never reused (`GatewayAddresses`), forwards each connection the same way, and closes when the
+node's PID 1 exits (it holds a pidfd of it).
 
 Names are unique per run (the machines directory) so parallel test runs, and `make run`,
 never meet: switch `rcs-<run>`, node `rcn-<node>`, veth `rcv<node>`, bridge `rcb<cluster>`,
@@ -438,7 +440,7 @@ class NodeHandle:
 
     @property
     def proxy_command(self) -> str:
-        return proxy_command(self.pid)
+        return proxy_command(self.netns)
 
     def save(self) -> None:
         path = Path(self.state_dir) / "node.json"
@@ -453,9 +455,18 @@ class NodeHandle:
             return None
 
 
-def proxy_command(pid: int) -> str:
-    """Reach the node's sshd: enter only its network namespace, dial its own loopback."""
-    return f"nsenter -t {pid} -n socat - TCP:127.0.0.1:22,nodelay"
+NETNS_DIR = Path("/run/netns")
+
+
+def proxy_command(netns: str) -> str:
+    """Reach the node's sshd: enter only its network namespace, dial its own loopback.
+
+    The namespace is entered by its bind mount (`ip netns attach` at boot), which stays this
+    node's until release deletes it, never by the host pid of the node's PID 1: once PID 1
+    dies that pid is free, and the next process to get it may sit in this computer's network
+    namespace or another tenant's. A node whose PID 1 died keeps its namespace, with nothing
+    listening in it: the connection is refused."""
+    return f"nsenter --net={NETNS_DIR / netns} socat - TCP:127.0.0.1:22,nodelay"
 
 
 def _init_name(state_dir: Path) -> str:
@@ -642,6 +653,10 @@ X11Forwarding no
 AllowTcpForwarding yes
 # The control plane opens a session per step and every node at once.
 MaxStartups 200:30:400
+# The control plane's key sets SHLVL=1 (runcrate_control_plane_keys): Debian's bash, started
+# by sshd as a top-level shell, would read /etc/bash.bashrc and ~/.bashrc first. Customers'
+# sessions are unchanged.
+PermitUserEnvironment SHLVL
 MaxSessions 64
 LogLevel ERROR
 Subsystem sftp internal-sftp
@@ -987,7 +1002,7 @@ def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: 
     ssh_dir.mkdir(parents=True, exist_ok=True)
     host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
-    (ssh_dir / "runcrate_control_plane_keys").write_text(authorized_keys)
+    (ssh_dir / "runcrate_control_plane_keys").write_text(control_plane_keys(authorized_keys))
     if boot_fails:
         (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
     for path, text in files.items():
@@ -996,6 +1011,18 @@ def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: 
         (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (seed / path.lstrip("/")).write_text(text)
     return host_key
+
+
+# What the control plane's sessions on a node read of the node: no ~/.ssh/rc, and a login
+# shell that starts as if nested (bash reads no rc file then; see SSHD_CONFIG). A node's root
+# can undo both (its sshd is its own): the runner's deadline and output cap are what hold.
+CONTROL_PLANE_KEY_OPTIONS = 'no-user-rc,no-pty,no-agent-forwarding,no-X11-forwarding,environment="SHLVL=1"'
+
+
+def control_plane_keys(authorized_keys: str) -> str:
+    """The control plane's authorized_keys lines with CONTROL_PLANE_KEY_OPTIONS."""
+    return "".join(f"{CONTROL_PLANE_KEY_OPTIONS} {line.strip()}\n" for line in authorized_keys.splitlines()
+                   if line.strip() and not line.lstrip().startswith("#"))
 
 
 # The links every Linux /dev has, made in the node's /dev at boot.
@@ -1101,9 +1128,24 @@ def pin_neighbours(handles: list[NodeHandle]) -> None:
 
 def running(state_dir: Path) -> NodeHandle | None:
     handle = NodeHandle.load(state_dir)
-    if handle and _is_node_init(handle.pid, state_dir):
+    if handle and _is_node_init(handle.pid, state_dir) and _in_node_netns(handle):
         return handle
     return None
+
+
+def _in_node_netns(handle: NodeHandle) -> bool:
+    """True if the node's PID 1 pid is a process in the node's own network namespace: a
+    process of another node that reused the pid and took PID 1's name is not this node.
+    (Before boot attaches the namespace there is nothing to compare: the name decides.)"""
+    try:
+        attached = (NETNS_DIR / handle.netns).stat()
+    except OSError:
+        return True
+    try:
+        own = os.stat(f"/proc/{handle.pid}/ns/net")
+    except OSError:
+        return False
+    return (own.st_dev, own.st_ino) == (attached.st_dev, attached.st_ino)
 
 
 def sshd_answers(handle: NodeHandle, timeout: float = 3.0) -> bool:
@@ -1205,75 +1247,69 @@ def _wait_for_disks(node: str) -> None:
 # -- the customer's gateway ---------------------------------------------------------------
 
 
+GATEWAY_PROGRAM = Path(__file__).resolve().parent / "gateway.py"
+
+
 def _is_gateway(pid: int, state_dir: Path) -> bool:
     try:
-        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return str(state_dir / "gateway.sh") in command_line
+    return str(GATEWAY_PROGRAM).encode() in words and str(state_dir).encode() in words
 
 
 class GatewayError(RuntimeError):
     """The customer's way in could not be opened."""
 
 
-def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_port: int = GATEWAY_PORT,
-                  timeout: float = 5.0) -> str:
+def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_port: int = GATEWAY_PORT) -> str:
     """A loopback port of this computer that forwards every connection into the node's
     sshd, the way a site gateway forwards to machines without an address of their own.
-    Its address is new (`GatewayAddresses`) unless one is given; returns "host:port" once it
-    listens, or raises GatewayError saying why it cannot."""
+    Its address is new (`GatewayAddresses`) unless one is given; returns "host:port", or
+    raises GatewayError saying why it cannot.
+
+    The port is bound and listening here, before the gateway program starts: nothing waits
+    for it to listen (no scan of this computer's sockets), and a port another program holds
+    fails now. The program gets a pidfd of the node's PID 1, checked to be that process
+    after it was opened, and closes the port when it exits (gateway.py)."""
     state_dir = Path(handle.state_dir)
     if handle.gateway_pid and _is_gateway(handle.gateway_pid, state_dir) and handle.gateway:
         return handle.gateway
     listen_host = listen_host or GatewayAddresses.next()
     if not ipaddress.ip_address(listen_host).is_loopback:
         raise ValueError(f"the gateway listens on loopback only, not {listen_host}")
-    script = state_dir / "gateway.sh"
-    script.write_text(f"#!/bin/sh\nexec {handle.proxy_command}\n")
-    script.chmod(0o755)
-    log_path = state_dir / "gateway.log"
-    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
-    # No reuseaddr: a port another program holds must fail here, not be shared.
-    process = subprocess.Popen(
-        ["socat", f"TCP-LISTEN:{listen_port},bind={listen_host},fork,nodelay", f"EXEC:{script}"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    log.close()
-    deadline = time.monotonic() + timeout
-    while not _listening(process.pid, listen_host, listen_port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            said = log_path.read_text(errors="replace").strip().splitlines()
-            cause = said[-1].split(": ")[-1] if said else "it did not start listening"
-            raise GatewayError(f"the SSH gateway could not listen on {listen_host}:{listen_port}: {cause}")
-        time.sleep(0.02)
+    try:
+        pidfd = os.pidfd_open(handle.pid)
+    except OSError as error:
+        raise GatewayError("the SSH gateway could not open: the machine is not running") from error
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # Opened first, checked second: the pidfd now names this node's PID 1 for good.
+        if not (_is_node_init(handle.pid, state_dir) and _in_node_netns(handle)):
+            raise GatewayError("the SSH gateway could not open: the machine is not running")
+        # No SO_REUSEADDR: a port another program holds must fail here, not be shared.
+        try:
+            listener.bind((listen_host, listen_port))
+            listener.listen(128)
+        except OSError as error:
+            raise GatewayError(
+                f"the SSH gateway could not listen on {listen_host}:{listen_port}: {error.strerror}"
+            ) from error
+        with open(state_dir / "gateway.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(GATEWAY_PROGRAM), "--node", str(state_dir),
+                 "--netns", str(NETNS_DIR / handle.netns), "--listen-fd", str(listener.fileno()),
+                 "--pidfd", str(pidfd)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                pass_fds=(listener.fileno(), pidfd), env=NODE_ENVIRONMENT,
+            )
+    finally:
+        listener.close()
+        os.close(pidfd)
     handle.gateway_pid = process.pid
     handle.gateway = f"{listen_host}:{listen_port}"
     handle.save()
     return handle.gateway
-
-
-def _listening(pid: int, host: str, port: int) -> bool:
-    """True when process `pid` holds a listening socket on host:port (read from /proc, so a
-    socket another process holds on the same address never counts)."""
-    wanted = f"{socket.htonl(int(ipaddress.IPv4Address(host))):08X}:{port:04X}"
-    inodes = set()
-    with contextlib.suppress(OSError):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-    try:
-        lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return False
-    # Columns: sl, local, remote, state (0A = LISTEN), ..., inode (the tenth).
-    return any(cols[1] == wanted and cols[3] == "0A" and cols[9] in inodes
-               for cols in (line.split() for line in lines))
 
 
 def gateway_serves(handle: NodeHandle, timeout: float = 5.0) -> bool:
