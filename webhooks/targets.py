@@ -9,10 +9,14 @@ shared, reserved and multicast ranges never are."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ipaddress
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -151,20 +155,57 @@ class Response:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
+# What is read of an answer's body before the connection is closed: nothing of it is kept, and a
+# receiver streaming gigabytes back must not hold the worker for them.
+MAX_ANSWER_BYTES = 64 * 1024
+
+
 def post(url: str, body: bytes, headers: dict[str, str]) -> Response:
-    """One POST to the checked address; redirects are not followed (a 3xx is a failure, since
-    following one would dial an address nobody checked)."""
+    """One POST to the checked address, finished or cut off within WEBHOOK_TIMEOUT_SECONDS in
+    all: connect, send, the answer's headers and its body. httpx's own timeouts bound each read,
+    so a receiver that drips a header line every few seconds would never trip them; the whole
+    request runs under one deadline instead. Redirects are not followed (a 3xx is a failure,
+    since following one would dial an address nobody checked)."""
     started = time.monotonic()
     try:
         target = check_url(url)
     except TargetRefused as exc:
         return Response(None, 0, exc.message)
-    extensions = {"sni_hostname": target.host} if target.url.startswith("https:") else {}
+    deadline = float(settings.WEBHOOK_TIMEOUT_SECONDS)
     try:
-        with httpx.Client(timeout=settings.WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False) as client:
-            answer = client.post(target.pinned_url, content=body,
-                                 headers={**headers, "Host": target.host_header}, extensions=extensions)
+        status = _run(asyncio.wait_for(_post(target, body, headers, deadline), deadline))
+    except TimeoutError:
+        return Response(None, _ms_since(started), f"No complete answer within {deadline:g} s: the request was cut off.")
     except httpx.HTTPError as exc:
-        return Response(None, int((time.monotonic() - started) * 1000), f"{type(exc).__name__}: {exc}"[:500])
-    elapsed = int((time.monotonic() - started) * 1000)
-    return Response(answer.status_code, elapsed, "" if answer.is_success else f"HTTP {answer.status_code}")
+        return Response(None, _ms_since(started), f"{type(exc).__name__}: {exc}"[:500])
+    return Response(status, _ms_since(started), "" if 200 <= status < 300 else f"HTTP {status}")
+
+
+async def _post(target: Target, body: bytes, headers: dict[str, str], timeout: float) -> int:
+    extensions = {"sni_hostname": target.host} if target.url.startswith("https:") else {}
+    async with (
+        httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+        client.stream("POST", target.pinned_url, content=body, headers={**headers, "Host": target.host_header},
+                      extensions=extensions) as answer,
+    ):
+        read = 0
+        async for chunk in answer.aiter_raw():
+            read += len(chunk)
+            if read >= MAX_ANSWER_BYTES:
+                break
+        return answer.status_code
+
+
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
+    """Run the request on an event loop of its own: in this thread (a worker), or in a helper
+    thread when this one already runs a loop (an async caller with tasks run inline)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
