@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
@@ -209,6 +209,9 @@ def send_delivery(delivery_id: int, attempt: int) -> Outcome:
     if not endpoint.is_active and event.type != EventType.WEBHOOK_TEST:
         response = targets.Response(None, 0, "The endpoint was switched off.")
     else:
+        if not connection.in_atomic_block:
+            # Nor a database connection: back to the pool while the receiver takes its time.
+            connection.close()
         response = targets.post(endpoint.url, body, headers)
     outcome = record_attempt(delivery, attempt, started=now, response=response)
     if outcome.status == "failed":
