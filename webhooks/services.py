@@ -226,7 +226,7 @@ def record_attempt(delivery: Delivery, attempt: int, *, started: dt.datetime, re
     ended = timezone.now()
     fields: dict[str, Any] = {
         "last_attempt_at": started, "last_status_code": response.status_code,
-        "last_response_ms": response.elapsed_ms, "last_error": response.error,
+        "last_response_ms": response.elapsed_ms, "last_error": response.error, "last_to_loopback": response.to_loopback,
     }
     if response.ok:
         fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=ended, next_attempt_at=None)
@@ -242,7 +242,8 @@ def record_attempt(delivery: Delivery, attempt: int, *, started: dt.datetime, re
             outcome = Outcome("retry", retry_at)
     with transaction.atomic():
         Attempt.objects.create(delivery=delivery, at=started, status_code=response.status_code,
-                               response_ms=response.elapsed_ms, error=response.error, succeeded=response.ok)
+                               response_ms=response.elapsed_ms, error=response.error, succeeded=response.ok,
+                               to_loopback=response.to_loopback)
         # Compare-and-set on the count this attempt claimed: it is always still ours unless the
         # lease ran out mid-request (a stopped worker) and a later attempt was claimed since.
         Delivery.objects.filter(pk=delivery.pk, attempts=attempt + 1, status=Delivery.Status.PENDING).update(**fields)

@@ -149,6 +149,7 @@ class Response:
     status_code: int | None
     elapsed_ms: int
     error: str = ""
+    to_loopback: bool = False
 
     @property
     def ok(self) -> bool:
@@ -172,13 +173,16 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Response:
     except TargetRefused as exc:
         return Response(None, 0, exc.message)
     deadline = float(settings.WEBHOOK_TIMEOUT_SECONDS)
+    address = target.address.ipv4_mapped if isinstance(target.address, ipaddress.IPv6Address) else None
+    loopback = (address or target.address).is_loopback
     try:
         status = _run(asyncio.wait_for(_post(target, body, headers, deadline), deadline))
     except TimeoutError:
-        return Response(None, _ms_since(started), f"No complete answer within {deadline:g} s: the request was cut off.")
+        return Response(None, _ms_since(started), f"No complete answer within {deadline:g} s: the request was cut off.",
+                        loopback)
     except httpx.HTTPError as exc:
-        return Response(None, _ms_since(started), f"{type(exc).__name__}: {exc}"[:500])
-    return Response(status, _ms_since(started), "" if 200 <= status < 300 else f"HTTP {status}")
+        return Response(None, _ms_since(started), f"{type(exc).__name__}: {exc}"[:500], loopback)
+    return Response(status, _ms_since(started), "" if 200 <= status < 300 else f"HTTP {status}", loopback)
 
 
 async def _post(target: Target, body: bytes, headers: dict[str, str], timeout: float) -> int:
