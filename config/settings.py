@@ -65,7 +65,10 @@ MIDDLEWARE = [
     # Outermost, so a saturated connection pool anywhere below answers 503, never 500.
     "config.middleware.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, also on error pages under DEBUG; below it, the product's own error pages
+    # whatever DEBUG says (config.error_pages).
+    "config.error_pages.CSPOnEveryPageMiddleware",
+    "config.error_pages.ProductErrorPagesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Below WhiteNoise (static files keep their caching), above everything that answers.
     "config.middleware.NoStoreMiddleware",
@@ -82,6 +85,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+# Django's DEBUG 500/400 pages (traceback, settings) show the product's page; the log keeps the traceback.
+DEFAULT_EXCEPTION_REPORTER = "config.error_pages.ProductPageReporter"
 ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = None
 
