@@ -261,12 +261,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker reconnects to Redis for as long as it is down; a publish (after a commit) gives up
 # within about a second and is logged, and the sweep re-drives what it would have queued.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2}
+# A Redis that accepts connections but never answers (stopped, swapping, wedged) must not hold a
+# publish, and with it the request that committed a create, for more than a few seconds: every
+# read on the broker's socket gives up after socket_timeout (the worker's own blocking reads
+# wait 1 s at a time, below it).
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2, "socket_timeout": 2}
 # Deployments (and test runs) sharing one Redis keep their queues apart, as CHANNEL_PREFIX and
 # CACHE_PREFIX keep their channels and cache keys.
 if CELERY_KEY_PREFIX := env_str("CELERY_KEY_PREFIX", ""):
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = CELERY_KEY_PREFIX
-CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # Webhook deliveries wait on customers' servers: they have a queue of their own, served by a
 # worker of its own (`celery -A config worker -Q webhooks`; runstack starts one), so cluster
 # work never queues behind a slow receiver (docs/webhooks.md).
