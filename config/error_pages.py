@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.exceptions import BadRequest, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.template import loader
+from django.utils.safestring import SafeString, mark_safe
 from django.views import defaults
 from django.views.debug import ExceptionReporter
 
@@ -62,14 +63,14 @@ class ProductPageReporter(ExceptionReporter):
     def _template(self) -> str:
         return "400.html" if isinstance(self.exc_value, SuspiciousOperation | BadRequest) else "500.html"
 
-    def get_traceback_html(self) -> str:
+    def get_traceback_html(self) -> SafeString:
         if not settings.DEBUG:
             return super().get_traceback_html()
-        return loader.get_template(self._template()).render()
+        return mark_safe(loader.get_template(self._template()).render())  # a rendered, autoescaped template
 
-    def get_traceback_text(self) -> str:
+    def get_traceback_text(self) -> SafeString:
         if not settings.DEBUG:
             return super().get_traceback_text()
         if self._template() == "400.html":
-            return "Bad request: something in the address or the form was not valid."
-        return "Something went wrong on our side. The error was logged; try again in a moment."
+            return mark_safe("Bad request: something in the address or the form was not valid.")
+        return mark_safe("Something went wrong on our side. The error was logged; try again in a moment.")

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from accounts.models import Role
@@ -24,8 +24,28 @@ from tests.live.processes import BASE_DIR, database_url, free_port, wait_for
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def redis_children(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children(recursive=True) if "redis-server" in " ".join(p.cmdline())]
+def descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+def redis_children(pid: int) -> list[int]:
+    """The redis-server processes among `pid`'s descendants."""
+    running = []
+    for child in descendants(pid):
+        try:
+            if b"redis-server" in Path(f"/proc/{child}/cmdline").read_bytes():
+                running.append(child)
+        except OSError:
+            pass
+    return running
 
 
 def serving(port: int) -> bool:
@@ -54,8 +74,8 @@ def test_runstack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(tm
         assert wait_for(lambda: "is running at" in log.read_text(), 120), log.read_text()
         assert wait_for(lambda: serving(port), 120), log.read_text()[-3000:]
         [redis] = redis_children(stack.pid)
-        os.kill(redis.pid, signal.SIGKILL)
-        said = f"redis (pid {redis.pid}) exited with -9; restarted it"
+        os.kill(redis, signal.SIGKILL)
+        said = f"redis (pid {redis}) exited with -9; restarted it"
         assert wait_for(lambda: said in log.read_text(), 30), log.read_text()[-3000:]
         assert wait_for(lambda: len(redis_children(stack.pid)) == 1, 10)
 
