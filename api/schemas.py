@@ -850,12 +850,30 @@ class UpdateWebhookEndpoint(Body):
     is_active: bool | None = None
 
 
+LOOPBACK_FIELD = Field(description="Sent to a loopback address (development only): the status code and response "
+                                   "time are withheld and `error`/`last_error` give only the answer's class "
+                                   "(2xx, 3xx, 4xx, 5xx or \"no answer\").")
+
+
 class WebhookAttempt(Schema):
     at: Timestamp
     status_code: int | None
     response_ms: int | None
     error: str
     succeeded: bool
+    to_loopback: bool = LOOPBACK_FIELD
+
+    @staticmethod
+    def resolve_status_code(attempt: Any) -> int | None:
+        return None if attempt.to_loopback else attempt.status_code
+
+    @staticmethod
+    def resolve_response_ms(attempt: Any) -> int | None:
+        return attempt.shown_response_ms
+
+    @staticmethod
+    def resolve_error(attempt: Any) -> str:
+        return str(attempt.shown_answer) if attempt.to_loopback else str(attempt.error)
 
 
 class WebhookDelivery(Schema):
@@ -872,6 +890,19 @@ class WebhookDelivery(Schema):
     manual: bool = Field(description="A re-send or a test event.")
     created_at: Timestamp
     attempt_log: list[WebhookAttempt]
+    last_to_loopback: bool = LOOPBACK_FIELD
+
+    @staticmethod
+    def resolve_last_status_code(delivery: Any) -> int | None:
+        return None if delivery.last_to_loopback else delivery.last_status_code
+
+    @staticmethod
+    def resolve_last_response_ms(delivery: Any) -> int | None:
+        return delivery.shown_response_ms
+
+    @staticmethod
+    def resolve_last_error(delivery: Any) -> str:
+        return str(delivery.shown_answer) if delivery.last_to_loopback else str(delivery.last_error)
 
     @staticmethod
     def resolve_event_id(delivery: Any) -> str:

@@ -64,7 +64,7 @@ class _PushLoop:
     loop in a daemon thread keeps the layer's connections from push to push (~0.2 ms). A
     forked child (a Celery worker) starts a loop of its own."""
 
-    TIMEOUT = 5.0  # a Redis that accepts and never answers holds up the committing thread this long
+    TIMEOUT = 2.0  # a Redis that accepts and never answers holds up the committing thread this long
 
     def __init__(self) -> None:
         self._forget()

@@ -65,7 +65,10 @@ MIDDLEWARE = [
     # Outermost, so a saturated connection pool anywhere below answers 503, never 500.
     "config.middleware.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, also on error pages under DEBUG; below it, the product's own error pages
+    # whatever DEBUG says (config.error_pages).
+    "config.error_pages.CSPOnEveryPageMiddleware",
+    "config.error_pages.ProductErrorPagesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Below WhiteNoise (static files keep their caching), above everything that answers.
     "config.middleware.NoStoreMiddleware",
@@ -82,6 +85,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+# Django's DEBUG 500/400 pages (traceback, settings) show the product's page; the log keeps the traceback.
+DEFAULT_EXCEPTION_REPORTER = "config.error_pages.ProductPageReporter"
 ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = None
 
@@ -256,12 +261,21 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker reconnects to Redis for as long as it is down; a publish (after a commit) gives up
 # within about a second and is logged, and the sweep re-drives what it would have queued.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2}
+# A Redis that accepts connections but never answers (stopped, swapping, wedged) must not hold a
+# publish, and with it the request that committed a create, for more than a few seconds: every
+# read on the broker's socket gives up after socket_timeout (the worker's own blocking reads
+# wait 1 s at a time, below it).
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2, "socket_timeout": 2}
 # Deployments (and test runs) sharing one Redis keep their queues apart, as CHANNEL_PREFIX and
 # CACHE_PREFIX keep their channels and cache keys.
 if CELERY_KEY_PREFIX := env_str("CELERY_KEY_PREFIX", ""):
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = CELERY_KEY_PREFIX
-CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+# Webhook deliveries wait on customers' servers: they have a queue of their own, served by a
+# worker of its own (`celery -A config worker -Q webhooks`; runstack starts one), so cluster
+# work never queues behind a slow receiver (docs/webhooks.md).
+WEBHOOK_QUEUE = "webhooks"
+CELERY_TASK_ROUTES = {"webhooks.tasks.send_webhook": {"queue": WEBHOOK_QUEUE}}
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
 # Node health (clusters.health): a round per ready cluster every interval, one SSH session per
@@ -389,9 +403,10 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600)
 NOTIFICATION_MAX_ATTEMPTS = env_int("NOTIFICATION_MAX_ATTEMPTS", 10)
 NOTIFICATION_REQUEUE_AFTER_SECONDS = env_int("NOTIFICATION_REQUEUE_AFTER_SECONDS", 300)
 # Webhooks (webhooks/, docs/webhooks.md): a failed delivery is tried again after 30 s, then
-# 4x longer each time (capped at 6 h), for up to 3 days from the event; each request waits at
-# most WEBHOOK_TIMEOUT_SECONDS. Endpoints must be https:// and resolve only to public
-# addresses; development and the tests may use http:// and loopback (never private ranges).
+# 4x longer each time (capped at 6 h), for up to 3 days from the event; each request is cut
+# off WEBHOOK_TIMEOUT_SECONDS after it starts, all of it (connect, headers and body). Endpoints
+# must be https:// and resolve only to public addresses; development and the tests may use
+# http:// and loopback (never private ranges).
 WEBHOOK_RETRY_BASE_SECONDS = env_int("WEBHOOK_RETRY_BASE_SECONDS", 30)
 WEBHOOK_RETRY_FACTOR = env_int("WEBHOOK_RETRY_FACTOR", 4)
 WEBHOOK_RETRY_MAX_SECONDS = env_int("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)
@@ -399,6 +414,9 @@ WEBHOOK_RETRY_WINDOW_SECONDS = env_int("WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 86400
 WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10)
 # A queued attempt whose task never ran is queued again by the sweep after this long.
 WEBHOOK_QUEUE_LEASE_SECONDS = env_int("WEBHOOK_QUEUE_LEASE_SECONDS", 120)
+# The task's soft time limit is 60 s, and a claimed attempt must end well inside its lease.
+if not 1 <= WEBHOOK_TIMEOUT_SECONDS <= 30 or WEBHOOK_QUEUE_LEASE_SECONDS < WEBHOOK_TIMEOUT_SECONDS + 60:
+    raise ImproperlyConfigured("WEBHOOK_TIMEOUT_SECONDS must be 1-30 and WEBHOOK_QUEUE_LEASE_SECONDS at least 60 more")
 WEBHOOK_ALLOW_LOOPBACK = env_bool("WEBHOOK_ALLOW_LOOPBACK", DEBUG or TESTING)
 WEBHOOK_REQUIRE_HTTPS = env_bool("WEBHOOK_REQUIRE_HTTPS", not (DEBUG or TESTING))
 # Request a quote: at most QUOTE_RATE_LIMIT submissions per client address per window.

@@ -31,6 +31,15 @@ class EventType(models.TextChoices):
 SUBSCRIBABLE = [t for t in EventType if t != EventType.WEBHOOK_TEST]
 
 
+LOOPBACK_NOTE = ("Deliveries to this computer's own loopback addresses (allowed in development only) show only "
+                 "the class of the answer (2xx, 3xx, 4xx, 5xx or no answer), so the log cannot map which local "
+                 "ports answer.")
+
+
+def answer_class(status_code: int | None) -> str:
+    return f"{status_code // 100}xx" if status_code else "no answer"
+
+
 def new_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
@@ -100,6 +109,8 @@ class Delivery(models.Model):
     last_response_ms = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The last attempt went to a loopback address: only its answer's class is shown.
+    last_to_loopback = models.BooleanField(default=False)
     # A re-send from the page, API or CLI: a new delivery of the same event (same event id).
     manual = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -119,6 +130,17 @@ class Delivery(models.Model):
     def __str__(self) -> str:
         return f"{self.event} to {self.endpoint_id} ({self.status})"
 
+    @property
+    def shown_answer(self) -> str:
+        """What the tenant sees of the last answer (the page, the API, the CLI)."""
+        if self.last_to_loopback:
+            return answer_class(self.last_status_code)
+        return f"HTTP {self.last_status_code}" if self.last_status_code else self.last_error
+
+    @property
+    def shown_response_ms(self) -> int | None:
+        return None if self.last_to_loopback else self.last_response_ms
+
 
 class Attempt(models.Model):
     delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
@@ -127,9 +149,22 @@ class Attempt(models.Model):
     response_ms = models.PositiveIntegerField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True)
     succeeded = models.BooleanField(default=False)
+    # Sent to a loopback address (development only): only the answer's class is shown, so the
+    # log cannot tell which of this computer's ports listen, or what answers on them.
+    to_loopback = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["at", "id"]
 
     def __str__(self) -> str:
         return f"{self.delivery_id} at {self.at}: {self.status_code or self.error}"
+
+    @property
+    def shown_answer(self) -> str:
+        if self.to_loopback:
+            return answer_class(self.status_code)
+        return f"HTTP {self.status_code}" if self.status_code else self.error
+
+    @property
+    def shown_response_ms(self) -> int | None:
+        return None if self.to_loopback else self.response_ms

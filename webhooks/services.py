@@ -19,8 +19,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, QuerySet, Sum
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
 from accounts.models import Workspace
@@ -181,52 +181,72 @@ class Outcome:
 
 
 def send_delivery(delivery_id: int, attempt: int) -> Outcome:
-    """Attempt number `attempt` (0-based) of one delivery. A task for an attempt that already
-    happened (a duplicate, a redelivery) finds the count moved on and does nothing."""
-    with transaction.atomic():
-        # The row stays locked for the whole request (bounded by WEBHOOK_TIMEOUT_SECONDS):
-        # a duplicate task waits here and then finds the attempt done, so an attempt is made once.
-        delivery = Delivery.objects.select_for_update(of=("self",)).select_related(
-            "event", "endpoint", "event__workspace").filter(pk=delivery_id).first()
-        if delivery is None or delivery.status != Delivery.Status.PENDING or delivery.attempts != attempt:
-            return Outcome("skipped")
-        endpoint, event = delivery.endpoint, delivery.event
-        now = timezone.now()
-        body = payload(event, event.workspace)
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "Runcrate-Event-Id": event.public_id,
-            "Runcrate-Event-Type": event.type,
-            "Runcrate-Delivery-Attempt": str(attempt + 1),
-            signing.HEADER: signing.sign(endpoint.secret, int(now.timestamp()), body),
-        }
-        if not endpoint.is_active and event.type != EventType.WEBHOOK_TEST:
-            response = targets.Response(None, 0, "The endpoint was switched off.")
-        else:
-            response = targets.post(endpoint.url, body, headers)
-        Attempt.objects.create(delivery=delivery, at=now, status_code=response.status_code,
-                               response_ms=response.elapsed_ms, error=response.error, succeeded=response.ok)
-        fields: dict[str, Any] = {
-            "attempts": attempt + 1, "last_attempt_at": now, "last_status_code": response.status_code,
-            "last_response_ms": response.elapsed_ms, "last_error": response.error,
-        }
-        if response.ok:
-            fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=now, next_attempt_at=None)
-            outcome = Outcome("succeeded")
-        else:
-            retry_at = now + dt.timedelta(seconds=retry_delay(attempt + 1))
-            window_ends = delivery.created_at + dt.timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
-            if retry_at > window_ends or not endpoint.is_active:
-                fields.update(status=Delivery.Status.FAILED, next_attempt_at=None)
-                outcome = Outcome("failed")
-            else:
-                fields.update(next_attempt_at=retry_at)
-                outcome = Outcome("retry", retry_at)
-        Delivery.objects.filter(pk=delivery.pk).update(**fields)
+    """Attempt number `attempt` (0-based) of one delivery: claimed in one short statement, the
+    POST made with no transaction open (a slow receiver must hold no lock: on SQLite any open
+    write transaction is the whole database's), the outcome recorded in a second transaction.
+
+    A task for an attempt that was already claimed (a duplicate, a redelivery) finds the count
+    moved on and does nothing, so an attempt is made once. A worker that dies mid-POST leaves
+    the attempt counted and the delivery leased: the sweep queues the next attempt when the
+    lease runs out."""
+    now = timezone.now()
+    lease = now + dt.timedelta(seconds=settings.WEBHOOK_QUEUE_LEASE_SECONDS)
+    claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, attempts=attempt).update(
+        attempts=attempt + 1, next_attempt_at=lease)
+    if not claimed:
+        return Outcome("skipped")
+    delivery = Delivery.objects.select_related("event", "endpoint", "event__workspace").get(pk=delivery_id)
+    endpoint, event = delivery.endpoint, delivery.event
+    body = payload(event, event.workspace)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Runcrate-Event-Id": event.public_id,
+        "Runcrate-Event-Type": event.type,
+        "Runcrate-Delivery-Attempt": str(attempt + 1),
+        signing.HEADER: signing.sign(endpoint.secret, int(now.timestamp()), body),
+    }
+    if not endpoint.is_active and event.type != EventType.WEBHOOK_TEST:
+        response = targets.Response(None, 0, "The endpoint was switched off.")
+    else:
+        if not connection.in_atomic_block:
+            # Nor a database connection: back to the pool while the receiver takes its time.
+            connection.close()
+        response = targets.post(endpoint.url, body, headers)
+    outcome = record_attempt(delivery, attempt, started=now, response=response)
     if outcome.status == "failed":
         log.warning("Gave up on webhook delivery %s to %s after %s attempts: %s",
                     delivery_id, endpoint.url, attempt + 1, response.error)
+    return outcome
+
+
+def record_attempt(delivery: Delivery, attempt: int, *, started: dt.datetime, response: targets.Response) -> Outcome:
+    """The outcome of a claimed attempt: logged, and the delivery delivered, scheduled again
+    (retry_delay after the attempt ended) or given up once the retry window is spent."""
+    ended = timezone.now()
+    fields: dict[str, Any] = {
+        "last_attempt_at": started, "last_status_code": response.status_code,
+        "last_response_ms": response.elapsed_ms, "last_error": response.error, "last_to_loopback": response.to_loopback,
+    }
+    if response.ok:
+        fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=ended, next_attempt_at=None)
+        outcome = Outcome("succeeded")
+    else:
+        retry_at = ended + dt.timedelta(seconds=retry_delay(attempt + 1))
+        window_ends = delivery.created_at + dt.timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
+        if retry_at > window_ends or not delivery.endpoint.is_active:
+            fields.update(status=Delivery.Status.FAILED, next_attempt_at=None)
+            outcome = Outcome("failed")
+        else:
+            fields.update(next_attempt_at=retry_at)
+            outcome = Outcome("retry", retry_at)
+    with transaction.atomic():
+        Attempt.objects.create(delivery=delivery, at=started, status_code=response.status_code,
+                               response_ms=response.elapsed_ms, error=response.error, succeeded=response.ok,
+                               to_loopback=response.to_loopback)
+        # Compare-and-set on the count this attempt claimed: it is always still ours unless the
+        # lease ran out mid-request (a stopped worker) and a later attempt was claimed since.
+        Delivery.objects.filter(pk=delivery.pk, attempts=attempt + 1, status=Delivery.Status.PENDING).update(**fields)
     return outcome
 
 
@@ -252,9 +272,10 @@ def endpoints_of(workspace: Workspace) -> QuerySet[Endpoint]:
 
 def deliveries_version(endpoint: Endpoint) -> str:
     """Changes whenever the endpoint's delivery log does: a delivery made (a count and the
-    newest id) or an attempt finished (every attempt adds one, whatever its outcome)."""
-    found = Delivery.objects.filter(endpoint=endpoint).aggregate(count=Count("id"), newest=Max("id"), attempts=Sum("attempts"))
-    return f"{found['count']}.{found['newest'] or 0}.{found['attempts'] or 0}"
+    newest id) or an attempt finished (every finished attempt adds a row, whatever its outcome)."""
+    found = Delivery.objects.filter(endpoint=endpoint).aggregate(count=Count("id"), newest=Max("id"))
+    attempts = Attempt.objects.filter(delivery__endpoint=endpoint).count()
+    return f"{found['count']}.{found['newest'] or 0}.{attempts}"
 
 
 def deliveries_of(endpoint: Endpoint) -> QuerySet[Delivery]:

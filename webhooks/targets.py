@@ -9,10 +9,14 @@ shared, reserved and multicast ranges never are."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ipaddress
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -28,16 +32,52 @@ class TargetRefused(DomainError):
         super().__init__("webhook_url_refused", message, field="url")
 
 
+# IPv6 forms that carry an IPv4 address, which a gateway on the way forwards to: NAT64's
+# well-known prefix (RFC 6052) and 6to4 (2002::/16) pass only when that IPv4 address does.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Only this part of IPv6 is assigned for global unicast; everything outside it (::/96's
+# deprecated "IPv4-compatible" form, ::ffff:0:0:0/96 "IPv4-translated", 64:ff9b:1::/48 local
+# NAT64, fec0::/10 site-local, 5f00::/16 SRv6, what is not assigned yet) is refused outright.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# Inside 2000::/3 yet never a public host, and not all known to this Python's `is_global`:
+# Teredo (2001::/32), documentation (2001:db8::/32, 3fff::/20), ORCHID (2001:10::/28, 2001:20::/28).
+_NOT_GLOBAL_V6 = tuple(ipaddress.IPv6Network(n) for n in (
+    "2001::/32", "2001:db8::/32", "3fff::/20", "2001:10::/28", "2001:20::/28",
+))
+_REFUSED = "is in a private or reserved range"
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a NAT64 or 6to4 address carries, or None."""
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_problem(address: IPAddress) -> str | None:
-    """Why this address may not be dialled, or None."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Why this address may not be dialled, or None. Only global unicast addresses pass, and
+    loopback (127.0.0.0/8, ::1 and ::ffff:127.x.y.z: what reaches this computer itself)
+    only with settings.WEBHOOK_ALLOW_LOOPBACK."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # the kernel dials the IPv4 address itself
+        elif (inner := embedded_ipv4(address)) is not None:
+            # Judged by the address it carries; loopback in there is some gateway's, never ours.
+            if inner.is_loopback or address_problem(inner) is not None:
+                return f"carries the IPv4 address {inner}, which is not a public one"
+            return None
     if address.is_loopback:
         return None if settings.WEBHOOK_ALLOW_LOOPBACK else "is a loopback address"
     if address.is_multicast or address.is_unspecified:
         return "is not a unicast address"
+    if isinstance(address, ipaddress.IPv6Address) and (
+        address not in _GLOBAL_UNICAST or any(address in network for network in _NOT_GLOBAL_V6)
+    ):
+        return _REFUSED
     if not address.is_global:
-        return "is in a private or reserved range"
+        return _REFUSED
     return None
 
 
@@ -109,26 +149,67 @@ class Response:
     status_code: int | None
     elapsed_ms: int
     error: str = ""
+    to_loopback: bool = False
 
     @property
     def ok(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
+# What is read of an answer's body before the connection is closed: nothing of it is kept, and a
+# receiver streaming gigabytes back must not hold the worker for them.
+MAX_ANSWER_BYTES = 64 * 1024
+
+
 def post(url: str, body: bytes, headers: dict[str, str]) -> Response:
-    """One POST to the checked address; redirects are not followed (a 3xx is a failure, since
-    following one would dial an address nobody checked)."""
+    """One POST to the checked address, finished or cut off within WEBHOOK_TIMEOUT_SECONDS in
+    all: connect, send, the answer's headers and its body. httpx's own timeouts bound each read,
+    so a receiver that drips a header line every few seconds would never trip them; the whole
+    request runs under one deadline instead. Redirects are not followed (a 3xx is a failure,
+    since following one would dial an address nobody checked)."""
     started = time.monotonic()
     try:
         target = check_url(url)
     except TargetRefused as exc:
         return Response(None, 0, exc.message)
-    extensions = {"sni_hostname": target.host} if target.url.startswith("https:") else {}
+    deadline = float(settings.WEBHOOK_TIMEOUT_SECONDS)
+    address = target.address.ipv4_mapped if isinstance(target.address, ipaddress.IPv6Address) else None
+    loopback = (address or target.address).is_loopback
     try:
-        with httpx.Client(timeout=settings.WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False) as client:
-            answer = client.post(target.pinned_url, content=body,
-                                 headers={**headers, "Host": target.host_header}, extensions=extensions)
+        status = _run(asyncio.wait_for(_post(target, body, headers, deadline), deadline))
+    except TimeoutError:
+        return Response(None, _ms_since(started), f"No complete answer within {deadline:g} s: the request was cut off.",
+                        loopback)
     except httpx.HTTPError as exc:
-        return Response(None, int((time.monotonic() - started) * 1000), f"{type(exc).__name__}: {exc}"[:500])
-    elapsed = int((time.monotonic() - started) * 1000)
-    return Response(answer.status_code, elapsed, "" if answer.is_success else f"HTTP {answer.status_code}")
+        return Response(None, _ms_since(started), f"{type(exc).__name__}: {exc}"[:500], loopback)
+    return Response(status, _ms_since(started), "" if 200 <= status < 300 else f"HTTP {status}", loopback)
+
+
+async def _post(target: Target, body: bytes, headers: dict[str, str], timeout: float) -> int:
+    extensions = {"sni_hostname": target.host} if target.url.startswith("https:") else {}
+    async with (
+        httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+        client.stream("POST", target.pinned_url, content=body, headers={**headers, "Host": target.host_header},
+                      extensions=extensions) as answer,
+    ):
+        read = 0
+        async for chunk in answer.aiter_raw():
+            read += len(chunk)
+            if read >= MAX_ANSWER_BYTES:
+                break
+        return answer.status_code
+
+
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
+    """Run the request on an event loop of its own: in this thread (a worker), or in a helper
+    thread when this one already runs a loop (an async caller with tasks run inline)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

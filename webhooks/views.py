@@ -3,6 +3,7 @@ the delivery log, re-send and test-send."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -15,7 +16,7 @@ from accounts.tenancy import Tenancy, require_tenancy
 from config.errors import DomainError, add_to_form, flash
 from webhooks import services
 from webhooks.forms import EndpointEventsForm, EndpointForm
-from webhooks.models import Delivery, Endpoint
+from webhooks.models import LOOPBACK_NOTE, Delivery, Endpoint
 
 
 def _require_manager(request: AuthenticatedHttpRequest) -> Tenancy:
@@ -75,8 +76,9 @@ def endpoint_detail(request: AuthenticatedHttpRequest, endpoint_id: int) -> Http
     else:
         template = "webhooks/endpoint.html"
     deliveries = Paginator(services.deliveries_of(endpoint), 25).get_page(request.GET.get("page"))
-    return render(request, template, {"endpoint": endpoint, "form": form, "deliveries": deliveries, "version": version},
-                  status=400 if form.errors else 200)
+    context = {"endpoint": endpoint, "form": form, "deliveries": deliveries, "version": version,
+               "allows_loopback": settings.WEBHOOK_ALLOW_LOOPBACK, "loopback_note": LOOPBACK_NOTE}
+    return render(request, template, context, status=400 if form.errors else 200)
 
 
 @login_required

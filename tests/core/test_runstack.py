@@ -29,3 +29,20 @@ def test_a_process_of_the_stack_that_exits_is_started_again(tmp_path):
 def test_the_worker_runs_a_pool_that_survives_a_redis_outage():
     command = worker_command("w")
     assert command[command.index("--pool") + 1] == "prefork"
+
+
+def test_webhook_deliveries_go_to_a_queue_that_only_the_webhook_worker_takes():
+    from clusters.management.commands.runstack import worker_commands
+    from config.celery import app
+
+    def queue_of(task: str) -> str:
+        return app.amqp.router.route({}, task)["queue"].name
+
+    def queues(command: list[str]) -> set[str]:
+        return set(command[command.index("-Q") + 1].split(","))
+
+    workers = worker_commands("test")
+    assert queue_of("webhooks.tasks.send_webhook") in queues(workers["webhooks"])
+    assert queue_of("webhooks.tasks.send_webhook") not in queues(workers["worker"])
+    for task in ("clusters.tasks.advance_cluster", "clusters.tasks.sweep_clusters", "webhooks.tasks.send_due_webhooks"):
+        assert queue_of(task) in queues(workers["worker"]) and queue_of(task) not in queues(workers["webhooks"])

@@ -64,3 +64,67 @@ def receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class DripReceiver:
+    """A real socket server on 127.0.0.1 that reads a request and answers it one header line
+    every `interval` seconds: a status line, then `X-Drip-N` lines, never the blank line that
+    ends the headers, until `lines` are sent or the test releases it (then it closes the
+    connection). Each read on the client's side gets data well within any per-read timeout."""
+
+    def __init__(self, interval: float, lines: int) -> None:
+        import socket
+
+        self.interval, self.lines = interval, lines
+        self.released = threading.Event()
+        self.answering = threading.Semaphore(0)  # one release per request being dripped
+        self.requests = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/hooks/slow"
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.released.is_set():
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(connection,), daemon=True).start()
+
+    def _drip(self, connection: Any) -> None:
+        with connection:
+            connection.settimeout(10)
+            request = b""
+            try:
+                while b"\r\n\r\n" not in request:
+                    request += connection.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(body) < length:
+                    body += connection.recv(65536)
+                self.requests += 1
+                connection.sendall(b"HTTP/1.1 200 OK\r\n")
+                self.answering.release()
+                for n in range(self.lines):
+                    if self.released.wait(self.interval):
+                        return
+                    connection.sendall(f"X-Drip-{n}: still here\r\n".encode())
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.close()
+
+
+@pytest.fixture
+def drip_receivers() -> Iterator[list[DripReceiver]]:
+    """Eight slow receivers; each drips a header line a second for up to two minutes."""
+    receivers = [DripReceiver(interval=1.0, lines=120) for _ in range(8)]
+    try:
+        yield receivers
+    finally:
+        for receiver in receivers:
+            receiver.close()

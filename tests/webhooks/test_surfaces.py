@@ -203,3 +203,36 @@ def test_a_low_balance_and_a_reached_budget_are_sent_once(workspace, environment
     budget = receiver.requests[-1].json["data"]
     assert budget["environment"]["id"] == environment.pk and budget["stopped_cluster_ids"] == [cluster.pk]
     assert all(signing.verify(endpoint.secret, r.headers["Runcrate-Signature"], r.body) for r in receiver.requests)
+
+
+# -- loopback answers (development) ----------------------------------------------------------------
+
+
+def test_answers_from_loopback_show_only_their_class_on_the_page_and_the_api_and_the_page_says_so(
+    owner, workspace, api, receiver, django_capture_on_commit_callbacks
+):
+    """Under `make run` a tenant may add a loopback endpoint; the log must not tell it which of
+    this computer's ports listen (refused vs answered) or what answers there (codes, timings)."""
+    receiver.answer(404, 503)
+    listening = services.create_endpoint(workspace=workspace, url=receiver.url, events=[EventType.CLUSTER_READY])
+    closed = services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/hook", events=[EventType.CLUSTER_READY])
+    client = client_for(owner)
+    for endpoint in (listening, closed, listening, listening):
+        with django_capture_on_commit_callbacks(execute=True):
+            client.post(f"/account/webhooks/{endpoint.pk}/test/")
+    assert len(receiver.requests) == 3  # really sent: 404, 503, then 200
+
+    page = client.get(f"/account/webhooks/{listening.pk}/").content.decode()
+    assert "4xx" in page and "5xx" in page and "2xx" in page
+    assert "HTTP 404" not in page and "HTTP 503" not in page and not re.search(r"\d ms\b", page)
+    assert "only the class of the answer" in page
+    page = client.get(f"/account/webhooks/{closed.pk}/").content.decode()
+    assert "no answer" in page and "ConnectError" not in page and "refused" not in page.lower()
+
+    _, body = api.get(f"/webhooks/{listening.pk}/deliveries")
+    answers = sorted((d["last_status_code"], d["last_response_ms"], d["last_error"], d["last_to_loopback"])
+                     for d in body["data"])
+    assert answers == [(None, None, "2xx", True), (None, None, "4xx", True), (None, None, "5xx", True)]
+    assert all(a["status_code"] is None and a["response_ms"] is None for d in body["data"] for a in d["attempt_log"])
+    _, body = api.get(f"/webhooks/{closed.pk}/deliveries")
+    assert body["data"][0]["last_error"] == "no answer" and body["data"][0]["attempt_log"][0]["error"] == "no answer"

