@@ -546,10 +546,15 @@ def outside_descriptors(handle: realnodes.NodeHandle) -> list[str]:
 
 def test_no_descriptor_of_any_node_process_refers_to_anything_outside_the_node(run):
     node = run.boot("a")
-    # A customer's session open while the node is looked at: sshd's own processes and the
-    # shell it started hold their descriptors too.
+    # A customer's session (their key, a terminal) open while the node is looked at: sshd's
+    # own processes and the shell it started hold their descriptors too. The run's key is the
+    # control plane's, which gets no terminal.
+    customer = run.path / "customer"
+    customer_public = write_ed25519_keypair(customer, "customer")
+    installed = realnodes.run_in(node, ["sh", "-c", f"mkdir -p /root/.ssh && echo '{customer_public}' >> /root/.ssh/authorized_keys"])
+    assert installed.returncode == 0, installed.stderr
     session = subprocess.Popen(
-        ["ssh", "-F", "/dev/null", "-i", str(run.path / "client"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+        ["ssh", "-F", "/dev/null", "-i", str(customer), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
          "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
          f"ProxyCommand={node.proxy_command}", "-tt", "root@node", "echo session-open; exec sleep 120"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
