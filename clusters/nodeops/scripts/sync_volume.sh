@@ -48,4 +48,6 @@ case "$DIRECTION" in
         die "unknown sync direction $DIRECTION"
         ;;
 esac
-log "volume synced $DIRECTION ($(find "$TARGET" -type f | wc -l | tr -d ' ') files)"
+# The last line says what the volume now holds from this cluster (the control plane reads
+# "synced BYTES bytes" for the customer's event).
+log "volume synced $DIRECTION: $(find "$TARGET" -type f | wc -l | tr -d ' ') files, synced $(du -sb "$TARGET" | cut -f1) bytes"
