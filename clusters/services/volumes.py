@@ -75,7 +75,7 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
 
     with transaction.atomic():
         # The cluster row is the lock two clicks (or a click and a CLI call) queue on.
-        cluster = Cluster.objects.select_for_update().select_related("volume").get(pk=cluster.pk)
+        cluster = Cluster.objects.select_for_update(of=("self",)).select_related("volume").get(pk=cluster.pk)
         if cluster.volume_id is None:
             raise Conflict("no_volume", f"Cluster {cluster.name} has no volume attached; attach one when creating a cluster.")
         if not cluster.can_sync_volume:

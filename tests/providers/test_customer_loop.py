@@ -165,7 +165,7 @@ def test_ssh_by_name_reaches_a_replaced_and_an_added_node_at_once_with_nothing_r
     written = terminal.runcrate("clusters", "ssh-config", "hw")
     assert written.returncode == 0, written.stderr
 
-    before = terminal.ssh("hw-node-2", "hostname; cat /etc/runcrate/machine-id")
+    before = terminal.ssh("hw-node-2", "hostname; cat /etc/ssh/ssh_host_*key.pub")
     assert before.returncode == 0, before.stderr
     assert before.stdout.splitlines()[0] == "node-2"
 
@@ -181,7 +181,7 @@ def test_ssh_by_name_reaches_a_replaced_and_an_added_node_at_once_with_nothing_r
     new = cluster.nodes.get(index=2, released_at__isnull=True)
     assert new.state == Node.State.READY, story(cluster)
 
-    after = terminal.ssh("hw-node-2", "hostname; cat /etc/runcrate/machine-id")
+    after = terminal.ssh("hw-node-2", "hostname; cat /etc/ssh/ssh_host_*key.pub")
     assert after.returncode == 0, after.stderr
     assert after.stdout.splitlines()[0] == "node-2" and after.stdout != before.stdout, "the new machine answers"
     assert "IDENTIFICATION HAS CHANGED" not in after.stderr and "authenticity" not in after.stderr
