@@ -21,10 +21,9 @@ from clusters.queries import workspace_instance, workspace_instances
 from clusters.services.create import create_cluster, plan_cluster, recreate_cluster
 from clusters.services.network_tests import start_network_test
 from clusters.services.progress import retry_install
-from clusters.services.volumes import sync_volume_now
 from clusters.services.replace import replace_node
 from clusters.services.terminate import refuse_node_termination, terminate_cluster, terminate_instance
-from clusters.services.volumes import create_volume, delete_volume
+from clusters.services.volumes import create_volume, delete_volume, sync_volume_now
 from clusters.services.workers import add_workers
 from config.errors import DomainError, add_to_form, flash
 from offers.inventory import find_offer

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, NoReturn
 
 import click
 
@@ -163,7 +163,7 @@ def _resolve(state: State, cluster_id: str, host: str) -> sshconfig.NodeAccess:
     return access
 
 
-def _give_up(message: str) -> Any:
+def _give_up(message: str) -> NoReturn:
     click.echo(f"runcrate: {message}.", err=True)
     sys.exit(SSH_FAILED)
 

@@ -49,7 +49,7 @@ def test_the_cli_pages_node_examples_print_what_the_page_shows(environment, real
             words = shlex.split(command)
             if words[0] == "curl":
                 url = words[-1]
-                shown = wait_for(lambda: _get(url), timeout=60).rstrip("\n")
+                shown = wait_for(lambda url=url: _get(url), timeout=60).rstrip("\n")
             elif words[-1] == "&":
                 process = subprocess.Popen([sys.executable, "-m", "runcrate_client", *words[1:-1]], env=terminal.env,
                                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
