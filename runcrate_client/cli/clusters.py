@@ -401,7 +401,8 @@ def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: flo
                 + (f" ({reason})" if reason else "") + (f": {hint}" if hint else "."))
             return EXIT_CLUSTER_FAILED
         if timeout and time.monotonic() - started > timeout:
-            say(f"Gave up after {timeout:g}s; the cluster is still {status}.")
+            still = "; ".join(f"{node_label(n)} is still {n.get('status')}" for n in busy) if status == READY else ""
+            say(f"Gave up after {timeout:g}s; the cluster is still {status}" + (f", {still}." if still else "."))
             return EXIT_OTHER
         time.sleep(interval)
 
