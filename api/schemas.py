@@ -294,10 +294,10 @@ class Node(Schema):
     detail: str | None
     ssh: str | None = Field(description="The Connect card's ssh line for this node, once the cluster is ready or degraded.")
     ssh_endpoint: SshEndpoint | None = Field(
-        description="Where the node's SSH answers now, for a ProxyCommand that resolves it when a connection opens "
+        None, description="Where the node's SSH answers now, for a ProxyCommand that resolves it when a connection opens "
                     "(what `runcrate clusters ssh-config` writes), once the cluster is ready or degraded.")
     host_key: str | None = Field(
-        description="The node's SSH host key (`ssh-ed25519 AAAA…`) once read, for a KnownHostsCommand.")
+        None, description="The node's SSH host key (`ssh-ed25519 AAAA…`) once read, for a KnownHostsCommand.")
     replacing: bool = Field(
         description="A new machine being swapped in for the node of the same name: it takes that node's name and "
                     "private address, and the old machine stops once it is ready (then this is false).")
