@@ -278,6 +278,13 @@ class OfferQuery(Schema):
 # -- clusters -----------------------------------------------------------------------------------
 
 
+class SshEndpoint(Schema):
+    host: str = Field(description="The address the node's SSH answers on now (it changes when the node is replaced).")
+    port: int
+    user: str
+    proxy_jump: str | None = Field(description="The site gateway to go through (`ssh -J`), where there is one.")
+
+
 class Node(Schema):
     name: str = Field(description="node-0 (the head) … node-N-1.")
     role: Annotated[str, enum(["head", "worker"])]
@@ -286,6 +293,11 @@ class Node(Schema):
     step: str | None
     detail: str | None
     ssh: str | None = Field(description="The Connect card's ssh line for this node, once the cluster is ready or degraded.")
+    ssh_endpoint: SshEndpoint | None = Field(
+        None, description="Where the node's SSH answers now, for a ProxyCommand that resolves it when a connection opens "
+                    "(what `runcrate clusters ssh-config` writes), once the cluster is ready or degraded.")
+    host_key: str | None = Field(
+        None, description="The node's SSH host key (`ssh-ed25519 AAAA…`) once read, for a KnownHostsCommand.")
     replacing: bool = Field(
         description="A new machine being swapped in for the node of the same name: it takes that node's name and "
                     "private address, and the old machine stops once it is ready (then this is false).")
@@ -320,6 +332,17 @@ class Node(Schema):
     @staticmethod
     def resolve_ssh(node: Any) -> str | None:
         return connect.ssh_line(node)
+
+    @staticmethod
+    def resolve_ssh_endpoint(node: Any) -> dict[str, Any] | None:
+        found = connect.live_endpoint(node)
+        if found is None:
+            return None
+        return {"host": found.host, "port": found.port, "user": found.user, "proxy_jump": found.proxy_jump or None}
+
+    @staticmethod
+    def resolve_host_key(node: Any) -> str | None:
+        return (node.host_key or None) if node.released_at is None else None
 
     @staticmethod
     def resolve_private_ip(node: Any) -> str | None:

@@ -117,6 +117,16 @@ def ssh_line(node: Node) -> str | None:
     return _endpoint(node).ssh_command
 
 
+def live_endpoint(node: Node) -> NodeEndpoint | None:
+    """Where a live node's SSH answers now (the API's `nodes[].ssh_endpoint`): what the CLI's
+    ProxyCommand connects to when `ssh <cluster>-node-N` opens, so an added or replaced node
+    answers under its name at once. None while the node takes no SSH (as `ssh_line`)."""
+    cluster = node.cluster
+    if cluster.status not in CONNECTABLE or node.released_at is not None or node.replacing_id is not None:
+        return None
+    return _endpoint(node)
+
+
 def head_ssh_line(cluster: Cluster) -> str | None:
     """node-0's `ssh` line as the Connect card shows it first; None until the card shows, or
     while the head is not in service."""

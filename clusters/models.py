@@ -183,6 +183,11 @@ class Cluster(models.Model):
         return self.status == Status.DEGRADED
 
     @property
+    def can_sync_volume(self) -> bool:
+        """A running cluster with a volume can save its volume folder now (a checkpoint)."""
+        return self.volume_id is not None and self.status in (Status.READY, Status.DEGRADED)
+
+    @property
     def can_add_worker(self) -> bool:
         """Workers are added to a ready cluster, not while a node is being swapped (the
         service refuses it; the page does not offer it). Reads the loaded nodes."""

@@ -113,3 +113,24 @@ def sweep_network_tests() -> dict:
     for test_id in lost:
         queue_network_test(test_id)
     return {"failed": failed, "queued_again": len(lost)}
+
+
+@shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)
+def sync_volume(cluster_id: int) -> str:
+    """Save a running cluster's volume folder to its volume (clusters.services.volumes)."""
+    from clusters.services.volumes import run_volume_sync
+
+    return run_volume_sync(cluster_id)
+
+
+def queue_volume_sync(cluster_id: int) -> bool:
+    """After a commit: a broker that is down is logged; the customer can ask again."""
+    try:
+        sync_volume.delay(cluster_id)
+    except Exception:  # any broker failure
+        log.exception("could not queue the volume sync of cluster %s", cluster_id)
+        from clusters.services.volumes import volume_sync_not_queued
+
+        volume_sync_not_queued(cluster_id)
+        return False
+    return True

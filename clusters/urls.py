@@ -14,6 +14,7 @@ urlpatterns = [
     path("<int:cluster_id>/terminate/", views.cluster_terminate, name="terminate"),
     path("<int:cluster_id>/recreate/", views.cluster_recreate, name="recreate"),
     path("<int:cluster_id>/retry-install/", views.cluster_retry_install, name="retry_install"),
+    path("<int:cluster_id>/volume-sync/", views.cluster_sync_volume, name="sync_volume"),
     path("<int:cluster_id>/ssh-config/", views.cluster_ssh_config, name="ssh_config"),
     path("<int:cluster_id>/workers/", views.cluster_add_workers, name="add_workers"),
     path("<int:cluster_id>/network-tests/", views.cluster_network_test, name="network_test"),

@@ -23,7 +23,7 @@ from clusters.services.network_tests import start_network_test
 from clusters.services.progress import retry_install
 from clusters.services.replace import replace_node
 from clusters.services.terminate import refuse_node_termination, terminate_cluster, terminate_instance
-from clusters.services.volumes import create_volume, delete_volume
+from clusters.services.volumes import create_volume, delete_volume, sync_volume_now
 from clusters.services.workers import add_workers
 from config.errors import DomainError, add_to_form, flash
 from offers.inventory import find_offer
@@ -212,6 +212,18 @@ def cluster_retry_install(request: AuthenticatedHttpRequest, cluster_id: int) ->
     try:
         retry_install(cluster, actor=actor_label(request))
         messages.success(request, "Retrying the install on every node.")
+    except DomainError as error:
+        flash(request, error)
+    return _back_to(request, cluster)
+
+
+@login_required
+@require_POST
+def cluster_sync_volume(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpResponse:
+    cluster = get_cluster_for_user(request, cluster_id)
+    try:
+        sync_volume_now(cluster, actor=actor_label(request))
+        messages.success(request, "Saving the volume folder now; Events say how much was saved, and how long it took.")
     except DomainError as error:
         flash(request, error)
     return _back_to(request, cluster)

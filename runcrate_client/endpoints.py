@@ -130,6 +130,18 @@ class Clusters(Resource):
         """
         return self._transport.data("POST", f"/clusters/{seg(cluster_id)}/retry-install")
 
+    def sync_volume(self, cluster_id: int | str) -> Record:
+        """Save the head's volume folder to the attached volume now (a checkpoint).
+
+        Copies /shared/volume on node-0 (/volume on container offers) into the cluster's volume
+        while it runs; the cluster's events then say how many bytes and how long (volume_synced) or
+        why not (volume_sync_failed: a folder larger than the volume is refused whole, and the
+        volume keeps its earlier data). 409: no_volume, cluster_not_running, volume_sync_running.
+
+        POST /clusters/{cluster_id}/volume-sync (syncVolume)
+        """
+        return self._transport.data("POST", f"/clusters/{seg(cluster_id)}/volume-sync")
+
     def add_workers(self, cluster_id: int | str, *, count: int | None = None) -> Record:
         """Add workers to a ready cluster.
 
@@ -664,6 +676,7 @@ OPERATIONS = {
     "terminateCluster": ("clusters", "terminate"),
     "listClusterEvents": ("clusters", "list_events"),
     "retryInstall": ("clusters", "retry_install"),
+    "syncVolume": ("clusters", "sync_volume"),
     "addWorkers": ("clusters", "add_workers"),
     "terminateNode": ("clusters", "terminate_node"),
     "replaceNode": ("clusters", "replace_node"),

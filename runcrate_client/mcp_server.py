@@ -248,7 +248,12 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
             "price, balance, runway and refusals; returns a confirmation_token) -> tell the user the price -> "
             "create_cluster with the same arguments and the token -> cluster_status until 'ready'. SSH keys: "
             "list_ssh_keys / add_ssh_key; every key of the workspace is installed unless ssh_key_ids names some. Billing runs until delete_cluster. Money values "
-            "are decimal strings in USD."
+            "are decimal strings in USD. Commands on the nodes never go through this server (the control plane runs "
+            "no customer command): run them with the user's own SSH from a shell, `runcrate clusters exec NAME -- CMD` "
+            "(every node in parallel, each line prefixed with its node; --json for per-node exit codes and output; "
+            "--nodes node-1,node-3 for some), `runcrate clusters cp SRC NAME:[node-N:]PATH` for files and "
+            "`runcrate clusters port-forward NAME [node-N] PORT` for a dashboard; or `ssh NAME-node-N` once "
+            "`runcrate clusters ssh-config NAME` was run."
         ),
     )
     for module in TOOL_MODULES:

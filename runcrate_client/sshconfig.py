@@ -1,18 +1,26 @@
 """The customer's side of SSH by name: files under ~/.runcrate/ssh and one Include line.
 
-`runcrate clusters ssh-config NAME` (and `runcrate clusters ssh`, which refreshes them first)
-writes the cluster's ssh-config block and its nodes' host keys from the API, and puts
-`Include ~/.runcrate/ssh/*.config` at the top of ~/.ssh/config once, the way SkyPilot does:
-`ssh train-node-3` then works from any terminal, and a replaced node's new host key arrives
-with the next refresh instead of a "host key changed" warning.
+`runcrate clusters ssh-config NAME` (and every command that connects: `ssh`, `exec`, `cp`,
+`port-forward`) writes ~/.runcrate/ssh/NAME.config and puts `Include ~/.runcrate/ssh/*.config`
+at the top of ~/.ssh/config once, the way SkyPilot does: `ssh train-node-3` then works from any
+terminal. The file never goes stale: one wildcard Host reaches every node, present or future,
+through a ProxyCommand (`runcrate clusters _proxy`) that asks the API for the node's current
+address when the connection opens, and a KnownHostsCommand (`runcrate clusters _known-hosts`,
+OpenSSH 8.5+) that gives ssh the node's current host key. A node added or replaced answers
+under its name at once, with no "host key changed" warning and no first-use prompt.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 INCLUDE_LINE = "Include ~/.runcrate/ssh/*.config"
 MARKER = "# Added by runcrate: ssh <cluster>-node-N"
@@ -50,6 +58,112 @@ def write_cluster_files(cluster_name: str, ssh_config: str, known_hosts: str, ho
     return Written(config_path, known_path, ensure_include(home))
 
 
+def write_live_config(cluster: dict[str, Any], runcrate: Sequence[str], home: Path | None = None) -> Written:
+    """Write <name>.config: one Host pattern for every node of the cluster, whatever its nodes
+    are now, resolved when ssh connects. `runcrate` is the command line that runs this CLI
+    against the same API and environment (the ProxyCommand's and KnownHostsCommand's start).
+    The known_hosts file beside it is kept for the static lines the API also gives (a
+    `ssh -o UserKnownHostsFile=…` by address); ssh itself reads the key from the command."""
+    name = str(cluster["name"])
+    if not SAFE_NAME.match(name):
+        raise ValueError(f"{name!r} is not a name a file can be written under")
+    directory = ssh_dir(home)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    known_path = directory / f"{name}.known_hosts"
+    config_path = directory / f"{name}.config"
+    _write(known_path, str(cluster.get("known_hosts") or ""))
+    _write(config_path, live_config_text(cluster, runcrate))
+    return Written(config_path, known_path, ensure_include(home))
+
+
+def live_config_text(cluster: dict[str, Any], runcrate: Sequence[str]) -> str:
+    name, cluster_id = str(cluster["name"]), str(cluster["id"])
+    users = [str((n.get("ssh_endpoint") or {}).get("user") or "") for n in cluster.get("nodes") or []]
+    user = next((u for u in users if u), "root")
+    command = " ".join(shlex.quote(part) for part in runcrate)
+    # node-0 … node-99 (a cluster has at most 64 nodes), and no other cluster's `<name>-node-…`.
+    pattern = f"{name}-node-? {name}-node-??"
+    return "\n".join([
+        f"# Runcrate cluster {name} (id {cluster_id}). Written by `runcrate clusters ssh-config`; it does not",
+        "# go stale: each connection asks the API for the node's address and host key.",
+        f"Host {pattern}",
+        f"    User {user}",
+        f"    ProxyCommand {command} clusters _proxy {cluster_id} %n",
+        f"    KnownHostsCommand {command} clusters _known-hosts {cluster_id} %H",
+        # Only the key the API gives counts: never a key remembered for the name, never a prompt.
+        "    UserKnownHostsFile none",
+        "    GlobalKnownHostsFile none",
+        "    StrictHostKeyChecking yes",
+        "    CheckHostIP no",
+        "    ServerAliveInterval 30",
+        "",
+    ])
+
+
+def node_name_of(host: str) -> str:
+    """node-3 from what ssh was asked for (`train-node-3`, or `node-3`)."""
+    found = re.search(r"(?:^|-)(node-\d+)$", host)
+    if not found:
+        raise ValueError(f"{host!r} does not name a node (node-0, node-1, ...)")
+    return found.group(1)
+
+
+# -- the resolved endpoints, cached briefly ----------------------------------------------------
+#
+# The ProxyCommand asks the API for the node and keeps what it got; the KnownHostsCommand, run by
+# the same ssh moments later, reads it instead of asking again. When the API cannot be reached
+# the last answer is used (the node may well be where it was), and ssh still checks its key.
+
+CACHE_FRESH_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    cluster_name: str
+    node: str
+    host: str
+    port: int
+    user: str
+    proxy_jump: str
+    host_key: str
+    fetched_at: float
+
+    def known_hosts_line(self, name: str) -> str:
+        return f"{name} {self.host_key}" if self.host_key else ""
+
+
+def node_access(cluster: dict[str, Any], node: str) -> NodeAccess | None:
+    """The live node named `node` of a cluster record (GET /clusters/{id}); None when it has no
+    endpoint now (not up yet, or no such node)."""
+    for record in cluster.get("nodes") or []:
+        endpoint = record.get("ssh_endpoint")
+        if record.get("name") == node and endpoint and not record.get("replacing"):
+            return NodeAccess(
+                cluster_name=str(cluster.get("name")), node=node, host=str(endpoint["host"]),
+                port=int(endpoint["port"]), user=str(endpoint.get("user") or "root"),
+                proxy_jump=str(endpoint.get("proxy_jump") or ""), host_key=str(record.get("host_key") or ""),
+                fetched_at=time.time(),
+            )
+    return None
+
+
+def _cache_path(cluster_id: str, node: str, home: Path | None = None) -> Path:
+    return ssh_dir(home) / "cache" / f"{cluster_id}-{node}.json"
+
+
+def remember(cluster_id: str, access: NodeAccess, home: Path | None = None) -> None:
+    path = _cache_path(cluster_id, access.node, home)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write(path, json.dumps(access.__dict__))
+
+
+def remembered(cluster_id: str, node: str, home: Path | None = None) -> NodeAccess | None:
+    try:
+        return NodeAccess(**json.loads(_cache_path(cluster_id, node, home).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def ensure_include(home: Path | None = None) -> bool:
     """Put the Include line first in ~/.ssh/config (an Include after a `Host` line would only
     apply inside that Host). True when it was added now."""
@@ -64,7 +178,8 @@ def ensure_include(home: Path | None = None) -> bool:
 
 
 def _write(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
+    # A temporary name of this process's own: two connections to one node may write at once.
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text)
     os.chmod(temporary, 0o600)
     os.replace(temporary, path)

@@ -20,7 +20,7 @@ from clusters.errors import ClusterError
 from clusters.models import FINAL_STATUSES, Cluster, Volume
 from clusters.models import Status as ClusterStatus
 from clusters.queries import ALL, UnknownStatus, cluster_for_detail, cluster_for_list, clusters_with_status
-from clusters.services import create, progress, replace, terminate, workers
+from clusters.services import create, progress, replace, terminate, volumes, workers
 from offers.inventory import find_offer
 from offers.models import MachineType
 
@@ -262,6 +262,20 @@ def cluster_events(request: HttpRequest, cluster_id: schemas.PathId, pages: Quer
 def retry_install(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
     cluster = get_cluster(request, cluster_id)
     progress.retry_install(cluster, actor=context(request).actor)
+    return Status(202, ok(fresh(cluster)))
+
+
+@router.post("clusters/{cluster_id}/volume-sync", operation_id="syncVolume",
+             summary="Save the head's volume folder to the attached volume now (a checkpoint)",
+             description="Copies /shared/volume on node-0 (/volume on container offers) into the cluster's volume "
+                         "while it runs; the cluster's events then say how many bytes and how long "
+                         "(volume_synced) or why not (volume_sync_failed: a folder larger than the volume is refused "
+                         "whole, and the volume keeps its earlier data). 409: no_volume, cluster_not_running, "
+                         "volume_sync_running.",
+             response=responses({202: CLUSTER}, 409))
+def sync_volume(request: HttpRequest, cluster_id: schemas.PathId) -> Status:
+    cluster = get_cluster(request, cluster_id)
+    volumes.sync_volume_now(cluster, actor=context(request).actor)
     return Status(202, ok(fresh(cluster)))
 
 

@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import ipaddress
 import os
+import re
 import secrets as _secrets
 import string
 import time
@@ -588,8 +589,19 @@ def sync_volume_in(
 def sync_volume_out(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None
 ) -> StepResult:
-    """Copy /shared/volume back to the volume before the machines are released."""
+    """Copy /shared/volume back to the volume: at terminate, before the machines are released,
+    and whenever the customer saves a checkpoint (`runcrate volumes sync`)."""
     return _sync_volume(spec, "out", runner, on_output)
+
+
+SYNCED_BYTES = re.compile(r"synced (\d+) bytes")
+
+
+def synced_bytes(result: StepResult, head: str) -> int | None:
+    """How many bytes the head's volume folder held when sync_volume.sh copied it."""
+    found = result.results.get(head)
+    matches = SYNCED_BYTES.findall(found.stdout) if found is not None else []
+    return int(matches[-1]) if matches else None
 
 
 def install_software(

@@ -132,6 +132,11 @@ class Provider(abc.ABC):
             except Exception:
                 log.exception("releasing node %s failed", node.pk)
 
+    def sync_volume(self, cluster: Cluster, nodes: list[Node]) -> VolumeSync:
+        """Copy the head's volume folder into the attached volume while the cluster runs (a
+        checkpoint); raises VolumeNotSynced, in the customer's words, when it could not."""
+        raise VolumeNotSynced(f"The {self.name} provider has no machines to copy a volume from.")
+
     def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
         """Measure what the private network carries between `nodes` (clusters.network_tests).
         A driver without machines to measure says so; it never makes figures up."""
@@ -143,3 +148,16 @@ class Provider(abc.ABC):
 class StopNotice(RuntimeError):
     """Something the customer must know about a stop that otherwise went through (its message
     is in their words): the machines stop all the same."""
+
+
+class VolumeNotSynced(StopNotice):
+    """The head's volume folder could not be copied into the volume (its message is in the
+    customer's words); the volume keeps its earlier data."""
+
+
+@dataclass(frozen=True)
+class VolumeSync:
+    """A copy of the head's volume folder into the volume: how much it held, how long it took."""
+
+    bytes: int | None
+    seconds: float

@@ -25,8 +25,17 @@ from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, Netwo
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers import kubernetes_pins
-from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome, StopNotice
+from clusters.providers.base import (
+    BootReport,
+    BootState,
+    NodeHealthReport,
+    Provider,
+    StepOutcome,
+    VolumeNotSynced,
+    VolumeSync,
+)
 from clusters.services.keys import record_host_keys, save_node_secrets
+from clusters.services.volumes import record_volume_synced
 
 if TYPE_CHECKING:
     from clusters.models import Cluster, Node
@@ -76,8 +85,6 @@ class HealthRunners:
 HEALTH_RUNNERS = HealthRunners()
 
 
-class VolumeNotSynced(StopNotice):
-    """The head's /shared/volume could not be copied back into the volume."""
 
 
 class FabricProvider(Provider):
@@ -255,15 +262,34 @@ class FabricProvider(Provider):
         spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
         stopping = {node.name for node in nodes}
         with self._runner() as runner:
-            synced = None
+            synced: VolumeSync | VolumeNotSynced | None = None
             if spec.volume_source and spec.head.name in stopping:
-                synced = operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
+                try:
+                    synced = self._sync_out(spec, runner, failed="The volume was not synced back")
+                except VolumeNotSynced as error:
+                    synced = error
             operations.stop(spec, runner=runner, on_output=self._emit, only=stopping)
-        if synced is not None and not synced.ok:
+        if isinstance(synced, VolumeNotSynced):
             # The machines stop all the same; the customer reads why the volume kept its old data.
-            head = synced.results.get(spec.head.name)
+            raise synced
+        if synced is not None:
+            record_volume_synced(cluster, synced, at_terminate=True)
+
+    def sync_volume(self, cluster: Cluster, nodes: list[Node]) -> VolumeSync:
+        spec = self.spec_for(cluster, self._live_nodes(cluster, nodes))
+        if not spec.volume_source:
+            raise VolumeNotSynced("No volume is attached to this cluster.")
+        with self._runner() as runner:
+            return self._sync_out(spec, runner, failed="The volume was not saved")
+
+    def _sync_out(self, spec: ClusterSpec, runner: NodeRunner, *, failed: str) -> VolumeSync:
+        started = time.monotonic()
+        synced = operations.sync_volume_out(spec, runner=runner, on_output=self._emit)
+        head = synced.results.get(spec.head.name)
+        if not synced.ok:
             said = head.stderr.strip().splitlines()[-1].split("error: ", 1)[-1] if head and head.stderr.strip() else ""
-            raise VolumeNotSynced(f"The volume was not synced back{': ' + said if said else ''}.")
+            raise VolumeNotSynced(f"{failed}{': ' + said if said else ''}.")
+        return VolumeSync(operations.synced_bytes(synced, spec.head.name), time.monotonic() - started)
 
     def measures_with_nccl(self, cluster: Cluster) -> bool:
         """Machines with GPUs run nccl-tests' all_reduce_perf (when every node has it)."""

@@ -1,18 +1,26 @@
-"""Volumes: created in an environment, deleted with their data once no live cluster holds them."""
+"""Volumes: created in an environment, deleted with their data once no live cluster holds them,
+and saved from a running cluster on demand (a checkpoint) as well as at terminate."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import Environment
 from clusters.errors import ClusterError, Conflict
-from clusters.models import Cluster, Volume
+from clusters.models import Cluster, Status, Volume
+from clusters.services.common import SYSTEM, after_commit_changed, record_event
+
+if TYPE_CHECKING:
+    from clusters.providers.base import VolumeSync
 
 VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
@@ -48,3 +56,89 @@ def delete_volume(volume: Volume) -> None:
         # Its data goes with it, once the delete is committed.
         if volume.source_path:
             transaction.on_commit(lambda: shutil.rmtree(volume.source_path, ignore_errors=True))
+
+
+# -- saving a running cluster's volume folder (a checkpoint) ---------------------------------
+
+SYNC_REQUESTED, SYNCED, SYNC_FAILED = "volume_sync_requested", "volume_synced", "volume_sync_failed"
+# A requested save whose worker died never reports: after this long another may be asked for.
+SYNC_STALE_AFTER = dt.timedelta(minutes=30)
+SYNCABLE = (Status.READY, Status.DEGRADED)
+
+
+def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
+    """Copy the head's volume folder (/shared/volume; /volume on container offers) into the
+    attached volume while the cluster runs. The copy runs in a task and ends in an event that
+    says how many bytes and how long (or why not: a folder larger than the volume is refused
+    whole, and the volume keeps its earlier data). One save at a time per cluster."""
+    from clusters import tasks  # the task calls back into this module: imported when used
+
+    with transaction.atomic():
+        # The cluster row is the lock two clicks (or a click and a CLI call) queue on.
+        cluster = Cluster.objects.select_for_update(of=("self",)).select_related("volume").get(pk=cluster.pk)
+        if cluster.volume_id is None:
+            raise Conflict("no_volume", f"Cluster {cluster.name} has no volume attached; attach one when creating a cluster.")
+        if not cluster.can_sync_volume:
+            raise Conflict("cluster_not_running",
+                           f"Cluster {cluster.name} is {cluster.status}: a volume is saved from a running cluster "
+                           "(a terminated cluster saved it when it stopped).")
+        last = cluster.events.filter(event__in=(SYNC_REQUESTED, SYNCED, SYNC_FAILED)).order_by("-created_at", "-id").first()
+        if last is not None and last.event == SYNC_REQUESTED and timezone.now() - last.created_at < SYNC_STALE_AFTER:
+            raise Conflict("volume_sync_running", f"The volume of cluster {cluster.name} is being saved already.")
+        volume = cluster.volume
+        assert volume is not None
+        record_event(cluster, SYNC_REQUESTED,
+                     f"Saving the head's volume folder to volume {volume.name} (asked by {actor}).", actor=actor)
+        after_commit_changed(cluster.pk)
+        transaction.on_commit(lambda: tasks.queue_volume_sync(cluster.pk))
+    return cluster
+
+
+def run_volume_sync(cluster_id: int) -> str:
+    """The task's work: copy the folder through the cluster's provider and record the outcome."""
+    from clusters.providers import get_provider
+    from clusters.providers.base import VolumeNotSynced
+
+    cluster = Cluster.objects.select_related("volume", "machine_type").get(pk=cluster_id)
+    if cluster.status not in SYNCABLE or cluster.volume_id is None:
+        return _record_sync_failed(cluster, f"The volume was not saved: the cluster is {cluster.status}.")
+    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True))
+    try:
+        synced = get_provider(cluster.provider).sync_volume(cluster, nodes)
+    except VolumeNotSynced as error:
+        return _record_sync_failed(cluster, str(error))
+    record_volume_synced(cluster, synced)
+    return SYNCED
+
+
+def _record_sync_failed(cluster: Cluster, message: str) -> str:
+    with transaction.atomic():
+        record_event(cluster, SYNC_FAILED, message)
+        after_commit_changed(cluster.pk)
+    return SYNC_FAILED
+
+
+def record_volume_synced(cluster: Cluster, synced: VolumeSync, *, at_terminate: bool = False) -> None:
+    """The event a copy into the volume leaves: what it held, how long it took."""
+    volume = cluster.volume
+    name = volume.name if volume is not None else "(deleted)"
+    size = "its data" if synced.bytes is None else format_bytes(synced.bytes)
+    when = " as the cluster stopped" if at_terminate else ""
+    with transaction.atomic():
+        record_event(cluster, SYNCED, f"Saved {size} to volume {name} in {synced.seconds:.1f} s{when}.", actor=SYSTEM)
+        after_commit_changed(cluster.pk)
+
+
+def format_bytes(count: int) -> str:
+    """1,234,567 → "1.2 MB" (decimal units, as the volume's size in GB is)."""
+    value = float(count)
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+def volume_sync_not_queued(cluster_id: int) -> None:
+    cluster = Cluster.objects.get(pk=cluster_id)
+    _record_sync_failed(cluster, "The volume could not be saved just now; nothing changed. Try again in a minute.")

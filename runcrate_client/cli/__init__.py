@@ -14,6 +14,7 @@ from runcrate_client.cli import (  # noqa: F401
     members,
     network,
     quotes,
+    remote,
     top,
     volumes,
     webhooks,

@@ -91,7 +91,8 @@ class RuncrateGroup(click.Group):
 
 
 class ClustersGroup(RuncrateGroup):
-    aliases: ClassVar[dict[str, str]] = {"ls": "list", "rm": "delete", "terminate": "delete"}
+    aliases: ClassVar[dict[str, str]] = {"ls": "list", "rm": "delete", "terminate": "delete",
+                                         "add-worker": "add-workers"}
 
 
 # -- shared plumbing ---------------------------------------------------------------------------

@@ -290,6 +290,10 @@ def cluster_summary(cluster: Record) -> str:
     if ssh_rows:
         text += "\n\n" + render_table(["NODE", "SSH"], ssh_rows)
         text += f"\n\nOr by name: runcrate clusters ssh {cluster.get('name')} node-1"
+    launch = cluster.get("launch") or {}
+    if launch:
+        text += "\n\nLaunch lines (run on node-0; torchrun on every node, e.g. with `runcrate clusters exec`):\n"
+        text += "\n".join(f"  {key}: {line}" for key, line in launch.items())
     return text
 
 
@@ -299,65 +303,6 @@ def _health(node: dict) -> str:
     if found == "unknown":
         return "-"
     return f"{found}: {node['health_detail']}" if found != "healthy" and node.get("health_detail") else found
-
-
-def _write_ssh_files(client: Client, cluster_id: str) -> tuple[Record, Any]:
-    from runcrate_client import sshconfig
-
-    cluster = client.clusters.get(client.find_cluster_id(cluster_id))
-    if not cluster.get("ssh_config"):
-        fail(f"Cluster {cluster.get('name')} is {cluster.get('status')}: its nodes take SSH "
-             "once every machine is up and joined.", EXIT_CONFLICT)
-    written = sshconfig.write_cluster_files(
-        str(cluster["name"]), str(cluster["ssh_config"]), str(cluster.get("known_hosts") or "")
-    )
-    return cluster, written
-
-
-@clusters.command("ssh-config")
-@click.argument("cluster_id", metavar="CLUSTER")
-@click.option("--print", "just_print", is_flag=True, help="Print the block instead of writing files.")
-@pass_state
-def clusters_ssh_config(state: State, cluster_id: str, just_print: bool) -> None:
-    """Write ~/.runcrate/ssh/CLUSTER.config and its nodes' host keys, and include them from
-    ~/.ssh/config, so `ssh CLUSTER-node-3` works from this terminal."""
-    client = state.client()
-    if just_print:
-        cluster = client.clusters.get(client.find_cluster_id(cluster_id))
-        click.echo(cluster.get("ssh_config") or "")
-        return
-    cluster, written = _write_ssh_files(client, cluster_id)
-    click.echo(f"Wrote {written.config} and {written.known_hosts}.")
-    if written.include_added:
-        click.echo("Added 'Include ~/.runcrate/ssh/*.config' at the top of ~/.ssh/config.")
-    click.echo(f"Now: ssh {cluster['name']}-node-0")
-
-
-@clusters.command("ssh", context_settings={"ignore_unknown_options": True})
-@click.argument("cluster_id", metavar="CLUSTER")
-@click.argument("node", required=False, default="node-0")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@pass_state
-def clusters_ssh(state: State, cluster_id: str, node: str, command: tuple[str, ...]) -> None:
-    """Open a shell on a node (node-0 unless NODE is given), or run COMMAND there. The host keys
-    are refreshed first, so a replaced node is trusted under its name."""
-    import os
-    import shutil
-
-    if not node.startswith("node-") or not node[5:].isdigit():
-        fail(f"{node!r} is not a node name (node-0, node-1, ...).")
-    client = state.client()
-    cluster, _ = _write_ssh_files(client, cluster_id)
-    names = [n.get("name") for n in cluster.get("nodes") or [] if n.get("ssh")]
-    if node not in names:
-        fail(f"Cluster {cluster['name']} has no node {node} to connect to ({', '.join(map(str, names))}).")
-    ssh = shutil.which("ssh")
-    if ssh is None:
-        fail("No ssh client on PATH (install OpenSSH).", EXIT_OTHER)
-    sys.stdout.flush()
-    # By the alias the Include in ~/.ssh/config now knows: the customer's own settings
-    # (keys, agent) apply as for any host of theirs.
-    os.execv(ssh, [ssh, f"{cluster['name']}-{node}", *command])
 
 
 @clusters.command("events")
@@ -433,11 +378,17 @@ def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: flo
             if key not in seen_events:
                 seen_events.add(key)
                 say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
-        if status == READY:
-            ready = sum(1 for s in node_status.values() if s == READY)
+        busy = nodes_in_progress(cluster)
+        if status == READY and not busy:
+            live = [n for n in cluster.get("nodes") or [] if str(n.get("status")) not in GONE_NODE_STATES]
+            ready = sum(1 for n in live if n.get("status") == READY)
             say(f"Cluster {cluster.get('name') or cluster_id} is ready"
-                + (f" ({ready}/{len(node_status)} nodes ready)" if ready else "")
+                + (f" ({ready}/{len(live)} nodes ready)" if live else "")
                 + f"; billing since {format_time(cluster.get('billing_started_at'))}.")
+            for node in live:
+                if node.get("status") != READY:
+                    say(f"  {node_label(node)} is {node.get('status')}"
+                        + (f": {node['detail']}" if node.get("detail") else "."))
             return EXIT_OK
         if status in FAILED_STATES:
             reason = cluster.get("termination_reason")
@@ -450,9 +401,20 @@ def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: flo
                 + (f" ({reason})" if reason else "") + (f": {hint}" if hint else "."))
             return EXIT_CLUSTER_FAILED
         if timeout and time.monotonic() - started > timeout:
-            say(f"Gave up after {timeout:g}s; the cluster is still {status}.")
+            still = "; ".join(f"{node_label(n)} is still {n.get('status')}" for n in busy) if status == READY else ""
+            say(f"Gave up after {timeout:g}s; the cluster is still {status}" + (f", {still}." if still else "."))
             return EXIT_OTHER
         time.sleep(interval)
+
+
+# A node still on its way in (an added worker, a machine being swapped in) or out (the machine
+# a replace swapped out): `watch` follows a ready cluster until none is left.
+NODE_STATES_IN_PROGRESS = frozenset({"pending", "booting", "up", "joined", "installing", "stopping"})
+GONE_NODE_STATES = frozenset({"stopping", "stopped", "released"})
+
+
+def nodes_in_progress(cluster: Record) -> list[Record]:
+    return [n for n in cluster.get("nodes") or [] if str(n.get("status")) in NODE_STATES_IN_PROGRESS]
 
 
 def _now() -> str:
@@ -497,20 +459,28 @@ def clusters_retry_install(state: State, cluster_id: str, as_json: bool) -> None
     click.echo(f"Retrying the install on cluster {cluster_id}. Follow it with: runcrate clusters watch {cluster_id}")
 
 
-@clusters.command("add-worker")
+@clusters.command("add-workers")
 @click.argument("cluster_id", metavar="CLUSTER")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="How many workers to add (the server knows the limit).")
+@click.option("--watch", "then_watch", is_flag=True, help="Follow the add until every node is ready or failed.")
 @json_option
 @pass_state
-def clusters_add_worker(state: State, cluster_id: str, count: int, as_json: bool) -> None:
+def clusters_add_workers(state: State, cluster_id: str, count: int, then_watch: bool, as_json: bool) -> None:
     """Add worker machines to a running cluster; each is billed from the moment it is up. CLUSTER is the
-    cluster's id or name."""
+    cluster's id or name. Alias: add-worker."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
     result = client.clusters.add_workers(cluster_id, count=count)
-    if as_json:
+    if as_json and not then_watch:
         return print_json(result)
-    click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}.")
+    if not as_json:
+        click.echo(f"Adding {count} worker{'s' if count != 1 else ''} to cluster {cluster_id}."
+                   + ("" if then_watch else f" Follow it with: runcrate clusters watch {cluster_id}"))
+    if then_watch:
+        code = watch_cluster(client, cluster_id, interval=2.0, timeout=0, quiet=as_json)
+        if as_json:
+            print_json(client.clusters.get(cluster_id))
+        sys.exit(code)
 
 
 @clusters.command("replace-node")

@@ -75,6 +75,17 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         cluster = client.clusters.retry_install(cluster_id)
         return {"cluster": cluster, "next_step": f"Poll cluster_status with cluster_id={cluster_id} every ~15 s."}
 
+    @mcp.tool(annotations=CHANGES)
+    @api_errors_as_tool_errors
+    def sync_volume(cluster_id: str) -> dict[str, Any]:
+        """Save a running cluster's volume folder (/shared/volume on node-0; /volume on container offers) to
+        its attached volume now: a checkpoint, copied while jobs keep running. A folder larger than the volume
+        is refused whole (the volume keeps its earlier data). Then read cluster_events for volume_synced (bytes
+        and seconds) or volume_sync_failed (why)."""
+        cluster = client.clusters.sync_volume(cluster_id)
+        return {"cluster": cluster, "next_step": f"Poll cluster_events with cluster_id={cluster_id} until a "
+                                                  "volume_synced or volume_sync_failed event appears."}
+
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def plan_add_workers(cluster_id: str, count: int = 1) -> dict[str, Any]:

@@ -57,3 +57,25 @@ def test_deleting_a_volume_deletes_its_data_and_a_new_one_of_that_name_starts_em
     status, body = api.post("/volumes", {"name": "corpus", "size_gb": 10})
     second = Volume.objects.get(pk=body["data"]["id"])
     assert second.source_path != first.source_path and list(Path(second.source_path).iterdir()) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_volume_save_ends_in_an_event_and_is_refused_without_a_volume_or_for_another_workspace(
+    api, outsider_api, machine_type
+):
+    _, body = api.post("/volumes", {"name": "ckpt", "size_gb": 5})
+    _, with_volume = api.post("/clusters", {"name": "a", "offer_id": machine_type.pk, "machines": 2,
+                                            "volume_id": body["data"]["id"]})
+    _, without = api.post("/clusters", {"name": "b", "offer_id": machine_type.pk, "machines": 2})
+    status, refused = api.post(f"/clusters/{without['data']['id']}/volume-sync", {})
+    assert status == 409 and error_of(refused)["code"] == "no_volume"
+    assert outsider_api.post(f"/clusters/{with_volume['data']['id']}/volume-sync", {})[0] == 404
+
+    cluster_id = with_volume["data"]["id"]
+    status, answered = api.post(f"/clusters/{cluster_id}/volume-sync", {})
+    assert status == 202 and answered["data"]["id"] == cluster_id
+    _, events = api.get(f"/clusters/{cluster_id}/events", limit=100)
+    # The simulated provider has no machine to copy from: it says so, and makes no figure up.
+    assert [e["event"] for e in events["data"] if e["event"].startswith("volume_")] == [
+        "volume_sync_requested", "volume_sync_failed"]
+    assert any("no machines to copy a volume from" in e["message"] for e in events["data"])

@@ -42,7 +42,8 @@ SURFACES: dict[str, list[Action]] = {
     "clusters:retry_install": [Action("retryInstall", "clusters retry-install", "retry_install")],
     # The SSH config is made client-side from the cluster's nodes and keys.
     "clusters:ssh_config": [Action("getCluster", "clusters ssh-config", "cluster_status")],
-    "clusters:add_workers": [Action("addWorkers", "clusters add-worker", "add_workers")],
+    "clusters:add_workers": [Action("addWorkers", "clusters add-workers", "add_workers")],
+    "clusters:sync_volume": [Action("syncVolume", "volumes sync", "sync_volume")],
     "clusters:network_test": [Action("startNetworkTest", "clusters network-test", "start_network_test")],
     # Always refused everywhere (a node ends with its cluster); MCP says so through terminate_instance.
     "clusters:node_terminate": [Action("terminateNode", "clusters terminate-node", "terminate_instance")],

@@ -79,6 +79,35 @@ def test_create_list_info_events_add_worker_and_delete(cli, environment):
     assert Cluster.objects.get(pk=cluster_id).status in ("terminating", "terminated")
 
 
+def test_add_workers_is_the_apis_word_and_watch_follows_the_add_until_every_node_is_in(cli, environment):
+    from offers.models import Host
+
+    offer = machine_type_with_hosts(3)
+    cluster_id = cli("clusters", "create", "--name", "grow", "--offer", str(offer.pk), "--machines", "2", "-q").stdout.strip()
+    # The machine to be added takes its time to boot: the cluster stays ready meanwhile.
+    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=600)
+    grown = cli("clusters", "add-workers", cluster_id, "--count", "1")
+    assert grown.returncode == 0, grown.stderr
+    assert f"Follow it with: runcrate clusters watch {cluster_id}" in grown.stdout
+    watched = cli("clusters", "watch", cluster_id, "--interval", "0.2", "--timeout", "1")
+    assert watched.returncode == 1, watched.stdout
+    assert "Cluster grow is ready" not in watched.stdout
+    assert watched.stdout.splitlines()[-1] == "Gave up after 1s; the cluster is still ready, node-2 is still booting."
+    # The older spelling is kept.
+    assert cli("clusters", "add-worker", "--help").returncode == 0
+
+
+def test_info_prints_the_launch_lines_under_the_ssh_lines(cli, environment):
+    offer = machine_type_with_hosts(2)
+    cluster_id = cli("clusters", "create", "--name", "lines", "--offer", str(offer.pk), "--machines", "2",
+                     "--software", "slurm", "-q").stdout.strip()
+    info = cli("clusters", "info", cluster_id).stdout
+    launch = json.loads(cli("clusters", "info", cluster_id, "--json").stdout)["launch"]
+    assert info.index("SSH") < info.index("Launch lines")
+    for key, line in launch.items():
+        assert f"  {key}: {line}" in info
+
+
 def test_ssh_keys_are_added_listed_and_deleted(cli, workspace, tmp_path):
     public = tmp_path / "id_ed25519.pub"
     public.write_text(ED25519 + "\n")

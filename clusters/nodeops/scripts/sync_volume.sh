@@ -16,10 +16,12 @@ fi
 copy_tree() {
     local from="$1" to="$2"
     mkdir -p "$to"
+    # Contents, modes and times, never owners: each cluster's root is a different unprivileged
+    # user on the machine that keeps the volume, and a chown to another's would be refused.
     if command -v rsync >/dev/null 2>&1; then
-        rsync -a "$from/" "$to/"
+        rsync -rlpt "$from/" "$to/"
     else
-        cp -a "$from/." "$to/"
+        cp -R --preserve=mode,timestamps "$from/." "$to/"
     fi
 }
 
@@ -48,4 +50,6 @@ case "$DIRECTION" in
         die "unknown sync direction $DIRECTION"
         ;;
 esac
-log "volume synced $DIRECTION ($(find "$TARGET" -type f | wc -l | tr -d ' ') files)"
+# The last line says what the volume now holds from this cluster (the control plane reads
+# "synced BYTES bytes" for the customer's event).
+log "volume synced $DIRECTION: $(find "$TARGET" -type f | wc -l | tr -d ' ') files, synced $(du -sb "$TARGET" | cut -f1) bytes"
