@@ -210,6 +210,7 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         )
         if billed:
             billing.end_node_usage([new.pk], now)
+        inventory.quarantine_hosts({new.host_id: f"replacement for {new.name} of cluster #{cluster.pk} failed: {detail}"})
         inventory.release_hosts([new.host_id])
         _forget_wireguard_key(cluster, new)
         charge = "billed until now" if billed else "not charged"
