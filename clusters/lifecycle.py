@@ -25,6 +25,7 @@ from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
 from clusters.services.common import record_event
 from clusters.services.lease import Lease, claim_lease, lease_length, release_lease, renew_lease, request_wake
+from clusters.services.network_tests import network_test_after_replace
 from clusters.services.progress import (
     append_node_logs,
     fail_cluster,
@@ -410,10 +411,7 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     boot_deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
     if new.state == Node.State.READY:
-        # Ready and billed: the old machine stops now and its billing ends with it.
-        _stop_machines(cluster, [old], provider)
-        finish_replacement(cluster, new)
-        return Next.DONE
+        return _take_over(cluster, old, new, provider)
     if new.state == Node.State.PENDING:
         # First pass of the swap: the old node takes no new work from now on (Slurm DRAIN), and
         # keeps what it runs until the new machine takes its name.
@@ -452,6 +450,15 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
         return Next.WAIT
     mark_replacement_ready(cluster, new)
     return Next.AGAIN
+
+
+def _take_over(cluster: Cluster, old: Node, new: Node, provider: Provider) -> Next:
+    # Ready and billed: the old machine stops now and its billing ends with it.
+    _stop_machines(cluster, [old], provider)
+    if finish_replacement(cluster, new):
+        # The pairs through the old machine no longer say what the network carries.
+        network_test_after_replace(cluster, new.name)
+    return Next.DONE
 
 
 def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provider: Provider, detail: str) -> Next:

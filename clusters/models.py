@@ -456,10 +456,13 @@ class NetworkTest(models.Model):
         RUNNING = "running", "Running"
         PASSED = "passed", "Passed"
         SLOW = "slow", "Slow pairs found"
+        # Some pairs have figures and some could not be measured (or the test was stopped).
+        PARTIAL = "partial", "Partly measured"
         FAILED = "failed", "Could not run"
 
     class Trigger(models.TextChoices):
         AFTER_READY = "after_ready", "After the cluster became ready"
+        AFTER_REPLACE = "after_replace", "After a node was replaced"
         ON_DEMAND = "on_demand", "On request"
 
     class Method(models.TextChoices):
@@ -496,7 +499,7 @@ class NetworkTest(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (self.Status.PASSED, self.Status.SLOW, self.Status.FAILED)
+        return self.status in (self.Status.PASSED, self.Status.SLOW, self.Status.PARTIAL, self.Status.FAILED)
 
 
 class NetworkTestPair(models.Model):

@@ -36,7 +36,7 @@ def operator(db):
 
 
 def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_it(
-    environment, operator, smtp  # noqa: F811
+    environment, operator, smtp
 ):
     machine_type = machine_type_with_hosts(5)
     bad = machine_type.hosts.order_by("id").first()
@@ -82,7 +82,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
     assert bad.state == Host.State.FREE and bad.quarantined_at is None
 
 
-def test_a_host_that_never_joins_is_quarantined(environment, smtp):  # noqa: F811
+def test_a_host_that_never_joins_is_quarantined(environment, smtp):
     machine_type = machine_type_with_hosts(3)
     bad = machine_type.hosts.order_by("id").last()
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.NEVER_JOINS)
@@ -98,7 +98,7 @@ def test_a_host_that_never_joins_is_quarantined(environment, smtp):  # noqa: F81
     assert set(states.values()) == {Host.State.FREE}
 
 
-def test_a_host_whose_install_failed_leaves_sale_when_its_degraded_cluster_lets_it_go(environment, smtp):  # noqa: F811
+def test_a_host_whose_install_failed_leaves_sale_when_its_degraded_cluster_lets_it_go(environment, smtp):
     machine_type = machine_type_with_hosts(3)
     bad = machine_type.hosts.order_by("id").first()
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
@@ -115,7 +115,7 @@ def test_a_host_whose_install_failed_leaves_sale_when_its_degraded_cluster_lets_
 
 
 def test_a_retried_install_that_fails_again_on_a_quarantined_host_emails_the_operators_once(
-    environment, operator, smtp  # noqa: F811
+    environment, operator, smtp
 ):
     machine_type = machine_type_with_hosts(2)
     bad = machine_type.hosts.order_by("id").first()
