@@ -412,9 +412,10 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     boot_deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
     if new.state == Node.State.READY:
         return _take_over(cluster, old, new, provider)
-    if new.state == Node.State.PENDING:
+    if new.state == Node.State.PENDING and cluster.status == Status.READY:
         # First pass of the swap: the old node takes no new work from now on (Slurm DRAIN), and
-        # keeps what it runs until the new machine takes its name.
+        # keeps what it runs until the new machine takes its name. (A degraded cluster's
+        # software is not serving: there is nothing to drain.)
         record_drain(cluster, old, provider.drain(cluster, in_service, old))
     if new.state in (Node.State.PENDING, Node.State.BOOTING, Node.State.UP):
         if new.boot_requested_at is not None and now - new.boot_requested_at > boot_deadline:
@@ -473,7 +474,7 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
         except Exception:  # the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
     old = next((n for n in in_service if n.pk == new.replacing_id), None)
-    if old is not None:
+    if old is not None and cluster.status == Status.READY:
         try:
             # It was drained when the swap started: the old machine is the node again.
             provider.drain(cluster, in_service, old, resume=True)
@@ -487,6 +488,14 @@ def _release_worker(cluster: Cluster, node: Node, provider: Provider, detail: st
     release_worker(cluster, node, detail)
 
 
+def degraded(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    """A degraded cluster waits on its customer, unless a node is being swapped for a new
+    machine (then the swap goes on as on a ready cluster)."""
+    if any(n.replacing_id is not None for n in nodes):
+        return replace(cluster, nodes, provider)
+    return Next.DONE
+
+
 def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     _stop_machines(cluster, nodes, provider)
     finish_termination(cluster)
@@ -497,6 +506,7 @@ STEPS = {
     Status.PROVISIONING: provision,
     Status.INSTALLING: install,
     Status.READY: ready,
+    Status.DEGRADED: degraded,
     Status.TERMINATING: terminate,
 }
 
@@ -508,7 +518,8 @@ def needs_driving() -> list[int]:
     moving = Q(status__in=[Status.PROVISIONING, Status.INSTALLING, Status.TERMINATING])
     growing = Q(status=Status.READY, nodes__state__in=GROWING, nodes__released_at__isnull=True)
     # A machine being swapped in, up to the old machine's stop (it is ready by then).
-    growing |= Q(status=Status.READY, nodes__replacing__isnull=False, nodes__released_at__isnull=True)
+    growing |= Q(status__in=[Status.READY, Status.DEGRADED], nodes__replacing__isnull=False,
+                 nodes__released_at__isnull=True)
     return list(
         Cluster.objects.filter(moving | growing)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))

@@ -216,8 +216,10 @@ def _quarantine_blamed(cluster: Cluster, nodes: list[Node], node_details: dict[s
 
 def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
     with transaction.atomic():
-        # Counted on the row: `cluster` may be a stale read, and the attempt number keys the
-        # next degraded email, which a repeated number would swallow.
+        # Counted on the row: `cluster` may be a stale read.
+        if Node.objects.filter(cluster=cluster, released_at__isnull=True, replacing__isnull=False).exists():
+            raise Conflict("replacement_in_progress",
+                           f"A node of {cluster.name} is being replaced; retry the install once the new machine has taken over.")
         if not transition(cluster, [Status.DEGRADED], Status.INSTALLING, install_attempts=F("install_attempts") + 1):
             raise Conflict("not_degraded", f"Only a degraded cluster can retry its install; this one is {cluster.status}.")
         cluster.refresh_from_db(fields=["install_attempts"])
