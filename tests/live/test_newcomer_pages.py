@@ -97,3 +97,56 @@ def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the
 
     browse(stack, check, **WIDTHS[width])
     assert Cluster.objects.get().status == Status.DEGRADED
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_live_cost_never_goes_down_as_pushes_arrive(owner, stack, width):
+    # Eight machines at $0.50: the cluster's exact cost reaches a cent in 4.5 s, each
+    # machine's (what the ledger posts and the server shows) only after 36 s.
+    machine_type = machine_type_with_hosts(8, price_per_machine_hour=Decimal("0.50"))
+    seen: list[str] = []
+
+    def check(page):
+        cluster_id = create_in_browser(page, machine_type.pk, 8, "meter")
+        page.locator("[data-testid=cluster-status]", has_text="Ready").wait_for(timeout=WAIT_MS)
+        page.evaluate("""() => {
+            window.__costs = [];
+            const read = () => {
+                const el = document.querySelector('#cost-so-far');
+                const text = el && el.textContent.trim();
+                if (text && window.__costs[window.__costs.length - 1] !== text) window.__costs.push(text);
+            };
+            read();
+            new MutationObserver(read).observe(document.body, {subtree: true, childList: true, characterData: true});
+        }""")
+        for _ in range(30):
+            # What a push does: the status card, rendered by the server now, swapped in.
+            page.evaluate(f"""() => htmx.ajax('GET', '/clusters/{cluster_id}/?partial=status-card',
+                                              {{target: '#status-card', swap: 'outerHTML'}})""")
+            page.wait_for_timeout(700)
+        seen.extend(page.evaluate("window.__costs"))
+        shot(page, f"cost-{width}.png", "#status-card")
+
+    errors = browse(stack, check, **WIDTHS[width])
+    figures = [Decimal(text.lstrip("$").replace(",", "")) for text in seen]
+    assert len(figures) >= 2, seen
+    assert figures == sorted(figures), f"the cost went down: {seen}"
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_refused_clipboard_says_so_on_the_button_and_raises_nothing(owner, stack, width):
+    machine_type = machine_type_with_hosts(2)
+
+    def check(page):
+        create_in_browser(page, machine_type.pk, 2, "copyme")
+        page.locator("[data-testid=cluster-status]", has_text="Ready").wait_for(timeout=WAIT_MS)
+        # No clipboard permission was granted: the browser refuses the write.
+        button = page.locator("#connect-card [data-copy]").first
+        button.scroll_into_view_if_needed()
+        button.click()
+        page.wait_for_function("(b) => b.textContent.includes('Copy failed')", arg=button.element_handle())
+        assert button.inner_text() == "Copy failed: select the text"
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not errors, errors
