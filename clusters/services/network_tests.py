@@ -194,7 +194,8 @@ def network_test_verdict(
         status = NetworkTest.Status.SLOW
     else:
         status = NetworkTest.Status.PASSED
-    measured = [p.gbps for p in taken if p.phase == NetworkTestPair.Phase.PAIRS] or [p.gbps for p in taken]
+    measured = [p.gbps for p in taken if p.gbps is not None and p.phase == NetworkTestPair.Phase.PAIRS] or [
+        p.gbps for p in taken if p.gbps is not None]
     if status != NetworkTest.Status.FAILED and measured:
         of = f" of {expected}" if expected and (len(taken) < expected) else ""
         lines.insert(0, f"{len(taken)}{of} measurement{'' if len(taken) == 1 and not of else 's'} taken, "

@@ -71,7 +71,7 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
             raise ClusterError("node_not_found", f"{cluster.name} has no node {name}.", field="node", status=404)
         if (problem := replacement_in_progress(cluster)) is not None:
             raise problem
-        if any(n.state not in SETTLED_IN[cluster.status] for n in live):
+        if any(n.state not in SETTLED_IN[Status(cluster.status)] for n in live):
             raise Conflict(
                 "cluster_changing",
                 f"{cluster.name} is adding workers; replace {name} once every machine is ready.",

@@ -4,9 +4,8 @@ socket's first frame (which all render the same partials) compute them alike."""
 
 from __future__ import annotations
 
-import json
-
 import datetime as dt
+import json
 import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, NamedTuple, cast

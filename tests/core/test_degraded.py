@@ -46,7 +46,7 @@ def test_the_machine_whose_install_failed_can_be_replaced_then_the_retry_reaches
     assert cluster.status == Status.READY
 
 
-def test_a_retry_that_fails_again_sends_no_second_email(environment, owner, smtp):  # noqa: F811
+def test_a_retry_that_fails_again_sends_no_second_email(environment, owner, smtp):
     cluster, _ = degraded_cluster(environment, owner)
     retry_install(cluster, actor="alice")
     retry_install(Cluster.objects.get(pk=cluster.pk), actor="alice")

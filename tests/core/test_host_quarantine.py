@@ -39,7 +39,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
     environment, operator, smtp
 ):
     machine_type = machine_type_with_hosts(5)
-    bad = machine_type.hosts.order_by("id").first()
+    bad = machine_type.hosts.order_by("id")[0]
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.BOOT_FAILS)
 
     failed = create(environment, machine_type)
@@ -68,7 +68,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
     # …and in the admin: a filter and a badge.
     page = operator.get(reverse("admin:offers_host_changelist") + "?quarantined=yes").content.decode()
     assert bad.name in page and "Quarantined" in page
-    assert machine_type.hosts.exclude(pk=bad.pk).first().name not in page
+    assert machine_type.hosts.exclude(pk=bad.pk)[0].name not in page
 
     # Clearing the fault alone does not return it to sale; the operator's action does.
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.NONE)
@@ -84,7 +84,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
 
 def test_a_host_that_never_joins_is_quarantined(environment, smtp):
     machine_type = machine_type_with_hosts(3)
-    bad = machine_type.hosts.order_by("id").last()
+    bad = machine_type.hosts.order_by("-id")[0]
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.NEVER_JOINS)
     cluster = create(environment, machine_type, count=3)
     assert cluster.status == Status.PROVISIONING
@@ -100,7 +100,7 @@ def test_a_host_that_never_joins_is_quarantined(environment, smtp):
 
 def test_a_host_whose_install_failed_leaves_sale_when_its_degraded_cluster_lets_it_go(environment, smtp):
     machine_type = machine_type_with_hosts(3)
-    bad = machine_type.hosts.order_by("id").first()
+    bad = machine_type.hosts.order_by("id")[0]
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     assert cluster.status == Status.DEGRADED
@@ -118,7 +118,7 @@ def test_a_retried_install_that_fails_again_on_a_quarantined_host_emails_the_ope
     environment, operator, smtp
 ):
     machine_type = machine_type_with_hosts(2)
-    bad = machine_type.hosts.order_by("id").first()
+    bad = machine_type.hosts.order_by("id")[0]
     Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     retry_install(cluster)

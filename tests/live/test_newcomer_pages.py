@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing"),
 ]
 DESKTOP = {"viewport": {"width": 1280, "height": 900}}
-WIDTHS = {"desktop": DESKTOP, "phone": PHONE}
+WIDTHS: dict[str, dict] = {"desktop": DESKTOP, "phone": PHONE}
 
 
 @pytest.fixture
