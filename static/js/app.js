@@ -91,7 +91,8 @@
       var rate = parseFloat(el.dataset.rate);
       if (!(rate > 0)) return;
       if (el.dataset.running) {
-        el.textContent = money(liveCost(el, now));
+        var shown = money(liveCost(el, now));
+        if (el.textContent !== shown) el.textContent = shown;
         return;
       }
       var since = (now - Date.parse(el.dataset.at)) / 3600000;
@@ -110,9 +111,17 @@
   // A pushed status card replaces the figure: tick before the browser paints it, so the
   // figure shown is never the push's older one.
   if (window.MutationObserver) {
+    // Only a swapped-in figure counts: the tick's own text change must not tick again.
     new MutationObserver(function (changes) {
       for (var i = 0; i < changes.length; i++) {
-        if (changes[i].addedNodes.length) { tick(); return; }
+        var added = changes[i].addedNodes;
+        for (var j = 0; j < added.length; j++) {
+          var node = added[j];
+          if (node.nodeType === 1 && (node.matches("[data-running]") || node.querySelector("[data-running]"))) {
+            tick();
+            return;
+          }
+        }
       }
     }).observe(document.body, {childList: true, subtree: true});
   }
