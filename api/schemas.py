@@ -803,7 +803,7 @@ class NcclRow(Schema):
 class NetworkTestItem(Schema):
     id: int
     cluster_id: int
-    status: Annotated[str, enum(["queued", "running", "passed", "slow", "failed"])]
+    status: Annotated[str, enum(["queued", "running", "passed", "slow", "partial", "failed"])]
     trigger: Annotated[str, enum(["after_ready", "on_demand"])]
     method: Annotated[str, enum(["iperf3", "nccl"])]
     requested_by: str

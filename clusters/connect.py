@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from clusters.models import Cluster, Node, Status
 
 NODE_DOMAIN = "nodes.runcrate.example"
@@ -167,48 +169,74 @@ def launch_lines(cluster: Cluster, nodes: int | None = None) -> dict[str, str]:
     return {line.key: line.command for line in launch_commands(cluster, nodes)}
 
 
+def node_tools(cluster: Cluster) -> frozenset[str]:
+    """The launchers the nodes' image ships beyond Open MPI, Python and the picked software
+    (settings.NODE_IMAGE_TOOLS): a line is only shown when what it runs is on the nodes, so it
+    runs as pasted. Today's images ship none of torchrun, deepspeed or nccl-tests."""
+    return frozenset(settings.NODE_IMAGE_TOOLS)
+
+
+def _to_every_worker(cluster: Cluster, file: str) -> str:
+    """Containers share no folder: copy the customer's file from node-0's home to the same
+    place on every other node first (node-0 is the hostfile's first line, left out so a copy
+    never overwrites the file it reads)."""
+    return (f"for h in $(tail -n +2 {hostfile_path(cluster)} | cut -d' ' -f1); do scp -q ~/{file} $h:; done && ")
+
+
 def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLine]:
     """The one place the launch lines are made: the Connect card, the API and the CLI show
     these, and tests/providers/test_distributed_work.py runs each of them on real nodes as
-    shown. `$NODE_RANK`, `$NNODES`, `$GPUS_PER_NODE` are in every shell on every node.
+    shown, pasted into node-0's shell in the home directory. `$NODE_RANK`, `$NNODES`,
+    `$GPUS_PER_NODE` are in every shell on every node. The program a line starts is read where
+    the label says: in /shared (every node sees it) where machines share a folder, otherwise
+    from node-0's home, copied to every node by the line itself.
     `nodes`: how many live nodes (endpoints) the cluster has, when the caller counted them."""
     nodes = len(endpoints(cluster)) if nodes is None else nodes
     gpus = cluster.machine_type.gpus_per_machine
+    shared = cluster.machine_type.shares_folder
+    tools = node_tools(cluster)
     world = nodes * gpus
     head = "node-0"
     hostfile = hostfile_path(cluster)
     source = f"source {nccl_env_path(cluster)} && "
     forward = " ".join(f"-x {name}" for name in NCCL_VARIABLES)
+    where = "/shared" if shared else "~ on node-0"
     torchrun = (
         f"torchrun --nnodes={nodes} --nproc-per-node={gpus} --node-rank=$NODE_RANK "
         f"--rdzv-backend=c10d --rdzv-endpoint={head}:{MASTER_PORT} train.py"
     )
-    lines = [
-        LaunchLine("torchrun", "torchrun (run on every node)", f"{source}{torchrun}"),
-        LaunchLine("mpirun", f"mpirun (from {head})", (
-            f"{source}mpirun -np {world} --hostfile {hostfile} {forward} "
-            f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
-        )),
-        LaunchLine("deepspeed", f"DeepSpeed (from {head})", (
-            f"{source}deepspeed --hostfile {hostfile} --num_nodes {nodes} --num_gpus {gpus} "
+    workdir = "/shared" if shared else "/root"
+    lines = []
+    if "torchrun" in tools:
+        lines.append(LaunchLine("torchrun", f"torchrun (run on every node; train.py in {workdir})",
+                                f"{source}cd {workdir} && {torchrun}"))
+    lines.append(LaunchLine("mpirun", f"mpirun (from {head}; train.py in {where})", (
+        f"{'' if shared else _to_every_worker(cluster, 'train.py')}"
+        f"{source}mpirun -np {world} --hostfile {hostfile} --wdir {workdir} {forward} "
+        f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
+    )))
+    if "deepspeed" in tools:
+        lines.append(LaunchLine("deepspeed", f"DeepSpeed (from {head}; train.py in {workdir})", (
+            f"{source}cd {workdir} && deepspeed --hostfile {hostfile} --num_nodes {nodes} --num_gpus {gpus} "
             f"--master_addr {head} --master_port {MASTER_PORT} train.py --deepspeed ds_config.json"
-        )),
-        LaunchLine("nccl", "Measure inter-node bandwidth (NCCL all_reduce_perf)", (
+        )))
+    if "all_reduce_perf" in tools:
+        lines.append(LaunchLine("nccl", "Measure inter-node bandwidth (NCCL all_reduce_perf)", (
             f"{source}mpirun -np {world} --hostfile {hostfile} {forward} "
             f"-x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 8G -f 2 -g 1"
-        )),
-    ]
+        )))
     if cluster.software == "slurm":
-        logs = "/shared/logs" if cluster.machine_type.shares_folder else "/root"
-        lines += [
-            LaunchLine("sbatch_array", "Slurm array: one task per input, output per task", (
-                f"sbatch --array=0-{nodes * 4 - 1} --output={logs}/%A_%a.out "
-                "--wrap 'python task.py $SLURM_ARRAY_TASK_ID'"
-            )),
-            LaunchLine("srun_torchrun", f"Slurm: torchrun on {nodes} nodes", (
-                f"srun -N{nodes} --ntasks-per-node=1 bash -c '{torchrun.replace('$NODE_RANK', '$SLURM_NODEID')}'"
-            )),
-        ]
+        logs = "/shared/logs" if shared else "/root"
+        lines.append(LaunchLine("sbatch_array", f"Slurm array: one task per input, output per task (task.py in {where})", (
+            f"{'' if shared else _to_every_worker(cluster, 'task.py')}"
+            f"sbatch --array=0-{nodes * 4 - 1} --chdir={workdir} --output={logs}/%A_%a.out "
+            "--wrap 'python task.py $SLURM_ARRAY_TASK_ID'"
+        )))
+        if "torchrun" in tools:
+            lines.append(LaunchLine("srun_torchrun", f"Slurm: torchrun on {nodes} nodes (train.py in {workdir})", (
+                f"srun -N{nodes} --ntasks-per-node=1 --chdir={workdir} "
+                f"bash -c '{torchrun.replace('$NODE_RANK', '$SLURM_NODEID')}'"
+            )))
     if cluster.software == "ray":
         lines.append(LaunchLine("ray_job", f"Ray job (from {head})", (
             # Ray's own virtualenv has ray; RAY_ADDRESS (every shell) points ray.init() at the head.

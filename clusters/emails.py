@@ -50,8 +50,12 @@ def notify_failed(cluster: Cluster) -> None:
 
 
 def notify_degraded(cluster: Cluster) -> None:
-    # A retried install can degrade again: each attempt is its own event.
-    _notify(cluster, Kind.CLUSTER_DEGRADED, f"degraded:{cluster.install_attempts}")
+    # One email per degradation, not per retry: a retried install that fails again is the
+    # same degradation (the Events list says each attempt). One that ends in ready closes it,
+    # so a later one (a worker's install on the ready cluster) is emailed again: the key is
+    # when the cluster was last ready.
+    ready_at = Cluster.objects.filter(pk=cluster.pk).values_list("ready_at", flat=True).get()
+    _notify(cluster, Kind.CLUSTER_DEGRADED, f"degraded:{ready_at.isoformat() if ready_at else 'install'}")
 
 
 def notify_node_unhealthy(cluster: Cluster, node: Node, health: str, detail: str, at: dt.datetime) -> None:

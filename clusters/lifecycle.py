@@ -25,6 +25,7 @@ from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
 from clusters.services.common import record_event
 from clusters.services.lease import Lease, claim_lease, lease_length, release_lease, renew_lease, request_wake
+from clusters.services.network_tests import network_test_after_replace
 from clusters.services.progress import (
     append_node_logs,
     fail_cluster,
@@ -410,13 +411,11 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     now = timezone.now()
     boot_deadline = dt.timedelta(minutes=cluster.machine_type.boot_deadline_minutes)
     if new.state == Node.State.READY:
-        # Ready and billed: the old machine stops now and its billing ends with it.
-        _stop_machines(cluster, [old], provider)
-        finish_replacement(cluster, new)
-        return Next.DONE
-    if new.state == Node.State.PENDING:
+        return _take_over(cluster, old, new, provider)
+    if new.state == Node.State.PENDING and cluster.status == Status.READY:
         # First pass of the swap: the old node takes no new work from now on (Slurm DRAIN), and
-        # keeps what it runs until the new machine takes its name.
+        # keeps what it runs until the new machine takes its name. (A degraded cluster's
+        # software is not serving: there is nothing to drain.)
         record_drain(cluster, old, provider.drain(cluster, in_service, old))
     if new.state in (Node.State.PENDING, Node.State.BOOTING, Node.State.UP):
         if new.boot_requested_at is not None and now - new.boot_requested_at > boot_deadline:
@@ -454,6 +453,15 @@ def replace(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     return Next.AGAIN
 
 
+def _take_over(cluster: Cluster, old: Node, new: Node, provider: Provider) -> Next:
+    # Ready and billed: the old machine stops now and its billing ends with it.
+    _stop_machines(cluster, [old], provider)
+    if finish_replacement(cluster, new):
+        # The pairs through the old machine no longer say what the network carries.
+        network_test_after_replace(cluster, new.name)
+    return Next.DONE
+
+
 def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provider: Provider, detail: str) -> Next:
     joined = new.state not in (Node.State.PENDING, Node.State.BOOTING)
     _stop_machines(cluster, [new], provider)
@@ -466,7 +474,7 @@ def _fail_replacement(cluster: Cluster, new: Node, in_service: list[Node], provi
         except Exception:  # the cluster is as it was before the swap either way
             log.exception("rejoining cluster %s after a failed replacement failed", cluster.pk)
     old = next((n for n in in_service if n.pk == new.replacing_id), None)
-    if old is not None:
+    if old is not None and cluster.status == Status.READY:
         try:
             # It was drained when the swap started: the old machine is the node again.
             provider.drain(cluster, in_service, old, resume=True)
@@ -480,6 +488,14 @@ def _release_worker(cluster: Cluster, node: Node, provider: Provider, detail: st
     release_worker(cluster, node, detail)
 
 
+def degraded(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
+    """A degraded cluster waits on its customer, unless a node is being swapped for a new
+    machine (then the swap goes on as on a ready cluster)."""
+    if any(n.replacing_id is not None for n in nodes):
+        return replace(cluster, nodes, provider)
+    return Next.DONE
+
+
 def terminate(cluster: Cluster, nodes: list[Node], provider: Provider) -> Next:
     _stop_machines(cluster, nodes, provider)
     finish_termination(cluster)
@@ -490,6 +506,7 @@ STEPS = {
     Status.PROVISIONING: provision,
     Status.INSTALLING: install,
     Status.READY: ready,
+    Status.DEGRADED: degraded,
     Status.TERMINATING: terminate,
 }
 
@@ -501,7 +518,8 @@ def needs_driving() -> list[int]:
     moving = Q(status__in=[Status.PROVISIONING, Status.INSTALLING, Status.TERMINATING])
     growing = Q(status=Status.READY, nodes__state__in=GROWING, nodes__released_at__isnull=True)
     # A machine being swapped in, up to the old machine's stop (it is ready by then).
-    growing |= Q(status=Status.READY, nodes__replacing__isnull=False, nodes__released_at__isnull=True)
+    growing |= Q(status__in=[Status.READY, Status.DEGRADED], nodes__replacing__isnull=False,
+                 nodes__released_at__isnull=True)
     return list(
         Cluster.objects.filter(moving | growing)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))

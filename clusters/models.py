@@ -199,10 +199,21 @@ class Cluster(models.Model):
         return next((n for n in self.nodes.all() if n.is_replacement), None)
 
     @property
+    def install_failed_nodes(self) -> list[Node]:
+        """Live nodes whose install failed, by index: why a degraded cluster is degraded."""
+        return sorted((n for n in self.nodes.all() if n.released_at is None and n.replacing_id is None
+                       and n.state == Node.State.INSTALL_FAILED), key=lambda n: n.index)
+
+    @property
     def can_replace_nodes(self) -> bool:
-        """Replace is offered on a ready cluster whose machines are all ready, one at a time."""
+        """Replace is offered on a ready cluster whose machines are all ready, and on a degraded
+        one whose machines all finished their install (well or not), one at a time (the rule is
+        clusters.services.replace.replace_node's)."""
         live = [n for n in self.nodes.all() if n.released_at is None]
-        return self.status == Status.READY and all(n.state == Node.State.READY and not n.is_replacement for n in live)
+        settled = {Status.READY: (Node.State.READY,),
+                   Status.DEGRADED: (Node.State.READY, Node.State.INSTALLED, Node.State.INSTALL_FAILED)}.get(
+            Status(self.status), ())
+        return bool(settled) and all(n.state in settled and not n.is_replacement for n in live)
 
     @property
     def head(self) -> Node | None:
@@ -461,10 +472,13 @@ class NetworkTest(models.Model):
         RUNNING = "running", "Running"
         PASSED = "passed", "Passed"
         SLOW = "slow", "Slow pairs found"
+        # Some pairs have figures and some could not be measured (or the test was stopped).
+        PARTIAL = "partial", "Partly measured"
         FAILED = "failed", "Could not run"
 
     class Trigger(models.TextChoices):
         AFTER_READY = "after_ready", "After the cluster became ready"
+        AFTER_REPLACE = "after_replace", "After a node was replaced"
         ON_DEMAND = "on_demand", "On request"
 
     class Method(models.TextChoices):
@@ -501,7 +515,7 @@ class NetworkTest(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (self.Status.PASSED, self.Status.SLOW, self.Status.FAILED)
+        return self.status in (self.Status.PASSED, self.Status.SLOW, self.Status.PARTIAL, self.Status.FAILED)
 
 
 class NetworkTestPair(models.Model):

@@ -22,7 +22,7 @@ from django.db.models import Prefetch, QuerySet
 
 from clusters import rules
 from clusters.beats import Beat
-from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
+from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
 from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES, NetworkTestReport, PairMeasurement
 from clusters.providers import get_provider
 from clusters.services.network_tests import (
@@ -51,9 +51,15 @@ class _Recorder(NetworkTestReport):
         record_network_pairs(self.test, pairs)
 
     def keep_going(self) -> bool:
+        # A node being replaced stops the test too: its pairs would measure a machine on its
+        # way out (the test runs again once the new one has taken over).
         return NetworkTest.objects.filter(
             pk=self.test.pk, status=NetworkTest.Status.RUNNING, cluster__status=Status.READY
-        ).exists()
+        ).exists() and not _swapping(self.test.cluster_id)
+
+
+def _swapping(cluster_id: int) -> bool:
+    return Node.objects.filter(cluster_id=cluster_id, replacing__isnull=False, released_at__isnull=True).exists()
 
 
 class Heartbeat(Beat):
@@ -88,6 +94,8 @@ def run(test_id: int) -> str | None:
         log.exception("network test %s of cluster %s failed", test.pk, cluster.pk)
         finish_network_test(test, error=f"The control plane hit an error: {type(exc).__name__}: {exc}"[:500])
         return NetworkTest.Status.FAILED
+    if result.stopped and _swapping(cluster.pk):
+        result.error = "Stopped: a node is being replaced. The network is measured again once its new machine has taken over."
     finish_network_test(
         test, error=result.error, notes=result.notes, nccl_rows=[asdict(row) for row in result.nccl_rows],
     )

@@ -26,6 +26,7 @@ class Kind(models.TextChoices):
     QUOTE_RECEIVED = "quote_received", "Quote request (to sales)"
     QUOTE_CONFIRMATION = "quote_confirmation", "Quote request confirmation"
     INVITATION = "invitation", "Invitation to a workspace"
+    HOST_QUARANTINED = "host_quarantined", "Host taken out of sale (to operators)"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ SPECS: dict[str, KindSpec] = {
     Kind.AUTO_RECHARGE_FAILED: KindSpec("Auto-recharge of ${amount} failed", _BILLING, critical=True),
     Kind.QUOTE_RECEIVED: KindSpec("Quote request: {quote.machines} × {quote.gpu} from {quote_from}", _QUOTE, critical=True),
     Kind.QUOTE_CONFIRMATION: KindSpec("We received your quote request", _QUOTE, critical=True),
+    Kind.HOST_QUARANTINED: KindSpec("Taken out of sale: {host_names} (a machine failed to start, join or install)",
+                                    "offers.inventory.quarantine_context", critical=True),
     Kind.INVITATION: KindSpec("{inviter} invited you to {workspace_name} on Runcrate Clusters",
                               "accounts.invitations.invitation_context", critical=True),
 }
@@ -73,5 +76,5 @@ CRITICAL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.critical
 OPTIONAL_KINDS = [kind for kind in Kind if not SPECS[kind].critical]
 # Sent to addresses, not to members: nothing a member could turn on or off.
 USER_FACING_CRITICAL_KINDS = [
-    kind for kind in Kind if SPECS[kind].critical and kind not in (Kind.QUOTE_RECEIVED, Kind.INVITATION)
+    kind for kind in Kind if SPECS[kind].critical and kind not in (Kind.QUOTE_RECEIVED, Kind.INVITATION, Kind.HOST_QUARANTINED)
 ]

@@ -6,9 +6,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, TypedDict
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
+from django.urls import reverse
+from django.utils import timezone
 
+from notifications.kinds import Kind
+from notifications.services import notify
 from offers.models import GPUModel, Host, MachineType
 
 if TYPE_CHECKING:
@@ -144,4 +150,53 @@ def reserve_hosts(machine_type: MachineType, count: int) -> list[Host] | None:
 
 
 def release_hosts(host_ids: list[int]) -> int:
-    return Host.objects.filter(pk__in=host_ids, state=Host.State.RESERVED).update(state=Host.State.FREE)
+    """Give reserved hosts back: on sale again, unless quarantined while they were held."""
+    held = Host.objects.filter(pk__in=host_ids, state=Host.State.RESERVED)
+    held.filter(quarantined_at__isnull=False).update(state=Host.State.QUARANTINED)
+    return held.filter(quarantined_at__isnull=True).update(state=Host.State.FREE)
+
+
+def quarantine_hosts(reasons: dict[int, str]) -> list[int]:
+    """Take hosts whose machine failed a boot, a join or an install out of sale (host id ->
+    what happened, in an operator's words), and tell the operators once per quarantine. A
+    host still held by a cluster (a degraded install: its machine stays up) keeps its
+    reservation and goes to `quarantined` when it is released. Returns the hosts newly
+    quarantined. Call it inside the caller's transaction, before release_hosts."""
+    now = timezone.now()
+    newly = []
+    for host_id, reason in sorted(reasons.items()):
+        # Compare-and-set: a host already quarantined keeps its first reason and its one email.
+        if Host.objects.filter(pk=host_id, quarantined_at__isnull=True).update(
+            quarantined_at=now, quarantine_reason=reason[:255]
+        ):
+            newly.append(host_id)
+    Host.objects.filter(pk__in=newly, state=Host.State.FREE).update(state=Host.State.QUARANTINED)
+    if newly:
+        staff = list(
+            get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="").values_list("email", flat=True)
+        )
+        notify(
+            Kind.HOST_QUARANTINED, recipients=[*settings.OPERATOR_EMAILS, *staff], context={"host_ids": newly},
+            dedupe_key=f"hosts-quarantined:{','.join(map(str, newly))}:{now.isoformat()}",
+        )
+    return newly
+
+
+def return_hosts_to_sale(host_ids: list[int]) -> int:
+    """An operator cleared the hosts: a quarantined one is on sale again; one still held by a
+    cluster goes back on sale when that cluster lets it go."""
+    with transaction.atomic():
+        Host.objects.filter(pk__in=host_ids, state=Host.State.QUARANTINED).update(state=Host.State.FREE)
+        return Host.objects.filter(pk__in=host_ids, quarantined_at__isnull=False).update(
+            quarantined_at=None, quarantine_reason=""
+        )
+
+
+def quarantine_context(stored: dict) -> dict:
+    """The operators' email: which hosts left sale and why, with a link to each in /admin/."""
+    hosts = list(Host.objects.select_related("machine_type__gpu", "machine_type__location").filter(pk__in=stored["host_ids"]))
+    return {
+        "hosts": hosts,
+        "host_names": ", ".join(h.name for h in hosts),
+        "admin_url": settings.SITE_URL + reverse("admin:offers_host_changelist") + "?state__exact=quarantined",
+    }

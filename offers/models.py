@@ -180,6 +180,8 @@ class Host(models.Model):
         FREE = "free", "Free"
         RESERVED = "reserved", "Reserved"
         DISABLED = "disabled", "Disabled"
+        # Failed a boot, a join or an install: off sale until an operator returns it.
+        QUARANTINED = "quarantined", "Quarantined"
 
     machine_type = models.ForeignKey(MachineType, on_delete=models.PROTECT, related_name="hosts")
     name = models.CharField(max_length=100, unique=True)
@@ -194,6 +196,11 @@ class Host(models.Model):
     join_seconds = models.FloatField(default=0)
     install_seconds = models.FloatField(default=0)
     fault = models.CharField(max_length=20, choices=HostFault.choices, default=HostFault.NONE, blank=True)
+    # Set when a machine on this host failed to boot, join or install (offers.inventory
+    # .quarantine_hosts). A host held by a running cluster keeps `reserved` until it is let go,
+    # then goes to `quarantined` instead of `free`; only an operator clears it.
+    quarantined_at = models.DateTimeField(null=True, blank=True)
+    quarantine_reason = models.CharField(max_length=255, blank=True)
 
     class Meta:
         ordering = ["machine_type", "name"]

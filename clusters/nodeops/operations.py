@@ -922,6 +922,16 @@ def _failure(result: NodeResult) -> str:
     return (result.tail(2) or result.error or f"exit status {result.exit_code}").strip()[-240:]
 
 
+def _pair_failure(result: NodeResult, target: str) -> str:
+    """Why one pair has no figure, in the customer's words: the tool's last line of complaint
+    (never the script's own step and section markers), or that nothing came back."""
+    said = [line.strip() for line in (result.stdout + "\n" + result.stderr).splitlines()
+            if line.strip() and not line.lstrip().startswith("::")]
+    if said:
+        return said[-1][-200:]
+    return f"no measurement came back from {target}"
+
+
 def network_test(
     spec: ClusterSpec,
     *,
@@ -1005,7 +1015,7 @@ def _measure(spec: ClusterSpec, action: _Action, phase: str, pairs: list[tuple[i
         node_result = results[source]
         iperf = iperf3_result(_between(node_result.stdout, f"::begin-iperf3 {target.name}::", "::end-iperf3::"))
         latency = ping_average_ms(_between(node_result.stdout, f"::begin-ping {target.name}::", "::end-ping::"))
-        error = "" if node_result.ok else _failure(node_result)
+        error = "" if node_result.ok else _pair_failure(node_result, target.name)
         measured.append(PairMeasurement(phase, source, target.name, iperf.gbps if not error else None, latency,
                                         error or iperf.error))
     return measured

@@ -98,14 +98,14 @@ class ClusterPlan:
         if self.runway_hours is not None and self.runway_hours < 1:
             found.append(
                 f"With this cluster the workspace would spend ${self.per_hour_after:,.2f}/h and the balance of "
-                f"${self.balance:,.2f} lasts {self.runway_hours * 60:.0f} minutes: every cluster is stopped when "
+                f"${self.balance:,.2f} lasts {_minutes(self.runway_hours)}: every cluster is stopped when "
                 "it runs out. Top up first."
             )
         if self.price_per_hour and self.budget_runway_hours is not None and self.budget_runway_hours < 1:
             found.append(
                 f"With this cluster the environment would spend ${self.environment_per_hour + self.price_per_hour:,.2f}/h "
                 f"and the ${self.budget_remaining:,.2f} left of its monthly budget lasts "
-                f"{self.budget_runway_hours * 60:.0f} minutes: its clusters are stopped when the budget is reached. "
+                f"{_minutes(self.budget_runway_hours)}: its clusters are stopped when the budget is reached. "
                 "Raise the budget first."
             )
         return found
@@ -220,3 +220,9 @@ def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, creat
         machine_count=failed.machine_count, software=failed.software, volume=failed.volume,
         ssh_keys=list(failed.ssh_keys.all()), created_by=created_by, actor=actor,
     )
+
+
+def _minutes(hours: Decimal | float) -> str:
+    """A runway under an hour in whole minutes, in English ("1 minute", "25 minutes")."""
+    count = round(hours * 60)
+    return f"{count} minute{'' if count == 1 else 's'}"

@@ -18,6 +18,7 @@ from django.utils import timezone
 from clusters import broadcast, rules
 from clusters.errors import Conflict
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
+from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
 from clusters.services.replace import replacement_in_progress
 
@@ -28,6 +29,27 @@ def network_test_after_ready(cluster: Cluster) -> None:
     # Simulated machines have no network to measure; a test of them could only fail.
     if settings.NETWORK_TEST_AFTER_READY and cluster.provider != "simulated":
         _queue_network_test(cluster, NetworkTest.Trigger.AFTER_READY, SYSTEM)
+
+
+def network_test_after_replace(cluster: Cluster, node_name: str) -> NetworkTest | None:
+    """A node took its new machine: what the network carries has changed. A test still
+    running measured the old machine (its swap cut it short): it ends saying so, and the
+    network is measured again now."""
+    if not settings.NETWORK_TEST_AFTER_READY or cluster.provider == "simulated":
+        return None
+    with transaction.atomic():
+        now = timezone.now()
+        for active in cluster.network_tests.filter(status__in=ACTIVE_NETWORK_TEST):
+            NetworkTest.objects.filter(pk=active.pk, status__in=ACTIVE_NETWORK_TEST).update(
+                status=NetworkTest.Status.FAILED if not active.pairs.exists() else NetworkTest.Status.PARTIAL,
+                finished_at=now,
+                detail=f"Interrupted: {node_name} was replaced while the test ran. The network is measured again "
+                       "on the new machine.",
+            )
+        test = _queue_network_test(cluster, NetworkTest.Trigger.AFTER_REPLACE, SYSTEM)
+        record_event(cluster, "network_test_requested",
+                     f"Network test {test.pk} queued: {node_name} runs on a new machine.")
+        return test
 
 
 def _measured_node_names(cluster_id: int) -> list[str]:
@@ -125,15 +147,29 @@ class Verdict:
     detail: str
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def expected_measurements(node_count: int, method: str = NetworkTest.Method.IPERF3) -> int:
+    """The ring, then every ordered pair up to ALL_PAIRS_MAX_NODES nodes; none for NCCL."""
+    if method == NetworkTest.Method.NCCL:
+        return 0
+    return node_count + (node_count * (node_count - 1) if node_count <= ALL_PAIRS_MAX_NODES else 0)
+
+
 def network_test_verdict(
     pairs: Sequence[NetworkTestPair], *, expected_gbps: float, node_count: int, error: str = "",
-    notes: Iterable[str] = (), nccl_rows: Sequence[dict[str, Any]] = (),
+    notes: Iterable[str] = (), nccl_rows: Sequence[dict[str, Any]] = (), expected: int | None = None,
 ) -> Verdict:
-    """A test's outcome from what it measured, nothing else read: failed when it could not run
-    (or a pair could not be measured), slow when a pair (or NCCL's bus bandwidth) is under
-    the floor, passed otherwise; and the sentence that says so. `pairs` carry `slow` as
-    recorded against the floor (record_network_pairs)."""
+    """A test's outcome from what it measured, nothing else read: failed when nothing could be
+    measured, partly measured when some pairs have figures and others none (or it stopped),
+    slow when a pair (or NCCL's bus bandwidth) is under the floor, passed otherwise; and the
+    sentence that says so, with how many of the `expected` measurements were taken. `pairs`
+    carry `slow` as recorded against the floor (record_network_pairs)."""
+    expected = expected_measurements(node_count) if expected is None else expected
     broken = [p for p in pairs if p.error]
+    taken = [p for p in pairs if not p.error and p.gbps is not None]
     slow = [p for p in pairs if p.slow]
     peak_busbw_gbps = max((row["busbw_gbs"] * 8 for row in nccl_rows), default=None)
     nccl_slow = peak_busbw_gbps is not None and peak_busbw_gbps < expected_gbps
@@ -141,25 +177,29 @@ def network_test_verdict(
     if error:
         lines.append(error)
     if broken:
-        lines.append(f"{len(broken)} pair(s) could not be measured: " + "; ".join(
+        lines.append(f"{_count(len(broken), 'pair')} could not be measured: " + "; ".join(
             f"node-{p.source_index} → node-{p.target_index}: {p.error}" for p in broken[:4]))
     if slow:
-        lines.append(f"{len(slow)} slow pair(s), under {expected_gbps:.3g} Gbit/s: " + ", ".join(
+        lines.append(f"{_count(len(slow), 'slow pair')}, under {expected_gbps:.3g} Gbit/s: " + ", ".join(
             f"node-{p.source_index} → node-{p.target_index} {p.gbps:.2f}"
             + (" (ring)" if p.phase == NetworkTestPair.Phase.RING else "") for p in slow[:8]) + ".")
     if nccl_slow:
         lines.append(f"all_reduce_perf's best bus bandwidth is {peak_busbw_gbps:.2f} Gbit/s, "
                      f"under {expected_gbps:.3g} Gbit/s.")
-    if error or broken:
+    if (error or broken) and taken:
+        status = NetworkTest.Status.PARTIAL
+    elif error or broken:
         status = NetworkTest.Status.FAILED
     elif slow or nccl_slow:
         status = NetworkTest.Status.SLOW
     else:
         status = NetworkTest.Status.PASSED
-    measured = [p.gbps for p in pairs if p.gbps is not None and p.phase == NetworkTestPair.Phase.PAIRS] or [
-        p.gbps for p in pairs if p.gbps is not None]
+    measured = [p.gbps for p in taken if p.gbps is not None and p.phase == NetworkTestPair.Phase.PAIRS] or [
+        p.gbps for p in taken if p.gbps is not None]
     if status != NetworkTest.Status.FAILED and measured:
-        lines.insert(0, f"{len(pairs)} measurement(s), {min(measured):.2f}–{max(measured):.2f} Gbit/s.")
+        of = f" of {expected}" if expected and (len(taken) < expected) else ""
+        lines.insert(0, f"{len(taken)}{of} measurement{'' if len(taken) == 1 and not of else 's'} taken, "
+                        f"{min(measured):.2f}–{max(measured):.2f} Gbit/s.")
     elif status != NetworkTest.Status.FAILED and peak_busbw_gbps is not None:
         lines.insert(0, f"all_reduce_perf over {node_count} nodes: best bus bandwidth "
                         f"{peak_busbw_gbps:.2f} Gbit/s.")
@@ -174,6 +214,7 @@ def finish_network_test(test: NetworkTest, *, error: str = "", notes: Iterable[s
         verdict = network_test_verdict(
             list(test.pairs.all()), expected_gbps=test.expected_gbps, node_count=len(test.node_names),
             error=error, notes=notes, nccl_rows=nccl_rows,
+            expected=expected_measurements(len(test.node_names), test.method),
         )
         status, detail = verdict.status, verdict.detail
         if not NetworkTest.objects.filter(pk=test.pk, status=NetworkTest.Status.RUNNING).update(
@@ -182,6 +223,7 @@ def finish_network_test(test: NetworkTest, *, error: str = "", notes: Iterable[s
             return False
         test.status, test.detail = status, detail
         label = {NetworkTest.Status.PASSED: "passed", NetworkTest.Status.SLOW: "found slow pairs",
+                 NetworkTest.Status.PARTIAL: "measured part of the network",
                  NetworkTest.Status.FAILED: "could not run"}[status]
         record_event(test.cluster, "network_test_finished", f"Network test {test.pk} {label}. {detail}".strip(),
                      data={"network_test": {"id": test.pk, "status": status, "method": test.method}})

@@ -158,6 +158,10 @@ def mark_degraded(cluster: Cluster, failed: dict[str, str], *, from_status: str 
         for node in broken:
             node.state, node.detail = Node.State.INSTALL_FAILED, failed[node.name][:255]
         update_rows(Node, broken, ["state", "detail"])
+        # Their machines stay up for the customer; the hosts leave sale once they are let go.
+        inventory.quarantine_hosts(
+            {node.host_id: f"install failed in cluster #{cluster.pk} ({node.name}): {failed[node.name]}" for node in broken}
+        )
         # The others finished their part: they say so, not "Installing" for as long as it lasts.
         Node.objects.filter(
             cluster=cluster, released_at__isnull=True, state__in=[Node.State.INSTALLING, Node.State.JOINED]
@@ -188,6 +192,7 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
             node.released_at, node.step = now, NodeStep.RELEASED
             node.health, node.health_detail = NodeHealth.UNKNOWN, ""  # a stopped machine has no health
         update_rows(Node, nodes, ["state", "detail", "released_at", "step", "health", "health_detail"])
+        _quarantine_blamed(cluster, nodes, node_details)
         inventory.release_hosts([node.host_id for node in nodes])
         record_event(
             cluster, "failed", f"{message.rstrip('. ')}. Every machine was released; nothing was charged.", reason=reason
@@ -197,10 +202,24 @@ def fail_cluster(cluster: Cluster, reason: str, message: str, node_details: dict
         return True
 
 
+def _quarantine_blamed(cluster: Cluster, nodes: list[Node], node_details: dict[str, str]) -> None:
+    """The hosts whose machine did not start or join leave sale, so a re-create (or another
+    customer) is never placed on them again. When every machine is blamed alike (none came up
+    or none reached any other) the fault is not any one host's, and none is quarantined."""
+    blamed = [node for node in nodes if node.name in node_details]
+    if not blamed or (len(blamed) == len(nodes) > 1):
+        return
+    inventory.quarantine_hosts(
+        {node.host_id: f"failed in cluster #{cluster.pk} ({node.name}): {node_details[node.name]}" for node in blamed}
+    )
+
+
 def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
     with transaction.atomic():
-        # Counted on the row: `cluster` may be a stale read, and the attempt number keys the
-        # next degraded email, which a repeated number would swallow.
+        # Counted on the row: `cluster` may be a stale read.
+        if Node.objects.filter(cluster=cluster, released_at__isnull=True, replacing__isnull=False).exists():
+            raise Conflict("replacement_in_progress",
+                           f"A node of {cluster.name} is being replaced; retry the install once the new machine has taken over.")
         if not transition(cluster, [Status.DEGRADED], Status.INSTALLING, install_attempts=F("install_attempts") + 1):
             raise Conflict("not_degraded", f"Only a degraded cluster can retry its install; this one is {cluster.status}.")
         cluster.refresh_from_db(fields=["install_attempts"])

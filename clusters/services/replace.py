@@ -28,6 +28,16 @@ def _swap_in_progress(cluster: Cluster) -> Node | None:
     )
 
 
+# A degraded cluster's machines are up and billed like a ready one's: replacing the machine
+# whose install failed (then retrying the install) is the customer's way out that keeps the
+# cluster. Its nodes have settled once each finished its part of the install, well or not.
+REPLACEABLE = (Status.READY, Status.DEGRADED)
+SETTLED_IN = {
+    Status.READY: (Node.State.READY,),
+    Status.DEGRADED: (Node.State.READY, Node.State.INSTALLED, Node.State.INSTALL_FAILED),
+}
+
+
 def replacement_in_progress(cluster: Cluster) -> ClusterError | None:
     """One machine is swapped in at a time: the cluster is never billed for more machines than
     it has plus the one being swapped in."""
@@ -50,9 +60,10 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
         # and reservation this one must not race.
         cluster = Cluster.objects.select_for_update(of=("self",)).select_related("machine_type").get(pk=cluster.pk)
         workspace = Workspace.objects.select_for_update().get(pk=cluster.workspace_id)
-        if cluster.status != Status.READY:
+        if cluster.status not in REPLACEABLE:
             raise Conflict(
-                "not_ready", f"A node can be replaced in a ready cluster; {cluster.name} is {cluster.status}."
+                "not_ready",
+                f"A node can be replaced in a ready or degraded cluster; {cluster.name} is {cluster.status}.",
             )
         live = list(Node.objects.filter(cluster=cluster, released_at__isnull=True).select_related("host").order_by("pk"))
         old = next((n for n in live if n.name == name and n.replacing_id is None), None)
@@ -60,7 +71,7 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
             raise ClusterError("node_not_found", f"{cluster.name} has no node {name}.", field="node", status=404)
         if (problem := replacement_in_progress(cluster)) is not None:
             raise problem
-        if any(n.state != Node.State.READY for n in live):
+        if any(n.state not in SETTLED_IN[Status(cluster.status)] for n in live):
             raise Conflict(
                 "cluster_changing",
                 f"{cluster.name} is adding workers; replace {name} once every machine is ready.",
@@ -115,7 +126,7 @@ def mark_replacement_joined(cluster: Cluster, new: Node) -> bool:
     """The new machine is up and every node reaches it under the old one's name: bill it from now."""
     with transaction.atomic():
         # As mark_workers_joined: never open an interval after a terminate ended the usage.
-        if not Cluster.objects.select_for_update().filter(pk=cluster.pk, status=Status.READY).exists():
+        if not Cluster.objects.select_for_update().filter(pk=cluster.pk, status__in=REPLACEABLE).exists():
             return False
         now = timezone.now()
         if not Node.objects.filter(pk=new.pk, released_at__isnull=True, billing_started_at__isnull=True).update(
@@ -167,7 +178,7 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
     machine is the node."""
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
-        if cluster.status != Status.READY:
+        if cluster.status not in REPLACEABLE:
             # A terminate took over: it stops and bills both machines.
             return False
         new = Node.objects.select_related("host", "replacing__host").get(pk=new.pk)
@@ -185,9 +196,11 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
             inventory.release_hosts([old.host_id])
         Node.objects.filter(pk=new.pk).update(replacing=None, state=Node.State.READY, step=NodeStep.READY, detail="")
         _move_wireguard_key(cluster, new)
+        retry = (f" Retry the {cluster.get_software_display()} install to finish the cluster."
+                 if cluster.status == Status.DEGRADED else "")
         record_event(
             cluster, "node_replaced",
-            f"{new.name} now runs on its new machine; the old machine stopped and was released (billed until now).",
+            f"{new.name} now runs on its new machine; the old machine stopped and was released (billed until now).{retry}",
         )
         after_commit_changed(cluster.pk)
         return True
@@ -210,6 +223,7 @@ def fail_replacement(cluster: Cluster, new: Node, detail: str) -> bool:
         )
         if billed:
             billing.end_node_usage([new.pk], now)
+        inventory.quarantine_hosts({new.host_id: f"replacement for {new.name} of cluster #{cluster.pk} failed: {detail}"})
         inventory.release_hosts([new.host_id])
         _forget_wireguard_key(cluster, new)
         charge = "billed until now" if billed else "not charged"

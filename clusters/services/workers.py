@@ -96,6 +96,7 @@ def release_worker(cluster: Cluster, worker: Node, detail: str) -> None:
         )
         if not updated:
             return
+        inventory.quarantine_hosts({worker.host_id: f"worker {worker.name} of cluster #{cluster.pk} did not come up: {detail}"})
         inventory.release_hosts([worker.host_id])
         Cluster.objects.filter(pk=cluster.pk).update(machine_count=F("machine_count") - 1)
         record_event(

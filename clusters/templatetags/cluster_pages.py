@@ -5,6 +5,7 @@ socket's first frame (which all render the same partials) compute them alike."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, NamedTuple, cast
@@ -92,16 +93,30 @@ class _Usage(NamedTuple):
 
 @register.simple_tag
 def cluster_cost(cluster: Cluster) -> dict:
-    """{amount, rate, at}: what the machines cost so far as of `at` (billing.services.machines_cost,
-    so it is the Billing line's amount to the cent), and the dollars per hour still accruing (0
-    once billing ended), so the page can tick it on between pushes."""
+    """{amount, rate, at, ended, running}: what the machines cost so far as of `at`
+    (billing.services.machines_cost, so it is the Billing line's amount to the cent), the
+    dollars per hour still accruing (0 once billing ended), and what the page needs to tick it
+    on between pushes by the same rule: `ended`, the fixed cost of machines that stopped, and
+    `running`, the machines still billed as JSON [[rate, start ms, how many]], each machine's
+    running total rounded to cents as the ledger does. So the live figure has one source (this
+    rule, here and in static/js/app.js), and a push never shows less than the page already did."""
     now = timezone.now()
     # Three columns as plain values: every push renders this, and 64 model instances were
     # most of a status card's time.
     usages = [_Usage(*row) for row in cluster.usages.values_list("rate", "started_at", "ended_at")]
     rate = sum((usage.rate for usage in usages if usage.ended_at is None), Decimal("0"))
     amount = machines_cost(cast("list[MachineUsage]", usages), now)  # it reads these three fields
-    return {"amount": amount, "exact": amount, "rate": rate, "at": now}
+    ended = machines_cost(cast("list[MachineUsage]", [u for u in usages if u.ended_at is not None]), now)
+    running: dict[tuple[str, int], int] = {}
+    for usage in usages:
+        if usage.ended_at is None:
+            key = (str(usage.rate), int(usage.started_at.timestamp() * 1000))
+            running[key] = running.get(key, 0) + 1
+    return {
+        "amount": amount, "exact": amount, "rate": rate, "at": now, "ended": ended,
+        "running": json.dumps([[r, start, count] for (r, start), count in sorted(running.items())]),
+        "at_ms": int(now.timestamp() * 1000),
+    }
 
 
 @register.simple_tag

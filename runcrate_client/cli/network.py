@@ -24,7 +24,8 @@ from runcrate_client.cli.clusters import clusters
 from runcrate_client.client import Client
 from runcrate_client.formatting import format_time, render_pairs, render_table
 
-FINISHED = {"passed": EXIT_OK, "slow": EXIT_NETWORK_SLOW, "failed": EXIT_NETWORK_FAILED}
+# Partly measured: some pairs have no figure, as when none could be measured.
+FINISHED = {"passed": EXIT_OK, "slow": EXIT_NETWORK_SLOW, "partial": EXIT_NETWORK_FAILED, "failed": EXIT_NETWORK_FAILED}
 
 
 @clusters.command("network-test")

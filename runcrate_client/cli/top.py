@@ -75,15 +75,17 @@ def render(name: str, rows: list[dict[str, Any]]) -> str:
 
 @clusters.command("top")
 @click.argument("cluster")
-@click.option("--once", is_flag=True, help="Print the table once and exit (the default when the output is not a terminal).")
+@click.option("--watch", is_flag=True, help="Redraw the table every --interval seconds until Ctrl-C.")
+@click.option("--once", is_flag=True, hidden=True, help="One table and exit (the default; kept for older scripts).")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(1, 3600), help="Seconds between redraws.")
 @json_option
 @pass_state
-def clusters_top(state: State, cluster: str, once: bool, interval: float, as_json: bool) -> None:
-    """Live per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first.
+def clusters_top(state: State, cluster: str, watch: bool, once: bool, interval: float, as_json: bool) -> None:
+    """Per-node CPU, memory, disk, wg0 and GPU figures of a cluster (NAME or id), busiest first.
 
-    On a terminal the table redraws until Ctrl-C; piped or redirected, it prints once."""
-    once = once or not sys.stdout.isatty()
+    Prints one table and exits, so a pasted block of commands goes on after it (on a terminal
+    too); --watch redraws it until Ctrl-C."""
+    watch = watch and not once and not as_json
     client: Client = state.client()
     cluster_id = client.find_cluster_id(cluster)
     while True:
@@ -91,9 +93,9 @@ def clusters_top(state: State, cluster: str, once: bool, interval: float, as_jso
         if as_json:
             print_json(rows)
         else:
-            if not once:
+            if watch and sys.stdout.isatty():
                 click.clear()
             click.echo(render(cluster, rows))
-        if once or as_json:
+        if not watch:
             return
         time.sleep(interval)

@@ -18,8 +18,9 @@
     area.style.opacity = "0";
     document.body.appendChild(area);
     area.select();
-    try { document.execCommand("copy"); } finally { document.body.removeChild(area); }
-    return Promise.resolve();
+    var copied = false;
+    try { copied = document.execCommand("copy"); } catch (refused) { copied = false; } finally { document.body.removeChild(area); }
+    return copied ? Promise.resolve() : Promise.reject(new Error("the browser refused to copy"));
   }
 
   document.addEventListener("click", function (event) {
@@ -29,12 +30,16 @@
       // A bare data-copy copies the element just before the button (the shown command).
       var source = button.previousElementSibling;
       var text = button.getAttribute("data-copy") || (source ? source.textContent : "");
-      copyText(text).then(function () {
-        var label = button.textContent;
-        button.textContent = "Copied";
-        button.classList.add("copied");
-        setTimeout(function () { button.textContent = label; button.classList.remove("copied"); }, 1500);
-      });
+      var label = button.textContent;
+      function say(text, css) {
+        button.textContent = text;
+        button.classList.add(css);
+        setTimeout(function () { button.textContent = label; button.classList.remove(css); }, 2500);
+      }
+      // The browser may refuse the clipboard (no permission, not focused): say so instead of
+      // failing silently, and the text stays on the page to select by hand.
+      copyText(text).then(function () { say("Copied", "copied"); },
+                          function () { say("Copy failed: select the text", "copy-failed"); });
       return;
     }
     var toggle = event.target.closest("[data-menu-toggle]");
@@ -58,11 +63,38 @@
     return s + " s";
   }
 
+  function cents(n) {
+    return Math.round((n + Number.EPSILON) * 100) / 100;
+  }
+
+  // The live cost, by the server's rule (clusters/templatetags/cluster_pages.py cluster_cost):
+  // the stopped machines' fixed cost plus each running machine's running total rounded to
+  // cents. The time is the server's (data-at-ms) plus what this page measured since the figure
+  // arrived, so this computer's clock does not matter; and a figure never goes down while the
+  // cluster runs (a push rendered a moment before it arrived is a cent behind at most).
+  var highest = {};
+  function liveCost(el, now) {
+    if (!el._arrived) el._arrived = now;
+    var at = parseFloat(el.dataset.atMs) + (now - el._arrived);
+    var total = parseFloat(el.dataset.ended);
+    JSON.parse(el.dataset.running).forEach(function (group) {
+      total += group[2] * cents(parseFloat(group[0]) * Math.max(0, at - group[1]) / 3600000);
+    });
+    var key = el.dataset.costKey;
+    if (key) total = highest[key] = Math.max(total, highest[key] || 0);
+    return total;
+  }
+
   function tick() {
     var now = Date.now();
     document.querySelectorAll("[data-rate][data-cost]").forEach(function (el) {
       var rate = parseFloat(el.dataset.rate);
       if (!(rate > 0)) return;
+      if (el.dataset.running) {
+        var shown = money(liveCost(el, now));
+        if (el.textContent !== shown) el.textContent = shown;
+        return;
+      }
       var since = (now - Date.parse(el.dataset.at)) / 3600000;
       el.textContent = money(parseFloat(el.dataset.cost) + rate * Math.max(0, since));
     });
@@ -76,6 +108,23 @@
   }
   tick();
   setInterval(tick, 1000);
+  // A pushed status card replaces the figure: tick before the browser paints it, so the
+  // figure shown is never the push's older one.
+  if (window.MutationObserver) {
+    // Only a swapped-in figure counts: the tick's own text change must not tick again.
+    new MutationObserver(function (changes) {
+      for (var i = 0; i < changes.length; i++) {
+        var added = changes[i].addedNodes;
+        for (var j = 0; j < added.length; j++) {
+          var node = added[j];
+          if (node.nodeType === 1 && (node.matches("[data-running]") || node.querySelector("[data-running]"))) {
+            tick();
+            return;
+          }
+        }
+      }
+    }).observe(document.body, {childList: true, subtree: true});
+  }
 
   // A live push means something changed (a cluster started billing, ended, …): the header's
   // balance and runway follow at once instead of at the next poll.

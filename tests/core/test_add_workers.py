@@ -15,6 +15,7 @@ from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers, mark_workers_joined
+from offers.inventory import return_hosts_to_sale
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +55,7 @@ def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_ty
     assert cluster.machine_count == 2
     worker = cluster.nodes.get(index=2)
     assert worker.state == Node.State.FAILED and worker.released_at is not None
-    assert Host.objects.get(pk=free.pk).state == Host.State.FREE
+    assert Host.objects.get(pk=free.pk).state == Host.State.QUARANTINED, "a host that failed is off sale"
     assert not MachineUsage.objects.filter(node=worker).exists()
 
 
@@ -102,8 +103,9 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
     Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
     add_workers(ready_cluster, 1)
-    assert Host.objects.get(pk=free.pk).state == Host.State.FREE
+    assert Host.objects.get(pk=free.pk).state == Host.State.QUARANTINED
     Host.objects.filter(pk=free.pk).update(fault="")
+    return_hosts_to_sale([free.pk])  # the operator checked it
     other = create_cluster(environment=environment, name="other", machine_type=machine_type, machine_count=4)
     assert other.nodes.filter(host=free).exists()
 

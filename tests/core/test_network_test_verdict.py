@@ -20,7 +20,7 @@ def test_every_pair_over_the_floor_passes_and_says_the_range():
                                    expected_gbps=1.0, node_count=2)
     assert verdict.status == NetworkTest.Status.PASSED
     # The range is of the pairwise phase; the ring's lower figure does not narrow it.
-    assert verdict.detail == "3 measurement(s), 1.50–2.25 Gbit/s."
+    assert verdict.detail == "3 of 4 measurements taken, 1.50–2.25 Gbit/s."
 
 
 def test_a_pair_under_the_floor_makes_it_slow_and_names_the_pair():
@@ -28,16 +28,27 @@ def test_a_pair_under_the_floor_makes_it_slow_and_names_the_pair():
                                    expected_gbps=1.0, node_count=3)
     assert verdict.status == NetworkTest.Status.SLOW
     assert verdict.detail == (
-        "3 measurement(s), 0.50–1.50 Gbit/s. 2 slow pair(s), under 1 Gbit/s: "
+        "3 of 9 measurements taken, 0.50–1.50 Gbit/s. 2 slow pairs, under 1 Gbit/s: "
         "node-1 → node-2 0.50, node-2 → node-0 0.25 (ring)."
     )
 
 
-def test_a_pair_that_could_not_be_measured_fails_it_whatever_the_others_measured():
-    verdict = network_test_verdict([pair(0, 1, 5.0), pair(1, 0, None, error="iperf3: connection refused")],
+def test_pairs_that_could_not_be_measured_leave_it_partly_measured_with_the_others_counted():
+    measured = [pair(s, t, 1.5) for s in range(4) for t in range(4) if s != t and t != 3]
+    broken = [pair(0, 3, None, error="unable to connect to node-3"), pair(1, 3, None, error="unable to connect")]
+    verdict = network_test_verdict([*measured, *broken], expected_gbps=1.0, node_count=4, expected=11)
+    assert verdict.status == NetworkTest.Status.PARTIAL
+    assert verdict.detail == (
+        "9 of 11 measurements taken, 1.50–1.50 Gbit/s. 2 pairs could not be measured: "
+        "node-0 → node-3: unable to connect to node-3; node-1 → node-3: unable to connect"
+    )
+
+
+def test_nothing_measured_is_a_test_that_could_not_run():
+    verdict = network_test_verdict([pair(1, 0, None, error="iperf3: connection refused")],
                                    expected_gbps=1.0, node_count=2)
     assert verdict.status == NetworkTest.Status.FAILED
-    assert verdict.detail == "1 pair(s) could not be measured: node-1 → node-0: iperf3: connection refused"
+    assert verdict.detail == "1 pair could not be measured: node-1 → node-0: iperf3: connection refused"
 
 
 def test_an_error_fails_it_after_the_notes():
@@ -60,4 +71,4 @@ def test_nccl_alone_passes_on_its_best_bus_bandwidth_and_is_slow_under_the_floor
 def test_only_ring_figures_give_the_range():
     verdict = network_test_verdict([pair(0, 1, 1.25, phase=RING), pair(1, 0, 1.75, phase=RING)],
                                    expected_gbps=1.0, node_count=2)
-    assert verdict.detail == "2 measurement(s), 1.25–1.75 Gbit/s."
+    assert verdict.detail == "2 of 4 measurements taken, 1.25–1.75 Gbit/s."

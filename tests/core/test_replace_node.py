@@ -19,6 +19,7 @@ from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers
+from offers.inventory import return_hosts_to_sale
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -112,14 +113,15 @@ def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node
     assert new.detail == "its machine did not start" and broken.name not in new.detail
     assert broken.name not in " ".join(Cluster.objects.get(pk=ready_cluster.pk).events.values_list("message", flat=True))
     assert old.released_at is None and old.state == Node.State.READY
-    assert Host.objects.get(pk=broken.pk).state == Host.State.FREE
+    assert Host.objects.get(pk=broken.pk).state == Host.State.QUARANTINED, "a host that failed is off sale"
     assert not MachineUsage.objects.filter(node=new).exists()
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
     assert cluster.status == Status.READY and cluster.machine_count == 3
     failed = cluster.events.get(event="replacement_failed")
     assert "not charged" in failed.message and old.host.name not in failed.message
-    # The operator repairs the machine; the customer tries again.
+    # The operator repairs the machine and returns it to sale; the customer tries again.
     Host.objects.filter(pk=broken.pk).update(fault="")
+    return_hosts_to_sale([broken.pk])
     replace_node(cluster, "node-1")
     assert Node.objects.filter(cluster=cluster, index=1, released_at__isnull=True).get().host_id == broken.pk
 

@@ -54,3 +54,27 @@ async def test_an_agent_reads_the_same_figures(live_server, dashboard_key, measu
         answer = await call(client, "cluster_metrics", cluster="train", since_seconds=600)
     assert [(r["node"], r["cpu_percent"]) for r in answer["latest"]] == [("node-0", 85.0), ("node-1", 1.0)]
     assert answer["metrics"]["resolution"] == "fine"
+
+
+def test_top_on_a_terminal_prints_one_table_and_returns(live_server, dashboard_key, measured):
+    import os
+    import pty
+    import subprocess
+
+    # README's block is pasted into a terminal: `top` must return for the next line to run.
+    primary, secondary = pty.openpty()
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "runcrate_client", "clusters", "top", "train"],
+                                   stdin=secondary, stdout=secondary, stderr=secondary, cwd=REPO_ROOT,
+                                   env=runcrate_env(live_server.url, dashboard_key))
+        try:
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        output = os.read(primary, 65536).decode()
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert "train: busiest node-0; idle node-1" in output

@@ -70,7 +70,7 @@ def create_in_browser(page, machine_type_id: int, machines: int, name: str, soft
 
 
 def test_a_failed_cluster_offers_what_starts_now_and_one_click_creates_it_again(owner, stack):
-    here = machine_type_with_hosts(4)
+    here = machine_type_with_hosts(5)
     Host.objects.filter(pk=here.hosts.earliest("id").pk).update(fault=HostFault.BOOT_FAILS, boot_seconds=1)
     helsinki = machine_type_with_hosts(
         6, price_per_machine_hour=Decimal("2.00"), location=LocationFactory(code="eu-north-1", name="Helsinki, Finland")
@@ -82,7 +82,7 @@ def test_a_failed_cluster_offers_what_starts_now_and_one_click_creates_it_again(
         page.locator("[data-testid=cluster-status]", has_text="Failed").wait_for(timeout=WAIT_MS)
         offers = page.locator("[data-testid=offers-now] li.offer")
         offers.first.wait_for()
-        # The offer it failed on (3 hosts healthy + the faulty one free again) comes first: same location.
+        # The offer it failed on (4 healthy hosts; the faulty one is out of sale) comes first: same location.
         assert offers.first.get_attribute("data-offer") == str(here.pk)
         other = page.locator(f"[data-testid=offers-now] li.offer[data-offer='{helsinki.pk}']")
         assert "$8.00/h" in other.locator(".cluster-price").inner_text()

@@ -151,6 +151,9 @@ def test_a_terminated_cluster_that_never_started_cost_nothing(smtp, environment,
     [message] = smtp.messages
     text = text_of(message)
     assert "Total cost: $0.00" in text and "never started" in text
+    # No "Cluster usage" line exists for it: the email names none.
+    assert "Cluster usage" not in text and "Cluster usage" not in html_of(message)
+    assert "Nothing was charged: no line for it appears on your billing page." in text
     assert Delivery.objects.get().status == Delivery.Status.SENT
 
 

@@ -68,7 +68,7 @@ def install_standins(real_machines, nodes: list[Node]) -> None:
 
 
 def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_every_launch_line_runs(
-    environment, owner, real_machines, tmp_path
+    environment, owner, real_machines, tmp_path, settings
 ):
     from accounts.services import add_ssh_key
 
@@ -111,40 +111,51 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert session.stdout.splitlines()[0] == f"CPUTot={cpus}", session.stdout
     assert "hostname" in session.stdout, "finished jobs are in the accounting sacct reads"
 
-    # Every launch line, exactly as the Connect card shows it.
+    # Every launch line, exactly as the Connect card shows it, pasted into node-0's shell in the
+    # home directory: the programs where the labels say (/shared), nothing else arranged.
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
-    install_standins(real_machines, nodes)
+    launch = connect.launch_commands(cluster)
+    assert {line.key: "train.py in /shared" in line.label or "task.py in /shared" in line.label for line in launch} == {
+        "mpirun": True, "sbatch_array": True,
+    }, "only what the nodes have: no torchrun, DeepSpeed or nccl-tests on these images"
     on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{(DATA / 'standin_train.py').read_text()}EOF\n"
                                      f"cat >/shared/task.py <<'EOF'\n{(DATA / 'standin_task.py').read_text()}EOF\n")
-    launch = connect.launch_lines(cluster)
-    assert set(launch) == {"torchrun", "mpirun", "deepspeed", "nccl", "sbatch_array", "srun_torchrun"}
+    lines = connect.launch_lines(cluster)
+    assert on_head("pwd").stdout.strip() == "/root"
 
-    session = on_head(f"cd /shared && {launch['mpirun']}")
+    session = on_head(lines["mpirun"])
     assert session.returncode == 0, session.stdout + session.stderr
     assert session.stdout.count("sum=3") == 3 and "NCCL_SOCKET_IFNAME=wg0" in session.stdout
 
-    session = on_head(f"cd /shared && {launch['nccl']}")
-    assert session.returncode == 0 and "# Avg bus bandwidth" in session.stdout, session.stderr
-
-    session = on_head(f"cd /shared && {launch['deepspeed']}")
-    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
-
-    every_node = " ".join(f"ssh {n.name} {_quote('cd /shared && ' + launch['torchrun'])} &" for n in nodes)
-    session = on_head(f"{every_node} wait")
-    assert "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
-    assert session.stdout.count("reported to rank 0") == 2
-
-    session = on_head(f"cd /shared && {launch['srun_torchrun']}")
-    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
-
-    session = on_head(f"cd /shared && {launch['sbatch_array']}")
+    session = on_head(lines["sbatch_array"])
     job = re.search(r"Submitted batch job (\d+)", session.stdout)
     assert job, session.stdout + session.stderr
     outputs = wait_for(lambda: on_head(f"cat /shared/logs/{job[1]}_*.out 2>/dev/null | wc -l").stdout.strip() == "12",
                        timeout=90)
-    assert outputs, on_head("squeue; ls /shared/logs").stdout
+    assert outputs, on_head(f"squeue; ls /shared/logs; cat /shared/logs/{job[1]}_*.out").stdout
     ran_on = on_head(f"cat /shared/logs/{job[1]}_*.out").stdout
     assert {f"on node-{i} NODE_RANK={i}" for i in range(3)} <= {line.split(" ", 2)[2] for line in ran_on.splitlines()}
+
+    # An image that ships the launchers (stand-ins here: the same command line and variables)
+    # shows their lines too, and they run as pasted from the home directory as well.
+    settings.NODE_IMAGE_TOOLS = ["torchrun", "deepspeed", "all_reduce_perf"]
+    install_standins(real_machines, nodes)
+    lines = connect.launch_lines(cluster)
+    assert set(lines) == {"torchrun", "mpirun", "deepspeed", "nccl", "sbatch_array", "srun_torchrun"}
+
+    session = on_head(lines["nccl"])
+    assert session.returncode == 0 and "# Avg bus bandwidth" in session.stdout, session.stderr
+
+    session = on_head(lines["deepspeed"])
+    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
+
+    every_node = " ".join(f"ssh {n.name} {_quote(lines['torchrun'])} &" for n in nodes)
+    session = on_head(f"{every_node} wait")
+    assert "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
+    assert session.stdout.count("reported to rank 0") == 2
+
+    session = on_head(lines["srun_torchrun"])
+    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
 
     # A worker added: everyone knows it by name at once, it knows everyone.
     add_workers(cluster, 1, actor="alice")

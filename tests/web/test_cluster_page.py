@@ -119,3 +119,9 @@ def test_the_actions_anchor_the_degraded_email_links_to_exists(member_client, cl
 
 def test_a_failed_clusters_event_reads_as_sentences(failed):
     assert failed.events.get(event="failed").message.startswith("node-1 failed to start. Every machine was released")
+
+
+def test_a_failed_cluster_does_not_promise_figures_once_it_is_ready(member_client, failed):
+    text = member_client.get(failed.get_absolute_url()).text
+    assert "they arrive once the cluster is ready" not in text
+    assert "No figures: the cluster never started, so its machines never reported any." in text

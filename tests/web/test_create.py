@@ -237,6 +237,9 @@ def test_the_balances_runway_is_warned_about_from_the_plan(member_client, machin
     Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("5.00"))
     text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
     assert "the balance of $5.00 lasts 30 minutes" in text
+    Workspace.objects.filter(pk=workspace.pk).update(credit_balance=Decimal("0.17"))
+    text = member_client.get(URL, {"offer": machine_type.pk, "machines": 4}).text
+    assert "the balance of $0.17 lasts 1 minute:" in text, "one minute, not 1 minutes"
 
 
 def test_a_budget_almost_spent_is_warned_about_with_its_runway(member_client, machine_type, environment, owner):

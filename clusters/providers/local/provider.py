@@ -285,6 +285,29 @@ class LocalProvider(FabricProvider):
             return set()
         return {node.name for node in nodes if realnodes.running(self._dir(node.host)) is None}
 
+    def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        # The install reads its injected fault from the machine: make it say what the host
+        # says now, so a fault an operator cleared in /admin/ is gone for a retried install
+        # (it was written once, at boot), and one set since then is there.
+        for node in nodes:
+            self._sync_install_fault(node)
+        return super().install_software(cluster, nodes)
+
+    def _sync_install_fault(self, node: Node) -> None:
+        host = node.host
+        fails = host.fault == HostFault.INSTALL_FAILS
+        if not self.real:
+            root = self._dir(host) / "root"
+            if root.is_dir():
+                operations.write_fault(root, host.fault if host.fault in operations.FAULTS else None)
+            return
+        handle = realnodes.running(self._dir(host))
+        if handle is None:
+            return
+        command = ("mkdir -p /etc/runcrate && echo install_fails > /etc/runcrate/fault" if fails
+                   else "rm -f /etc/runcrate/fault")
+        realnodes.run_in(handle, ["sh", "-c", command], timeout=30)
+
     def _boot_error(self, host: Host) -> Path:
         """Why a machine did not come up, in the customer's words (its state is gone)."""
         return machines_dir() / f"{host.name}.boot-error"

@@ -1,0 +1,152 @@
+"""In Debian's Chromium at 1280 and 390 px, against the product as it runs (uvicorn + a Celery
+worker, see test_browser.py): what a newcomer reads on the cluster pages is in the customer's
+words, and says what it costs."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+
+from accounts.models import Role
+from clusters.models import Cluster, Status
+from offers.models import Host, HostFault
+from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
+from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, PHONE, SCREENSHOTS, WAIT_MS, Stack, stack  # noqa: F401
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing"),
+]
+DESKTOP = {"viewport": {"width": 1280, "height": 900}}
+WIDTHS: dict[str, dict] = {"desktop": DESKTOP, "phone": PHONE}
+
+
+@pytest.fixture
+def owner(db):
+    workspace = WorkspaceFactory(name="Newcomer Lab", credit_balance=Decimal("1000.00"))
+    user = UserFactory(username="nina")
+    MembershipFactory(workspace=workspace, user=user, role=Role.OWNER)
+    return user
+
+
+def browse(stack: Stack, check, **context_options) -> list[str]:
+    """Sign in as nina and run `check(page)`; returns the console errors and page errors seen."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(base_url=stack.url, **context_options)
+        page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_default_timeout(30_000)
+        try:
+            page.goto("/login/")
+            page.fill("#id_login", "nina")
+            page.fill("#id_password", "pw")
+            page.click("button[type=submit]")
+            page.wait_for_url("**/clusters/")
+            check(page)
+        except Exception:
+            print("web log:\n" + stack.log("web") + "\nworker log:\n" + stack.log("worker"))
+            raise
+        finally:
+            browser.close()
+    return errors
+
+
+def shot(page, name: str, selector: str | None = None) -> None:
+    """The whole page, and the part a test is about (to look at closely)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+    if selector:
+        page.locator(selector).first.screenshot(path=str(SCREENSHOTS / name.replace(".png", "-part.png")))
+
+
+def create_in_browser(page, machine_type_id: int, machines: int, name: str, software: str = "none") -> int:
+    page.goto(f"/clusters/new/?offer={machine_type_id}&machines={machines}")
+    page.fill("#id_name", name)
+    page.check(f"input[name=software][value={software}]")
+    page.click("button:has-text('Create cluster')")
+    page.wait_for_url(re.compile(r".*/clusters/\d+/$"))
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the_machine(owner, stack, width):
+    machine_type = machine_type_with_hosts(4, price_per_machine_hour=Decimal("2.50"))
+    Host.objects.filter(pk=machine_type.hosts.order_by("id")[1].pk).update(fault=HostFault.INSTALL_FAILS)
+
+    def check(page):
+        create_in_browser(page, machine_type.pk, 3, "deg", "slurm")
+        page.locator("[data-testid=cluster-status]", has_text="Degraded").wait_for(timeout=WAIT_MS)
+        banner = page.locator("[data-testid=degraded-banner]")
+        banner.wait_for()
+        text = " ".join(banner.inner_text().split())
+        assert "Slurm did not install on node-1" in text, text
+        assert "Every machine stays up, reachable and billed at $7.50/h" in text, text
+        assert "replace that machine (below) or retry the install, or terminate the cluster" in text, text
+        assert page.locator("[data-testid=replace-node-1]").is_visible()
+        shot(page, f"degraded-{width}.png", "#status-card")
+        # Nothing sticks out of the page at this width.
+        assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
+
+    browse(stack, check, **WIDTHS[width])
+    assert Cluster.objects.get().status == Status.DEGRADED
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_live_cost_never_goes_down_as_pushes_arrive(owner, stack, width):
+    # Eight machines at $0.50: the cluster's exact cost reaches a cent in 4.5 s, each
+    # machine's (what the ledger posts and the server shows) only after 36 s.
+    machine_type = machine_type_with_hosts(8, price_per_machine_hour=Decimal("0.50"))
+    seen: list[str] = []
+
+    def check(page):
+        cluster_id = create_in_browser(page, machine_type.pk, 8, "meter")
+        page.locator("[data-testid=cluster-status]", has_text="Ready").wait_for(timeout=WAIT_MS)
+        page.evaluate("""() => {
+            window.__costs = [];
+            const read = () => {
+                const el = document.querySelector('#cost-so-far');
+                const text = el && el.textContent.trim();
+                if (text && window.__costs[window.__costs.length - 1] !== text) window.__costs.push(text);
+            };
+            read();
+            new MutationObserver(read).observe(document.body, {subtree: true, childList: true, characterData: true});
+        }""")
+        for _ in range(30):
+            # What a push does: the status card, rendered by the server now, swapped in.
+            page.evaluate(f"""() => htmx.ajax('GET', '/clusters/{cluster_id}/?partial=status-card',
+                                              {{target: '#status-card', swap: 'outerHTML'}})""")
+            page.wait_for_timeout(700)
+        seen.extend(page.evaluate("window.__costs"))
+        shot(page, f"cost-{width}.png", "#status-card")
+
+    errors = browse(stack, check, **WIDTHS[width])
+    figures = [Decimal(text.lstrip("$").replace(",", "")) for text in seen]
+    assert len(figures) >= 2, seen
+    assert figures == sorted(figures), f"the cost went down: {seen}"
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_refused_clipboard_says_so_on_the_button_and_raises_nothing(owner, stack, width):
+    machine_type = machine_type_with_hosts(2)
+
+    def check(page):
+        create_in_browser(page, machine_type.pk, 2, "copyme")
+        page.locator("[data-testid=cluster-status]", has_text="Ready").wait_for(timeout=WAIT_MS)
+        # No clipboard permission was granted: the browser refuses the write.
+        button = page.locator("#connect-card [data-copy]").first
+        button.scroll_into_view_if_needed()
+        button.click()
+        page.wait_for_function("(b) => b.textContent.includes('Copy failed')", arg=button.element_handle())
+        assert button.inner_text() == "Copy failed: select the text"
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not errors, errors
