@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
 from accounts.signals import invitation_created, membership_ended
+from audit.recording import record
 
 # A new workspace's default environment: enough for a few days of a small cluster, low
 # enough that a mistake is noticed. The Owner changes it on the Environments page.
@@ -29,6 +30,7 @@ def create_workspace(*, name: str, owner: User, monthly_budget: Decimal = DEFAUL
     workspace = Workspace.objects.create(name=name)
     Membership.objects.create(workspace=workspace, user=owner, role=Role.OWNER)
     Environment.objects.create(workspace=workspace, name="default", is_default=True, monthly_budget=monthly_budget)
+    record(workspace.pk, "workspace.create", workspace, after={"name": workspace.name})
     return workspace
 
 
@@ -40,6 +42,7 @@ def rename_workspace(*, by: Membership, name: str) -> None:
     if not name:
         raise ValidationError({"name": "Name your workspace."})
     Workspace.objects.filter(pk=by.workspace_id).update(name=name)
+    record(by.workspace_id, "workspace.rename", by.workspace, before={"name": by.workspace.name}, after={"name": name})
 
 
 def _owner_count_locked(workspace: Workspace) -> int:
@@ -56,6 +59,8 @@ def change_role(*, by: Membership, membership: Membership, role: str) -> None:
     if membership.role == Role.OWNER and role != Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError({"role": "A workspace keeps at least one Owner."})
     Membership.objects.filter(pk=membership.pk).update(role=role)
+    record(by.workspace_id, "member.role_change", membership, label=membership.user.get_username(),
+           before={"role": membership.role}, after={"role": role})
 
 
 @transaction.atomic
@@ -65,6 +70,8 @@ def remove_member(*, by: Membership, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(by.workspace) <= 1:
         raise ValidationError("A workspace keeps at least one Owner.")
     _end_membership(membership)
+    record(by.workspace_id, "member.remove", membership, label=membership.user.get_username(),
+           before={"role": membership.role})
 
 
 def _end_membership(membership: Membership) -> None:
@@ -85,6 +92,8 @@ def leave_workspace(*, membership: Membership) -> None:
     if membership.role == Role.OWNER and _owner_count_locked(membership.workspace) <= 1:
         raise ValidationError("You are the only Owner: make another member Owner before you leave.")
     _end_membership(membership)
+    record(membership.workspace_id, "member.leave", membership, label=membership.user.get_username(),
+           before={"role": membership.role})
 
 
 # --- invitations ------------------------------------------------------------------------
@@ -119,9 +128,11 @@ def invite_member(*, by: Membership, email: str, role: str) -> Invitation:
         expires_at=timezone.now() + dt.timedelta(days=settings.INVITATION_MAX_AGE_DAYS),
     )
     invitation_created.send(Invitation, invitation=invitation)
+    record(by.workspace_id, "invitation.create", invitation, label=email, after={"email": email, "role": role})
     return invitation
 
 
+@transaction.atomic
 def revoke_invitation(*, by: Membership, invitation: Invitation) -> None:
     if not by.can_manage_members:
         raise PermissionDenied("Only Owners and Managers revoke invitations.")
@@ -130,6 +141,8 @@ def revoke_invitation(*, by: Membership, invitation: Invitation) -> None:
     ).update(status=Invitation.Status.REVOKED)
     if not revoked:
         raise ValidationError("This invitation was already accepted or revoked.")
+    record(by.workspace_id, "invitation.revoke", invitation, label=invitation.email,
+           before={"status": Invitation.Status.PENDING}, after={"status": Invitation.Status.REVOKED})
 
 
 @transaction.atomic
@@ -154,21 +167,30 @@ def accept_invitation(*, user: User, invitation: Invitation) -> Membership:
     ).update(status=Invitation.Status.ACCEPTED, accepted_by=user, accepted_at=timezone.now())
     if not accepted:
         raise ValidationError("This invitation was already used, revoked or has expired.")
-    return Membership.objects.create(workspace_id=invitation.workspace_id, user=user, role=invitation.role)
+    membership = Membership.objects.create(workspace_id=invitation.workspace_id, user=user, role=invitation.role)
+    record(invitation.workspace_id, "invitation.accept", membership, label=user.get_username(),
+           after={"role": invitation.role, "email": invitation.email})
+    return membership
 
 
+@transaction.atomic
 def add_ssh_key(*, workspace: Workspace, name: str, public_key: str, created_by: User | None) -> SSHKey:
     key = SSHKey(workspace=workspace, name=name, public_key=public_key, created_by=created_by)
     key.full_clean(exclude=["fingerprint"])
     if SSHKey.objects.filter(workspace=workspace, fingerprint=key.fingerprint).exists():
         raise ValidationError({"public_key": "This key is already in the workspace."})
     key.save()
+    record(workspace.pk, "ssh_key.add", key, label=key.name, after={"name": key.name, "fingerprint": key.fingerprint})
     return key
 
 
 def delete_ssh_key(*, workspace: Workspace, key: SSHKey) -> None:
     """Running clusters keep the keys they were created with; new ones no longer get it."""
-    SSHKey.objects.filter(pk=key.pk, workspace=workspace).delete()
+    with transaction.atomic():
+        deleted, _ = SSHKey.objects.filter(pk=key.pk, workspace=workspace).delete()
+        if deleted:
+            record(workspace.pk, "ssh_key.delete", key, label=key.name,
+                   before={"name": key.name, "fingerprint": key.fingerprint})
 
 
 @transaction.atomic
@@ -177,17 +199,26 @@ def create_environment(*, by: Membership, name: str, monthly_budget: Decimal) ->
         raise PermissionDenied("Only Owners and Managers create environments.")
     if Environment.objects.filter(workspace=by.workspace, name=name).exists():
         raise ValidationError({"name": "An environment with this name exists."})
-    return Environment.objects.create(workspace=by.workspace, name=name, monthly_budget=monthly_budget)
+    environment = Environment.objects.create(workspace=by.workspace, name=name, monthly_budget=monthly_budget)
+    record(by.workspace_id, "environment.create", environment, label=name,
+           after={"name": name, "monthly_budget": environment.monthly_budget})
+    return environment
 
 
+@transaction.atomic
 def set_budget(*, by: Membership, environment: Environment, monthly_budget: Decimal) -> None:
     if not by.can_see_billing:
         raise PermissionDenied("Only Owners and Managers set budgets.")
-    Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(monthly_budget=monthly_budget)
+    if Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(monthly_budget=monthly_budget):
+        record(by.workspace_id, "environment.budget_change", environment, label=environment.name,
+               before={"monthly_budget": environment.monthly_budget}, after={"monthly_budget": monthly_budget})
 
 
+@transaction.atomic
 def set_idle_notice_hours(*, by: Membership, environment: Environment, idle_notice_hours: int) -> None:
     """After how many idle hours the owner of a ready cluster here is told (metrics.idle); 0: never."""
     if not by.can_see_billing:
         raise PermissionDenied("Only Owners and Managers set the idle notice.")
-    Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(idle_notice_hours=idle_notice_hours)
+    if Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(idle_notice_hours=idle_notice_hours):
+        record(by.workspace_id, "environment.idle_notice_change", environment, label=environment.name,
+               before={"idle_notice_hours": environment.idle_notice_hours}, after={"idle_notice_hours": idle_notice_hours})

@@ -7,11 +7,13 @@ import secrets
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Membership, Workspace
 from api.models import KEY_PREFIX, VISIBLE_CHARS, ApiKey, hash_key
+from audit.recording import record
 
 # last_used_at is a hint, not an audit log: write it at most once a minute per key.
 LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
@@ -21,6 +23,7 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+@transaction.atomic
 def create_api_key(*, workspace: Workspace, created_by: User | None, name: str) -> tuple[ApiKey, str]:
     """A new key for `workspace`; returns the row and the full key, which is never stored."""
     raw = generate_key()
@@ -28,6 +31,8 @@ def create_api_key(*, workspace: Workspace, created_by: User | None, name: str) 
         workspace=workspace, created_by=created_by, name=name.strip() or "API key",
         prefix=raw[: len(KEY_PREFIX) + VISIBLE_CHARS], key_hash=hash_key(raw),
     )
+    # The prefix names the key; the key itself and its hash are never logged.
+    record(workspace.pk, "api_key.create", api_key, label=api_key.prefix, after={"name": api_key.name})
     return api_key, raw
 
 
@@ -37,10 +42,13 @@ def can_manage_key(membership: Membership, api_key: ApiKey) -> bool:
         membership.can_manage_members or api_key.created_by_id == membership.user_id)
 
 
+@transaction.atomic
 def set_api_key_active(api_key: ApiKey, active: bool) -> None:
     if active and api_key.revoked_at is not None:
         raise ValidationError("This key was revoked when its creator left the workspace; make a new one.")
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(is_active=active)
+    if ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(is_active=active):
+        record(api_key.workspace_id, "api_key.activate" if active else "api_key.deactivate", api_key,
+               label=api_key.prefix, before={"is_active": api_key.is_active}, after={"is_active": active})
     api_key.is_active = active
 
 
@@ -57,7 +65,9 @@ def revoke_keys_of_ended_membership(*, workspace_id: int, user_id: int, **_: obj
     revoke_member_keys(workspace_id=workspace_id, user_id=user_id)
 
 
+@transaction.atomic
 def delete_api_key(api_key: ApiKey) -> None:
+    record(api_key.workspace_id, "api_key.delete", api_key, label=api_key.prefix, before={"name": api_key.name})
     api_key.delete()
 
 

@@ -21,7 +21,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Schema
 from pydantic import BaseModel, PlainSerializer, TypeAdapter, create_model
@@ -202,7 +202,8 @@ def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQu
 
 
 def event_page(request: HttpRequest, events: QuerySet[ClusterEvent], pages: PageQuery) -> HttpResponse:
-    window, total = _window(events.values("id", "created_at", "actor", "event", "message", "reason"), pages)
+    window, total = _window(events.values("id", "created_at", "actor", "event", "message", "reason",
+                                          audit_event_id=F("audit_entry__id")), pages)
     rows = [{**event, "reason": event["reason"] or None} for event in window]
     return answer(request, schemas.ClusterEvent, rows, total, pages)
 

@@ -455,6 +455,8 @@ class ClusterEvent(Schema):
     event: str
     message: str
     reason: str | None
+    audit_event_id: int | None = Field(None, description="The audit log entry of the action this event records "
+                                                         "(GET /api/v1/audit-events), if it records one.")
 
     @staticmethod
     def resolve_reason(event: Any) -> str | None:
@@ -1059,3 +1061,42 @@ class UpdateEnvironment(Body):
     monthly_budget: Annotated[AmountText, Field(max_length=20, description="Clusters here stop when the month's spend "
                                                 "reaches it.")] | None = None
     idle_notice_hours: WholeNumber | None = Field(None, description="Tell the owner after this many idle hours: 0 (never) to 168.")
+
+
+# -- audit log ----------------------------------------------------------------------------------
+
+AUDIT_SURFACES = ["page", "api", "cli", "mcp", "admin", "system"]
+AUDIT_ACTOR_KINDS = ["member", "api_key", "operator", "system", "unverified"]
+
+
+class AuditEvent(Schema):
+    id: int
+    created_at: Timestamp
+    actor: str = Field(description="A username, an API key's prefix (rc_live_…), or Runcrate (the product itself).")
+    actor_kind: Annotated[str, enum(AUDIT_ACTOR_KINDS)]
+    surface: Annotated[str, enum(AUDIT_SURFACES)] = Field(description="Where the action came from.")
+    client_address: str | None
+    action: str = Field(description="What was done, e.g. cluster.terminate, member.role_change, account.sign_in.")
+    object_type: str
+    object_id: str
+    object_label: str
+    changes: dict[str, list[Any]] = Field(description="{field: [before, after]} of the fields that changed; "
+                                                      "secrets are never recorded.")
+    cluster_event_id: int | None = Field(description="The cluster event this action recorded, if any.")
+
+
+class AuditQuery(Schema):
+    actor: Annotated[Text, Field(max_length=150)] = Field("", description="A username or an API key's prefix.")
+    action: Annotated[Text, Field(max_length=60)] = Field(
+        "", description="An action (cluster.terminate) or every action on a kind of object (cluster).")
+    object: Annotated[Text, Field(max_length=90)] = Field(
+        "", description="A kind of object (cluster), or one object (cluster:12).")
+    since: Annotated[Text, Field(max_length=40)] = Field("", description="From this date or time (ISO 8601, UTC by default).")
+    until: Annotated[Text, Field(max_length=40)] = Field("", description="Before this date or time.")
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description=f"Entries per page (1–{MAX_LIMIT}, default {DEFAULT_LIMIT}).")
+    cursor: Annotated[Text, Field(max_length=200)] = Field("", description="meta.next_cursor of the page before.")
+
+
+class CursorMeta(Schema):
+    limit: int
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null on the last page.")

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Workspace
+from audit.recording import record
 from billing import emails
 from billing.models import AutoRecharge, AutoRechargeAttempt, BillingNotice, LedgerEntry, StripeEvent, TopUp
 from billing.services import post_entry, to_cents
@@ -116,10 +117,14 @@ def create_top_up_session(*, workspace: Workspace, amount: Decimal, user: User |
     except stripe.StripeError as exc:
         log.warning("Checkout session for workspace %s failed: %s", workspace.pk, exc)
         raise PaymentError("The payment page could not be opened. Try again in a moment.") from exc
-    return TopUp.objects.create(
-        workspace=workspace, mode=TopUp.Mode.PAYMENT, checkout_session_id=session.id, amount=amount,
-        url=session.url or "", created_by=user,
-    )
+    with transaction.atomic():
+        top_up = TopUp.objects.create(
+            workspace=workspace, mode=TopUp.Mode.PAYMENT, checkout_session_id=session.id, amount=amount,
+            url=session.url or "", created_by=user,
+        )
+        record(workspace.pk, "billing.top_up_start", top_up, label=f"Top-up ${amount:,.2f}",
+               after={"amount": amount, "status": top_up.status})
+    return top_up
 
 
 def create_card_setup_session(*, workspace: Workspace, user: User | None, success_url: str, cancel_url: str) -> TopUp:
@@ -219,6 +224,9 @@ def _credit_session(session: dict) -> str:
         status=TopUp.Status.PAID, completed_at=timezone.now()
     )
     if created:
+        # Stripe's callback, inside handle_event's transaction: the product credits the payment.
+        record(top_up.workspace_id, "billing.top_up", top_up, label=f"Top-up ${amount:,.2f}", system=True,
+               before={"status": top_up.status}, after={"status": TopUp.Status.PAID, "amount": amount})
         emails.create_notice(
             workspace_id=top_up.workspace_id, kind=BillingNotice.Kind.TOP_UP_RECEIVED,
             key=f"top_up:{top_up.checkout_session_id}", context={"amount": f"{to_cents(amount):,.2f}"},
@@ -300,12 +308,16 @@ HANDLERS = {
 # --- auto-recharge --------------------------------------------------------------------------------
 
 
+@transaction.atomic
 def _credit_auto_recharge(workspace_id: int, payment_intent_id: str, amount: Decimal) -> str:
-    _, created = post_entry(
+    entry, created = post_entry(
         workspace_id=workspace_id, kind=LedgerEntry.Kind.AUTO_RECHARGE, amount=amount,
         idempotency_key=f"stripe:payment_intent:{payment_intent_id}",
         description="Auto-recharge by saved card",
     )
+    if created:
+        record(workspace_id, "billing.auto_recharge", entry, label=f"Auto-recharge ${amount:,.2f}", system=True,
+               after={"amount": amount})
     AutoRechargeAttempt.objects.filter(payment_intent_id=payment_intent_id).update(status=AutoRechargeAttempt.Status.SUCCEEDED)
     return "credited" if created else "already_credited"
 
@@ -367,15 +379,19 @@ def save_auto_recharge(*, workspace: Workspace, enabled: bool, threshold: Decima
     if threshold > MAXIMUM_TOP_UP:
         raise PaymentError(f"The threshold can be at most ${MAXIMUM_TOP_UP:,.0f}.")
     threshold = to_cents(threshold)
-    recharge, _ = AutoRecharge.objects.get_or_create(workspace=workspace)
-    if enabled and not recharge.has_card:
-        raise PaymentError("Save a card first: auto-recharge charges it when the balance falls under the threshold.")
-    AutoRecharge.objects.filter(pk=recharge.pk).update(
-        enabled=enabled, threshold=threshold, amount=amount,
-        # A new setting starts armed only if the balance is above it: no surprise charge on save.
-        armed=workspace.credit_balance >= threshold,
-    )
-    recharge.refresh_from_db()
+    with transaction.atomic():
+        recharge, _ = AutoRecharge.objects.get_or_create(workspace=workspace)
+        if enabled and not recharge.has_card:
+            raise PaymentError("Save a card first: auto-recharge charges it when the balance falls under the threshold.")
+        before = {"enabled": recharge.enabled, "threshold": recharge.threshold, "amount": recharge.amount}
+        AutoRecharge.objects.filter(pk=recharge.pk).update(
+            enabled=enabled, threshold=threshold, amount=amount,
+            # A new setting starts armed only if the balance is above it: no surprise charge on save.
+            armed=workspace.credit_balance >= threshold,
+        )
+        recharge.refresh_from_db()
+        record(workspace.pk, "billing.auto_recharge_change", recharge, label="Auto-recharge", before=before,
+               after={"enabled": recharge.enabled, "threshold": recharge.threshold, "amount": recharge.amount})
     return recharge
 
 
@@ -392,8 +408,11 @@ def dev_top_up(*, workspace: Workspace, amount: Decimal) -> LedgerEntry:
     if not dev_top_up_available(workspace):
         raise PaymentError("Development top-ups exist only with DEBUG on and no Stripe keys.")
     amount = _validate_amount(amount)
-    entry, _ = post_entry(
-        workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
-        idempotency_key=f"dev-top-up:{uuid.uuid4()}", description="Development top-up (no payment, DEBUG only)",
-    )
+    with transaction.atomic():
+        entry, _ = post_entry(
+            workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
+            idempotency_key=f"dev-top-up:{uuid.uuid4()}", description="Development top-up (no payment, DEBUG only)",
+        )
+        record(workspace.pk, "billing.top_up", entry, label=f"Development top-up ${amount:,.2f}",
+               after={"amount": amount, "balance": entry.balance_after})
     return entry

@@ -22,6 +22,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Environment, Workspace
+from audit.recording import record
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start, next_month_start
 from config.bulk import update_rows
@@ -130,10 +131,12 @@ def adjust_balance(*, workspace_id: int, amount: Decimal, reason: str, actor: st
     if amount == 0:
         raise ValueError("An adjustment moves the balance: enter an amount other than 0.")
     reason = (reason or "").strip() or "Balance adjustment"
-    entry, _ = post_entry(
-        workspace_id=workspace_id, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
-        idempotency_key=f"adjustment:{uuid.uuid4()}", description=f"{reason} (by {actor})"[:255],
-    )
+    with transaction.atomic():
+        entry, _ = post_entry(
+            workspace_id=workspace_id, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
+            idempotency_key=f"adjustment:{uuid.uuid4()}", description=f"{reason} (by {actor})"[:255],
+        )
+        record(workspace_id, "billing.adjustment", entry, label=reason[:200], after={"amount": amount})
     log.info("Balance adjustment of %s on workspace %s by %s: %s", amount, workspace_id, actor, reason)
     return entry
 

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "notifications",
     "webhooks",
     "metrics",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -82,6 +83,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "accounts.middleware.CurrentWorkspaceMiddleware",
+    # Who is acting, for the audit log (audit.recording): after authentication.
+    "audit.middleware.AuditRequestMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -307,7 +310,12 @@ CELERY_BEAT_SCHEDULE = {
     "send-due-webhooks": {"task": "webhooks.tasks.send_due_webhooks", "schedule": 15.0},
     "collect-metrics": {"task": "metrics.tasks.collect_metrics", "schedule": float(METRICS_INTERVAL_SECONDS)},
     "roll-up-metrics": {"task": "metrics.tasks.roll_up_metrics", "schedule": 60.0},
+    "prune-audit-log": {"task": "audit.tasks.prune_audit_log", "schedule": 3600.0},
 }
+# How long the audit log keeps an entry (docs/security.md); then audit.tasks.prune_audit_log deletes it.
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 400)
+if AUDIT_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured("AUDIT_RETENTION_DAYS must be at least 1")
 # The network test (clusters.network_tests): run once by itself when a cluster becomes ready
 # (off in tests, which start it where they mean to). A running test's runner beats every
 # NETWORK_TEST_HEARTBEAT_SECONDS; one whose last beat is NETWORK_TEST_STALE_SECONDS old lost

@@ -24,6 +24,7 @@ urlpatterns = [
     path("quote/", include("quotes.urls")),
     path("account/notifications/", include("notifications.urls")),
     path("account/webhooks/", include("webhooks.urls")),
+    path("account/audit/", include("audit.urls")),
     path("", include("api.urls")),
     path("admin/", admin.site.urls),
 ]

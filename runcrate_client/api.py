@@ -24,6 +24,8 @@ import yaml
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0
+# Tells the server which program makes the call; the audit log records it (page, API, CLI, MCP).
+CLIENT_HEADER = "X-Runcrate-Client"
 CONFIG_KEYS = ("api_key", "api_url", "environment", "workspace")
 ENV_VARS = {
     "api_key": "RUNCRATE_API_KEY",
@@ -236,6 +238,7 @@ class Transport:
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
         workspace: str | None = None,
+        program: str = "sdk",
     ) -> None:
         if not api_key:
             raise ConfigError(
@@ -247,7 +250,9 @@ class Transport:
         headers = {
             "Authorization": f"Bearer {api_key}",
             "Accept": "application/json",
-            "User-Agent": "runcrate-client/0.1",
+            "User-Agent": f"runcrate-{program}/0.1",
+            # Which program calls (sdk, cli, mcp): the workspace's audit log records it as the surface.
+            CLIENT_HEADER: program,
         }
         if environment:
             headers["X-Environment"] = environment
@@ -350,6 +355,17 @@ class Transport:
             yield from page.items
             offset += len(page.items)
             if not page.items or offset >= page.total:
+                return
+
+    def iterate_cursor(self, path: str, params: Mapping[str, Any] | None = None,
+                       page_size: int = 200) -> Iterator[Record]:
+        """Every item of a cursor list (the audit log), following `meta.next_cursor` to the end."""
+        cursor: str | None = None
+        while True:
+            page = self.page(path, {**(params or {}), "limit": page_size, "cursor": cursor})
+            yield from page.items
+            cursor = page.meta.get("next_cursor")
+            if not cursor or not page.items:
                 return
 
 

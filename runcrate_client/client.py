@@ -32,15 +32,17 @@ class Client(Transport, Resources):
         workspace: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        program: str = "sdk",
     ) -> None:
         config = ClientConfig.resolve(api_key=api_key, api_url=api_url, environment=environment, workspace=workspace)
         super().__init__(config.api_key, config.api_url, config.environment, timeout, transport=transport,
-                         workspace=config.workspace)
+                         workspace=config.workspace, program=program)
 
     @classmethod
-    def from_config(cls, config: ClientConfig, timeout: float = DEFAULT_TIMEOUT) -> Client:
+    def from_config(cls, config: ClientConfig, timeout: float = DEFAULT_TIMEOUT, program: str = "sdk") -> Client:
+        """`program`: "cli" or "mcp" when the CLI or the MCP server makes the calls."""
         return cls(config.api_url, config.api_key, environment=config.environment, workspace=config.workspace,
-                   timeout=timeout)
+                   timeout=timeout, program=program)
 
     # -- conveniences over several calls (not endpoints)
 

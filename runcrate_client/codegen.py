@@ -8,7 +8,8 @@ live schema and fails when the committed one differs.
 
 Naming: a tag "Network tests" is the attribute `network_tests`; a method is its operationId in
 snake case without the tag's own words (`listClusterEvents` under Clusters is `list_events`).
-A list operation (limit/offset) returns a `Page`, and gains `<name>_all` that follows the pages.
+A list operation (limit/offset) returns a `Page`, and gains `<name>_all` that follows the pages;
+a cursor list (limit/cursor, e.g. the audit log) the same, `_all` following `meta.next_cursor`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PREFIX = "/api/v1"
 # Sent by the transport from the client's configuration, not per call.
 TRANSPORT_HEADERS = {"X-Workspace", "X-Environment"}
 PAGE_PARAMS = {"limit", "offset"}
+CURSOR_PARAMS = {"limit", "cursor"}
 INDENT = "    "
 
 
@@ -142,8 +144,9 @@ def _keyword_arguments(spec: Spec, body: dict[str, Any], query: list[dict[str, A
     required_body = set(body.get("required", []))
     result = [_argument(python_name(name), spec.annotation(schema), name in required_body)
               for name, schema in body.get("properties", {}).items()]
+    paging = {"page": PAGE_PARAMS, "cursor": CURSOR_PARAMS}.get(kind, set())
     result += [_argument(python_name(p["name"]), spec.annotation(p.get("schema")), p.get("required", False))
-               for p in query if not (kind == "page" and p["name"] in PAGE_PARAMS)]
+               for p in query if p["name"] not in paging]
     result += [_argument(python_name(p["name"]), "str", p.get("required", False)) for p in headers]
     return sorted(result, key=lambda a: "=" in a)
 
@@ -153,6 +156,8 @@ def render_method(spec: Spec, operation: dict[str, Any], name: str) -> list[str]
     params = [spec.resolve(p) for p in operation.get("parameters", [])]
     path_params = [p for p in params if p["in"] == "path"]
     query = [p for p in params if p["in"] == "query"]
+    if kind == "page" and "cursor" in {p["name"] for p in query}:
+        kind = "cursor"
     headers = [p for p in params if p["in"] == "header" and p["name"] not in TRANSPORT_HEADERS]
     body_ref = (((operation.get("requestBody") or {}).get("content") or {}).get("application/json") or {}).get("schema")
     body = spec.resolve(body_ref) or {}
@@ -163,15 +168,17 @@ def render_method(spec: Spec, operation: dict[str, Any], name: str) -> list[str]
 
     positional = [_argument(python_name(p["name"]), "int | str", True) for p in path_params]
     keyword_args = _keyword_arguments(spec, body, query, headers, kind)
-    page_args = ["limit: int | None = None", "offset: int | None = None"] if kind == "page" else []
+    page_args = {"page": ["limit: int | None = None", "offset: int | None = None"],
+                 "cursor": ["limit: int | None = None", "cursor: str | None = None"]}.get(kind, [])
 
     path = operation["path"]
     for p in path_params:
         path = path.replace("{" + p["name"] + "}", "{seg(" + python_name(p["name"]) + ")}")
     path_literal = f'f"{path}"' if path_params else f'"{path}"'
-    query_names = [p["name"] for p in query if not (kind == "page" and p["name"] in PAGE_PARAMS)]
+    paging = {"page": PAGE_PARAMS, "cursor": CURSOR_PARAMS}.get(kind, set())
+    query_names = [p["name"] for p in query if p["name"] not in paging]
     query_dict = "{" + ", ".join(f'"{n}": {python_name(n)}' for n in query_names) + "}"
-    returns = {"page": "Page", "record": "Record", "none": "None", "text": "str"}[kind]
+    returns = {"page": "Page", "cursor": "Page", "record": "Record", "none": "None", "text": "str"}[kind]
 
     def signature(method: str, extra: list[str], result: str) -> str:
         args = ["self", *positional]
@@ -189,6 +196,9 @@ def render_method(spec: Spec, operation: dict[str, Any], name: str) -> list[str]
     if kind == "page":
         page_params = query_dict[:-1] + (", " if query_names else "") + '"limit": limit, "offset": offset}'
         lines.append(f"{INDENT * 2}return self._transport.page({path_literal}, {page_params})")
+    elif kind == "cursor":
+        page_params = query_dict[:-1] + (", " if query_names else "") + '"limit": limit, "cursor": cursor}'
+        lines.append(f"{INDENT * 2}return self._transport.page({path_literal}, {page_params})")
     elif kind == "text":
         lines.append(f'{INDENT * 2}return self._transport.text("{operation["method"].upper()}", {path_literal}, '
                      f"params={query_dict})")
@@ -203,6 +213,10 @@ def render_method(spec: Spec, operation: dict[str, Any], name: str) -> list[str]
         lines += ["", signature(f"{name}_all", [], "builtins.list[Record]"),
                   f'{INDENT * 2}"""Every item of {name}(), following the pages."""',
                   f"{INDENT * 2}return list(self._transport.iterate({path_literal}, {query_dict}))"]
+    if kind == "cursor":
+        lines += ["", signature(f"{name}_all", [], "builtins.list[Record]"),
+                  f'{INDENT * 2}"""Every item of {name}(), following the cursors."""',
+                  f"{INDENT * 2}return list(self._transport.iterate_cursor({path_literal}, {query_dict}))"]
     return lines
 
 

@@ -613,6 +613,26 @@ class Metrics(Resource):
         return self._transport.text("GET", "/metrics/prometheus", params={})
 
 
+class AuditLog(Resource):
+    """Audit log."""
+
+    def list_events(self, *, actor: str | None = None, action: str | None = None, object: str | None = None, since: str | None = None, until: str | None = None, limit: int | None = None, cursor: str | None = None) -> Page:
+        """The workspace's audit log, newest first (Owners and Managers).
+
+        Every action that changed something in the workspace: who (member, API key prefix or
+        Runcrate itself), from where (page, API, CLI, MCP) and what changed. Cursor-paginated: pass
+        `meta.next_cursor` as `cursor` for the next page. Kept AUDIT_RETENTION_DAYS (400 by
+        default); nobody can change or delete an entry.
+
+        GET /audit-events (listAuditEvents)
+        """
+        return self._transport.page("/audit-events", {"actor": actor, "action": action, "object": object, "since": since, "until": until, "limit": limit, "cursor": cursor})
+
+    def list_events_all(self, *, actor: str | None = None, action: str | None = None, object: str | None = None, since: str | None = None, until: str | None = None) -> builtins.list[Record]:
+        """Every item of list_events(), following the cursors."""
+        return list(self._transport.iterate_cursor("/audit-events", {"actor": actor, "action": action, "object": object, "since": since, "until": until}))
+
+
 class Resources:
     """The API's resources as attributes of a Transport (the Client)."""
 
@@ -663,6 +683,10 @@ class Resources:
     @cached_property
     def metrics(self) -> Metrics:
         return Metrics(cast("Transport", self))
+
+    @cached_property
+    def audit_log(self) -> AuditLog:
+        return AuditLog(cast("Transport", self))
 
 
 # operationId -> (attribute, method): what the parity test reads.
@@ -720,4 +744,5 @@ OPERATIONS = {
     "resendWebhookDelivery": ("webhooks", "resend_delivery"),
     "getClusterMetrics": ("metrics", "get_cluster"),
     "prometheusMetrics": ("metrics", "prometheus"),
+    "listAuditEvents": ("audit_log", "list_events"),
 }

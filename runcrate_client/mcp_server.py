@@ -233,7 +233,7 @@ def build_server(config: ClientConfig, signer: PlanSigner | None = None, client:
 
     # httpx logs every request at INFO; on stdio that is noise on the agent host's stderr.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    tools = ToolContext(client=client or Client.from_config(config),
+    tools = ToolContext(client=client or Client.from_config(config, program="mcp"),
                         signer=signer or PlanSigner.from_environment(), environment=config.environment)
     where = f"environment {config.environment!r}" if config.environment else "the API key's default environment"
     mcp = RuncrateMCPServer(

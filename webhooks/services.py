@@ -24,6 +24,7 @@ from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
 from accounts.models import Workspace
+from audit.recording import record
 from config.errors import DomainError
 from config.sealing import seal
 from webhooks import signing, targets
@@ -61,10 +62,25 @@ def create_endpoint(*, workspace: Workspace, url: str, events: Iterable[str], de
         if Endpoint.objects.filter(workspace=workspace).count() >= MAX_ENDPOINTS_PER_WORKSPACE:
             raise DomainError("too_many_endpoints", f"A workspace has at most {MAX_ENDPOINTS_PER_WORKSPACE} webhook "
                               "endpoints; remove one first.")
-        return Endpoint.objects.create(
+        endpoint = Endpoint.objects.create(
             workspace=workspace, url=target.url, events=chosen, description=description.strip()[:200],
             sealed_secret=seal({"secret": new_secret()}), created_by=created_by,
         )
+        record(workspace.pk, "webhook.create", endpoint, label=_logged_url(endpoint.url),
+               after=_logged(endpoint.__dict__))
+        return endpoint
+
+
+def _logged_url(url: str) -> str:
+    """A URL as the audit log keeps it: without its query or fragment, where tokens are often put."""
+    return url.split("?", 1)[0].split("#", 1)[0]
+
+
+def _logged(fields: dict[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {k: fields[k] for k in ("url", "events", "description", "is_active") if k in fields}
+    if "url" in kept:
+        kept["url"] = _logged_url(kept["url"])
+    return kept
 
 
 def update_endpoint(endpoint: Endpoint, *, url: str | None = None, events: Iterable[str] | None = None,
@@ -79,7 +95,10 @@ def update_endpoint(endpoint: Endpoint, *, url: str | None = None, events: Itera
     if is_active is not None:
         fields["is_active"] = is_active
     if fields:
-        Endpoint.objects.filter(pk=endpoint.pk).update(**fields)
+        with transaction.atomic():
+            Endpoint.objects.filter(pk=endpoint.pk).update(**fields)
+            record(endpoint.workspace_id, "webhook.update", endpoint, label=_logged_url(endpoint.url),
+                   before=_logged({k: getattr(endpoint, k) for k in fields}), after=_logged(fields))
         for key, value in fields.items():
             setattr(endpoint, key, value)
     return endpoint
@@ -87,13 +106,20 @@ def update_endpoint(endpoint: Endpoint, *, url: str | None = None, events: Itera
 
 def rotate_secret(endpoint: Endpoint) -> str:
     sealed = seal({"secret": new_secret()})
-    Endpoint.objects.filter(pk=endpoint.pk).update(sealed_secret=sealed)
+    with transaction.atomic():
+        Endpoint.objects.filter(pk=endpoint.pk).update(sealed_secret=sealed)
+        # That the secret changed, never what it is.
+        record(endpoint.workspace_id, "webhook.rotate_secret", endpoint, label=_logged_url(endpoint.url),
+               before={"secret": "old"}, after={"secret": "new"})
     endpoint.sealed_secret = sealed
     return endpoint.secret
 
 
 def delete_endpoint(endpoint: Endpoint) -> None:
-    endpoint.delete()
+    with transaction.atomic():
+        record(endpoint.workspace_id, "webhook.delete", endpoint, label=_logged_url(endpoint.url),
+               before=_logged(endpoint.__dict__))
+        endpoint.delete()
 
 
 # --- events -----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from api.app import api
 from api.endpoints import (
     account,
+    audit,
     billing,
     catalogue,
     clusters,
@@ -18,5 +19,5 @@ from api.endpoints import (
     webhooks,
 )
 
-for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, members, keys, quotes, webhooks, metrics):
+for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, members, keys, quotes, webhooks, metrics, audit):
     api.add_router("", module.router)

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from audit.recording import Action, record_cluster_action
 from clusters import broadcast
 from clusters.models import Cluster, ClusterEvent, NodeHealth
 from webhooks import events as webhook_events
@@ -22,12 +23,15 @@ NO_HEALTH: dict[str, str] = {"health": NodeHealth.UNKNOWN, "health_detail": ""}
 
 
 def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYSTEM, reason: str = "",
-                 data: dict[str, Any] | None = None) -> ClusterEvent:
+                 data: dict[str, Any] | None = None, audit: Action | None = None) -> ClusterEvent:
     """The one place a cluster's events are recorded; the lifecycle's events are also sent to
     the workspace's webhook endpoints that want them (webhooks.events), after commit.
-    `data`: what the webhook carries besides the cluster (the node, the network test)."""
+    `data`: what the webhook carries besides the cluster (the node, the network test).
+    `audit`: the action this event records, written to the workspace's audit log beside it."""
     recorded = ClusterEvent.objects.create(cluster=cluster, event=event, message=message, actor=actor, reason=reason)
     webhook_events.cluster_event(cluster, recorded, data)
+    if audit is not None:
+        record_cluster_action(recorded, audit, system=actor == SYSTEM)
     return recorded
 
 

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Environment, SSHKey, Workspace
+from audit.recording import Action
 from billing import services as billing
 from billing.services import month_to_date_spend, required_balance
 from clusters import rules
@@ -186,7 +187,9 @@ def create_cluster(
                 cluster, "created",
                 f"Reserved {machine_count} machines ({machine_type}) at ${cluster.price_per_hour:,.2f}/h; software: "
                 f"{cluster.get_software_display()}.",
-                actor=actor,
+                actor=actor, audit=Action("cluster.create", after={
+                    "name": name, "offer": machine_type.pk, "machines": machine_count, "software": software,
+                    "volume": volume.pk if volume else None, "environment": environment.name}),
             )
             after_commit_changed(cluster.pk, advance=True)
     except IntegrityError as exc:

@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from audit.recording import Action
 from clusters import broadcast, rules
 from clusters.errors import Conflict
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
@@ -97,7 +98,8 @@ def start_network_test(cluster: Cluster, *, actor: str = SYSTEM) -> NetworkTest:
                 details={"network_test_id": active.pk},
             )
         test = _queue_network_test(cluster, NetworkTest.Trigger.ON_DEMAND, actor)
-        record_event(cluster, "network_test_requested", f"Network test {test.pk} requested.", actor=actor)
+        record_event(cluster, "network_test_requested", f"Network test {test.pk} requested.", actor=actor,
+                     audit=Action("cluster.network_test", after={"network_test": test.pk}))
         return test
 
 

@@ -11,6 +11,7 @@ from django.db import connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from audit.recording import Action
 from billing import services as billing
 from clusters import emails as cluster_emails
 from clusters.errors import Conflict
@@ -226,5 +227,6 @@ def retry_install(cluster: Cluster, *, actor: str = SYSTEM) -> None:
         Node.objects.filter(cluster=cluster, released_at__isnull=True).update(
             state=Node.State.JOINED, detail="", installed_at=None, step=NodeStep.INSTALL_QUEUED
         )
-        record_event(cluster, "install_retried", f"Retrying the {cluster.get_software_display()} install.", actor=actor)
+        record_event(cluster, "install_retried", f"Retrying the {cluster.get_software_display()} install.", actor=actor,
+                     audit=Action("cluster.retry_install", {"status": Status.DEGRADED}, {"status": Status.INSTALLING}))
         after_commit_changed(cluster.pk, advance=True)

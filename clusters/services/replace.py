@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Workspace
+from audit.recording import Action
 from billing import services as billing
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
@@ -100,7 +101,7 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
             f"Replacing {name} with a new machine: it takes {name}'s name and private address {old.private_ip}; "
             f"the old machine takes no new work now and stops once the new one has taken over. The new machine is "
             "billed from when it is up, the old one until it stops.",
-            actor=actor,
+            actor=actor, audit=Action("cluster.replace_node", {"node": name, "host": old.host_id}, {"node": name, "host": new.host_id}),
         )
         after_commit_changed(cluster.pk, advance=True)
         return new

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from audit.recording import Action
 from billing import services as billing
 from clusters import emails as cluster_emails
 from clusters.errors import Conflict
@@ -18,6 +19,7 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
     """Stop every machine together; billing for the whole cluster ends now."""
     with transaction.atomic():
         now = timezone.now()
+        was = cluster.status
         if not transition(
             cluster, TERMINABLE_STATUSES, Status.TERMINATING,
             termination_reason=reason,
@@ -33,7 +35,8 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
         live_nodes.filter(billing_started_at__isnull=False).update(billing_ended_at=now)
         billing.end_usage(cluster, now)
         label = Reason(reason).label
-        record_event(cluster, "terminating", f"Termination requested: {label}. Billing stopped.", actor=actor, reason=reason)
+        record_event(cluster, "terminating", f"Termination requested: {label}. Billing stopped.", actor=actor, reason=reason,
+                     audit=Action("cluster.terminate", {"status": was}, {"status": Status.TERMINATING, "reason": reason}))
         after_commit_changed(cluster.pk, advance=True)
         return True
 

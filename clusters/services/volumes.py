@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Environment
+from audit.recording import record
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Status, Volume
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
@@ -38,9 +39,13 @@ def create_volume(*, environment: Environment, name: str, size_gb: int) -> Volum
     # A folder of its own, never a name's: a volume created again under a deleted one's name
     # starts empty.
     path = Path(settings.VOLUMES_DIR) / str(environment.pk) / secrets.token_hex(16)
-    volume = Volume.objects.create(
-        workspace_id=environment.workspace_id, environment=environment, name=name, size_gb=size_gb, source_path=str(path)
-    )
+    with transaction.atomic():
+        volume = Volume.objects.create(
+            workspace_id=environment.workspace_id, environment=environment, name=name, size_gb=size_gb,
+            source_path=str(path),
+        )
+        record(environment.workspace_id, "volume.create", volume, label=name,
+               after={"name": name, "size_gb": size_gb, "environment": environment.name})
     path.mkdir(parents=True, exist_ok=True)
     return volume
 
@@ -52,6 +57,8 @@ def delete_volume(volume: Volume) -> None:
         # Ended clusters keep a reference (on_delete=PROTECT) that would refuse the delete;
         # they hold no machines, so they simply forget the volume.
         Cluster.objects.filter(volume=volume).update(volume=None)
+        record(volume.workspace_id, "volume.delete", volume, label=volume.name,
+               before={"name": volume.name, "size_gb": volume.size_gb})
         volume.delete()
         # Its data goes with it, once the delete is committed.
         if volume.source_path:

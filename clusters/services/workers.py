@@ -8,6 +8,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Workspace
+from audit.recording import Action
 from billing import services as billing
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
@@ -52,7 +53,8 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
         )
         Cluster.objects.filter(pk=cluster.pk).update(machine_count=total)
         names = ", ".join(f"node-{next_index + i}" for i in range(count))
-        record_event(cluster, "workers_added", f"Adding {names}; each is billed from the moment it is up.", actor=actor)
+        record_event(cluster, "workers_added", f"Adding {names}; each is billed from the moment it is up.", actor=actor,
+                     audit=Action("cluster.add_workers", {"machines": cluster.machine_count}, {"machines": total}))
         after_commit_changed(cluster.pk, advance=True)
         return nodes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from runcrate_client.cli import (  # noqa: F401
     account,
+    audit,
     billing,
     catalogue,
     clusters,

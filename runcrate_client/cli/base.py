@@ -113,7 +113,7 @@ class State:
 
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client.from_config(self.config(), timeout=self.timeout)
+            self._client = Client.from_config(self.config(), timeout=self.timeout, program="cli")
         return self._client
 
     def close(self) -> None:

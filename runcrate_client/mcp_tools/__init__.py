@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runcrate_client.mcp_tools import (
     account,
+    audit,
     billing,
     catalogue,
     clusters,
@@ -15,4 +16,4 @@ from runcrate_client.mcp_tools import (
     workspace,
 )
 
-TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, workspace, billing, webhooks)
+TOOL_MODULES = (catalogue, plan, clusters, network, replace, instances, account, workspace, billing, webhooks, audit)

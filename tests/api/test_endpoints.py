@@ -356,7 +356,9 @@ def test_events_list_oldest_first(api, environment, machine_type):
     assert status == 200
     events = [e["event"] for e in body["data"]]
     assert events[0] == "created" and events[-1] == "ready"
-    assert set(body["data"][0]) == {"id", "created_at", "actor", "event", "message", "reason"}
+    assert set(body["data"][0]) == {"id", "created_at", "actor", "event", "message", "reason", "audit_event_id"}
+    # The create is an action: its event links to the audit entry; the lifecycle's own steps are not.
+    assert body["data"][0]["audit_event_id"] is not None and body["data"][-1]["audit_event_id"] is None
 
 
 def test_delete_terminates_with_202_then_409_once_terminated(api, environment, machine_type):

@@ -84,6 +84,10 @@ SURFACES: dict[str, list[Action]] = {
     "api:key_deactivate": [Action("updateApiKey", "api-keys deactivate", "set_api_key_active")],
     "api:key_reactivate": [Action("updateApiKey", "api-keys reactivate", "set_api_key_active")],
     "api:key_delete": [Action("deleteApiKey", "api-keys delete", "delete_api_key")],
+    "audit:log": [Action("listAuditEvents", "audit", "audit_events")],
+    # One entry, and the CSV of every matching entry: the same list, by object or `--all --json`.
+    "audit:entry": [Action("listAuditEvents", "audit", "audit_events")],
+    "audit:export": [Action("listAuditEvents", "audit", "audit_events")],
 }
 
 DASHBOARD_ONLY: dict[str, str] = {
