@@ -52,7 +52,7 @@ def fill(workspace_id: int, count: int) -> None:
     """`count` entries, one a second back from now, in one statement."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {TABLE} (workspace_id, created_at, actor_kind, actor_user_id, actor, surface, "  # noqa: S608
+            f"INSERT INTO {TABLE} (workspace_id, created_at, actor_kind, actor_user_id, actor, surface, "
             "client_address, action, object_type, object_id, object_label, changes, cluster_event_id) "
             "SELECT %s, now() - make_interval(secs => g), 'member', NULL, 'alice', 'page', '127.0.0.1', "
             "CASE WHEN g %% 10 = 0 THEN 'cluster.terminate' ELSE 'ssh_key.add' END, "

@@ -184,6 +184,6 @@ def test_the_page_filters_pages_and_exports_csv(owner, workspace):
     assert not {e.pk for e in first.context["entries"]} & {e.pk for e in second.context["entries"]}
     assert browser.get(reverse("audit:log"), {"since": "not a date"}).status_code == 400
     export = browser.get(reverse("audit:export"), {"actor": "alice"})
-    lines = b"".join(export.streaming_content).decode().splitlines()
+    lines = b"".join(export.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
     assert lines[0].startswith("time,actor") and len(lines) == 61
     assert "'=cmd" in lines[1]  # a formula is written as text

@@ -54,7 +54,7 @@ def test_the_audit_page_for_owner_manager_developer_and_outsider(live_server, wo
             for size, options in (("1280", DESKTOP), ("390", PHONE)):
                 for name, cookie in cookies.items():
                     context = chromium.new_context(**options)
-                    context.add_cookies([cookie])
+                    context.add_cookies([cookie])  # type: ignore[list-item]
                     page = context.new_page()
                     response = page.goto(f"{live_server.url}/account/audit/")
                     assert response is not None
