@@ -74,3 +74,25 @@ def test_the_list_names_the_live_clusters_using_a_volume(member_client, environm
     )
     text = member_client.get(reverse("clusters:volumes")).text
     assert f'<a href="{cluster.get_absolute_url()}">train</a>' in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_save_to_volume_now_is_on_a_running_clusters_page_and_asks_for_a_save(
+    client, developer, outsider, environment, machine_type
+):
+    volume = create_volume(environment=environment, name="ckpt", size_gb=10)
+    cluster = create_cluster(environment=environment, name="ckpt-run", machine_type=machine_type, machine_count=2,
+                             volume=volume)
+    cluster.refresh_from_db()
+    assert cluster.status == "ready"
+    url = reverse("clusters:sync_volume", args=[cluster.pk])
+    client.force_login(outsider)
+    assert client.post(url).status_code == 404
+    assert not cluster.events.filter(event="volume_sync_requested").exists()
+    client.force_login(developer)
+    page = client.get(cluster.get_absolute_url()).content.decode()
+    assert "Save to volume now" in page and url in page
+    assert client.post(url).status_code == 302
+    assert cluster.events.filter(event="volume_sync_requested", actor="dave").exists()
+    # The simulated provider has no machine to copy from: the event says so, with no figure made up.
+    assert cluster.events.filter(event="volume_sync_failed").exists()
