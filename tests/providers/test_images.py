@@ -133,10 +133,14 @@ test -e /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so || echo "missing: Slurm'
 ls /etc/ssh/ssh_host_* /etc/munge/munge.key 2>/dev/null | sed 's/^/secret: /' || true
 find / -xdev \( -name 'libcuda*' -o -name 'libnvidia*' \) | sed 's/^/nvidia: /'
 stat -c 'owner of /usr/bin/bash: %u' /usr/bin/bash
+sed 's/^/hostname: /' /etc/hostname
+grep -h nameserver /etc/resolv.conf | sed 's/^/resolver: /' || true
 """)
     assert probe.returncode == 0, probe.stderr
     lines = probe.stdout.splitlines()
-    assert not [line for line in lines if line.startswith(("missing:", "secret:", "nvidia:"))], probe.stdout
+    assert not [line for line in lines if line.startswith(("missing:", "secret:", "nvidia:", "resolver:"))], probe.stdout
+    # Nothing of the computer that built it: not its name, not its resolver.
+    assert "hostname: localhost" in lines
     assert f"ray, version {images.RAY_VERSION}" in probe.stdout
     assert "ray[default]" in lines
     # The image's root-owned files are the node's root's own: the idmapped mount maps them.

@@ -46,7 +46,7 @@ IMAGES_DIR = Path(os.environ.get("RUNCRATE_IMAGES_DIR", "/var/lib/runcrate-nodes
 # RAY_VERSION and install_ray.sh's default name the same release.
 RAY_VERSION = "2.60.0"
 # Bump when the build steps below change in a way the recipe's fields do not show.
-BUILD_STEPS_VERSION = 1
+BUILD_STEPS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,11 @@ IMAGES = {
 
 # Files a package's install leaves that must be each node's own, not one copy shared by every
 # node booted from the image: SSH host keys (boot writes one per node), munge's key (the
-# cluster's is written at install), the machine id.
+# cluster's is written at install).
 NODE_SECRETS = ("etc/ssh/ssh_host_*", "etc/munge/munge.key")
+# What the build leaves of this computer in the image (mmdebstrap copies them in for the
+# build): its name and its resolver. A node's boot names it; its resolver is its own.
+BUILD_HOST_FILES = ("etc/hostname", "etc/resolv.conf")
 
 
 class ImageError(RuntimeError):
@@ -185,7 +188,9 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
         f"({len(recipe.packages)} packages{', ' + ', '.join(recipe.venvs) if recipe.venvs else ''}); once per recipe")
     hooks = [_venv_hook(path, requirements) for path, requirements in recipe.venvs.items()]
     # Per node, not per image: written by each node's boot or the cluster's install.
-    hooks.append("rm -f " + " ".join(f'"$1"/{pattern}' for pattern in NODE_SECRETS) + ' && : > "$1/etc/machine-id"')
+    hooks.append("rm -f " + " ".join(f'"$1"/{pattern}' for pattern in (*NODE_SECRETS, *BUILD_HOST_FILES))
+                 + ' && : > "$1/etc/machine-id" && echo localhost > "$1/etc/hostname" && : > "$1/etc/resolv.conf"'
+                 ' && chmod 0644 "$1/etc/hostname" "$1/etc/resolv.conf"')
     command = [
         "mmdebstrap", "--variant=apt", "--mode=root", "--format=directory",
         "--include=" + ",".join(recipe.packages),
