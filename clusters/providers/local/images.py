@@ -4,9 +4,10 @@ node over the shared, read-only image (docs/nodeops.md, "Images").
 - **Building**: `mmdebstrap` makes a Debian root filesystem of this computer's release from
   Debian's packages (the apt sources this computer uses), plus the product's Python
   environments from the Python package index. An image is built once per recipe: its directory
-  is named after a hash of the recipe (`<name>-<hash>` under IMAGES_DIR), so a changed recipe is
-  a new directory and an unchanged one is never built again. A build goes into a temporary
-  directory that is renamed when complete: a killed build leaves no half image behind.
+  is named after a hash of the recipe (`<name>-<hash>` under IMAGES_DIR: the root filesystem in
+  `rootfs`, what was built and how long it took in `image.json`), so a changed recipe is a new
+  directory and an unchanged one is never built again. A build goes into a temporary directory
+  that is renamed when complete: a killed build leaves no half image behind.
 - **A writable root per node**: this computer's root makes an *idmapped* mount of the
   root-owned image for the node's uid range (`attach`): the image's root-owned files show as the
   node's root inside the node, read-only. Inside the node's user namespace that mount is the
@@ -46,7 +47,7 @@ IMAGES_DIR = Path(os.environ.get("RUNCRATE_IMAGES_DIR", "/var/lib/runcrate-nodes
 # RAY_VERSION and install_ray.sh's default name the same release.
 RAY_VERSION = "2.60.0"
 # Bump when the build steps below change in a way the recipe's fields do not show.
-BUILD_STEPS_VERSION = 2
+BUILD_STEPS_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -136,14 +137,15 @@ def host_sources(suite: str) -> list[Path]:
 
 
 def image_dir(name: str, suite: str | None = None) -> Path:
+    """The directory of the image's build for its current recipe (`rootfs`, `image.json`)."""
     recipe = _recipe(name)
     return IMAGES_DIR / f"{name}-{recipe.digest(suite or host_suite())}"
 
 
 def cached(name: str) -> Path | None:
-    """The image's directory when it is built for its current recipe, else None."""
+    """The image's root filesystem when it is built for its current recipe, else None."""
     path = image_dir(name)
-    return path if (path / ".runcrate-image.json").exists() else None
+    return path / "rootfs" if (path / "image.json").exists() else None
 
 
 def _recipe(name: str) -> Recipe:
@@ -163,7 +165,7 @@ def _build_lock(name: str) -> Iterator[None]:
 
 def ensure(name: str, say: Callable[[str], None] = print) -> Path:
     """The image `name` for its current recipe: the cached one, or built now (once: a second
-    caller waits for the first one's build). Returns its directory."""
+    caller waits for the first one's build). Returns its root filesystem."""
     path = cached(name)
     if path is not None:
         return path
@@ -183,6 +185,7 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
     target = image_dir(recipe.name, suite)
     temporary = target.with_name(f".{target.name}.building")
     shutil.rmtree(temporary, ignore_errors=True)  # a build that was killed
+    temporary.mkdir(parents=True)
     started = time.monotonic()
     say(f"image {recipe.name}: building {target.name} from Debian {suite} with mmdebstrap "
         f"({len(recipe.packages)} packages{', ' + ', '.join(recipe.venvs) if recipe.venvs else ''}); once per recipe")
@@ -196,7 +199,7 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
         "--include=" + ",".join(recipe.packages),
         # Debian's docs and man pages stay: a customer reads them.
         *(f"--customize-hook={hook}" for hook in hooks),
-        suite, str(temporary), *(str(path) for path in host_sources(suite)),
+        suite, str(temporary / "rootfs"), *(str(path) for path in host_sources(suite)),
     ]
     log_path = IMAGES_DIR / f"{target.name}.log"
     with open(log_path, "w") as log:
@@ -216,19 +219,17 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
         raise ImageError(f"image {recipe.name}: mmdebstrap failed (status {process.returncode}); "
                          f"the last lines of {log_path}:\n" + "\n".join(tail))
     seconds = time.monotonic() - started
-    size = _disk_usage(temporary)
-    (temporary / ".runcrate-image.json").write_text(json.dumps({
+    size = _disk_usage(temporary / "rootfs")
+    (temporary / "image.json").write_text(json.dumps({
         "name": recipe.name, "suite": suite, "packages": list(recipe.packages), "venvs": recipe.venvs,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "build_seconds": round(seconds, 1),
         "bytes": size,
     }, indent=1))
-    # The images directory is walked by every node's root to reach its image (idmapped mount).
-    temporary.chmod(0o755)
-    IMAGES_DIR.chmod(0o711)
+    (temporary / "rootfs").chmod(0o755)
     temporary.rename(target)
     say(f"image {recipe.name}: built {target} in {seconds:.0f} s ({size / 2**20:.0f} MiB)")
     _prune(recipe.name, keep=target, say=say)
-    return target
+    return target / "rootfs"
 
 
 def _venv_hook(path: str, requirements: tuple[str, ...]) -> str:
@@ -290,9 +291,9 @@ def _prune(name: str, keep: Path, say: Callable[[str], None]) -> None:
     """Older builds of the same image that no node uses (no mount of them is left anywhere)."""
     mounted = _mounted_sources()
     for old in IMAGES_DIR.glob(f"{name}-*"):
-        if old == keep or not old.is_dir() or not (old / ".runcrate-image.json").exists():
+        if old == keep or not old.is_dir() or not (old / "image.json").exists():
             continue
-        if any(source.startswith(str(old)) for source in mounted):
+        if any(source.startswith(f"{old}/") for source in mounted):
             continue
         shutil.rmtree(old, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
