@@ -5,11 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROVIDER ?= local
 # Ray for real nodes on this computer: one virtualenv every node sees (install_ray.sh
-# installs it itself on a machine that lacks it).
+# installs it itself on a machine that lacks it). The release is the one node images ship.
 RAY_VENV ?= /opt/ray
-RAY_VERSION ?= 2.60.0
+RAY_VERSION ?= $(shell sed -n 's/^RAY_VERSION = "\(.*\)"/\1/p' clusters/providers/local/images.py)
 
-.PHONY: run test venv bench check clean ray host
+.PHONY: run test venv bench check clean ray host images
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,12 +31,18 @@ ray: host
 		/usr/bin/python3 -m venv $(RAY_VENV) && $(RAY_VENV)/bin/pip install --quiet "ray==$(RAY_VERSION)"; \
 	fi
 
-run: $(STAMP) host ray
+# The root filesystem real nodes boot from (docs/nodeops.md, "Images"): built with mmdebstrap the
+# first time (a few minutes; it says so), then taken from this computer's cache until its recipe
+# changes. Only where real nodes can run (root).
+images: $(STAMP) host
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusters.providers.local.images build base; fi
+
+run: $(STAMP) host ray images
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
 
-test: $(STAMP) host ray
+test: $(STAMP) host ray images
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Lint, types and Django's own checks: CI runs this before the tests.
@@ -50,7 +56,7 @@ check: $(STAMP)
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
 BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 
-bench: $(STAMP) host ray
+bench: $(STAMP) host ray images
 	@status=0; for script in $(BENCHES); do \
 		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
 	done; exit $$status
