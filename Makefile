@@ -31,13 +31,14 @@ ray: host
 		/usr/bin/python3 -m venv $(RAY_VENV) && $(RAY_VENV)/bin/pip install --quiet "ray==$(RAY_VERSION)"; \
 	fi
 
-# The root filesystem real nodes boot from (docs/nodeops.md, "Images"): built with mmdebstrap the
-# first time (a few minutes; it says so), then taken from this computer's cache until its recipe
-# changes. Only where real nodes can run (root).
+# The machine image (docs/nodeops.md, "Images"): built with mmdebstrap the first time (a few
+# minutes; it says so), then taken from this computer's cache until its recipe changes. Only
+# where real nodes can run (root). The tests build it; nodes do not boot from it yet, so
+# `make run` does not.
 images: $(STAMP) host
 	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusters.providers.local.images build base; fi
 
-run: $(STAMP) host ray images
+run: $(STAMP) host ray
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
@@ -56,7 +57,7 @@ check: $(STAMP)
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
 BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 
-bench: $(STAMP) host ray images
+bench: $(STAMP) host ray
 	@status=0; for script in $(BENCHES); do \
 		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
 	done; exit $$status
