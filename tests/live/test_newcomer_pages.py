@@ -101,9 +101,9 @@ def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_live_cost_never_goes_down_as_pushes_arrive(owner, stack, width):
-    # Eight machines at $0.50: the cluster's exact cost reaches a cent in 4.5 s, each
-    # machine's (what the ledger posts and the server shows) only after 36 s.
-    machine_type = machine_type_with_hosts(8, price_per_machine_hour=Decimal("0.50"))
+    # Eight machines at $1.00: the cluster's exact cost reaches a cent in 2.3 s, each
+    # machine's (what the ledger posts and the server shows) only after 18 s, then $0.08 at once.
+    machine_type = machine_type_with_hosts(8, price_per_machine_hour=Decimal("1.00"))
     seen: list[str] = []
 
     def check(page):
@@ -119,7 +119,7 @@ def test_the_live_cost_never_goes_down_as_pushes_arrive(owner, stack, width):
             read();
             new MutationObserver(read).observe(document.body, {subtree: true, childList: true, characterData: true});
         }""")
-        for _ in range(30):
+        for _ in range(40):
             # What a push does: the status card, rendered by the server now, swapped in.
             page.evaluate(f"""() => htmx.ajax('GET', '/clusters/{cluster_id}/?partial=status-card',
                                               {{target: '#status-card', swap: 'outerHTML'}})""")
