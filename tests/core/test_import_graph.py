@@ -88,4 +88,4 @@ def test_the_client_imports_no_server_app():
 
 
 def test_the_offers_page_no_longer_reaches_into_clusters():
-    assert {(a, b) for a, b, _ in app_imports() if a == "offers"} <= {("offers", "accounts"), ("offers", "config")}
+    assert {(a, b) for a, b, _ in app_imports() if a == "offers"} <= {("offers", "accounts"), ("offers", "config"), ("offers", "notifications")}

@@ -60,7 +60,7 @@ def test_network_test_by_name_watches_and_exits_by_the_outcome(cli, ready):
 
     slow = measured(ready, {("node-0", "node-1"): 1.62, ("node-1", "node-0"): 0.31})
     shown = cli("clusters", "network-results", str(ready.pk), "--watch", "--interval", "0.2")
-    assert shown.returncode == 8 and "0.31 / 0.50 SLOW" in shown.stdout and "2 slow pair(s)" in shown.stdout
+    assert shown.returncode == 8 and "0.31 / 0.50 SLOW" in shown.stdout and "2 slow pairs" in shown.stdout
     as_json = json.loads(cli("clusters", "network-results", "net", "--test", str(passed.pk), "--json").stdout)
     assert as_json["id"] == passed.pk and as_json["status"] == "passed" and len(as_json["pairs"]) == 4
     history = cli("clusters", "network-results", "net", "--history")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 def hx_headers(html: str) -> dict:
-    match = re.search(r"<body hx-headers='([^']*)'", html)
+    match = re.search(r"<body[^>]* hx-headers='([^']*)'", html)
     assert match, "the base template sets hx-headers on <body>"
     return json.loads(match.group(1))
 
