@@ -45,6 +45,7 @@ def test_a_ready_cluster_measures_every_pair_over_wg0_and_a_throttled_node_comes
     environment, real_machines, settings
 ):
     settings.NETWORK_TEST_AFTER_READY = True
+    settings.NODE_IMAGE_TOOLS = ["torchrun", "all_reduce_perf"]  # the lines below include torchrun's and NCCL's
     machine_type = real_machine_type(3)
     cluster = create_cluster(environment=environment, name="net", machine_type=machine_type, machine_count=3)
     cluster = drive(cluster, SETTLED, timeout=120)
@@ -114,7 +115,8 @@ def test_terminating_the_cluster_mid_test_stops_it_cleanly_after_the_round_in_fl
     test.refresh_from_db()
     cluster.refresh_from_db()
     assert cluster.status == Status.TERMINATED
-    assert test.status == NetworkTest.Status.FAILED and "no longer ready" in test.detail, test.detail
+    # The ring's figures were taken before the cluster went: the test reads as partly measured.
+    assert test.status == NetworkTest.Status.PARTIAL and "no longer ready" in test.detail, test.detail
     assert {p.phase for p in test.pairs.all()} == {"ring"} and test.pairs.count() == 2
     assert all(p.gbps and p.gbps > 0 for p in test.pairs.all())
 

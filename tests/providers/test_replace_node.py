@@ -107,7 +107,8 @@ def test_a_replacement_that_never_joins_is_released_and_the_old_machine_stays_th
     new.refresh_from_db()
     assert new.state == Node.State.FAILED and new.released_at is not None
     assert not (local_machines / "local-32-2").exists()
-    assert Host.objects.get(name="local-32-2").state == Host.State.FREE
+    # The machine that never joined is released and kept out of sale until an operator looks.
+    assert Host.objects.get(name="local-32-2").state == Host.State.QUARANTINED
     assert not MachineUsage.objects.filter(node=new).exists()
     # The peers were given the old machine back.
     assert f"Endpoint = {old.host.address}:51820" in peer_block((head / "etc/wireguard/wg0.conf").read_text(), "node-1")
