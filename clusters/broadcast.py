@@ -176,14 +176,11 @@ class PageState:
 
 def _cluster_row_key(cluster: Cluster) -> tuple:
     """What a node row reads from its cluster (the node-row partial and _replace_node.html):
-    health shows on a ready cluster only, Replace is offered while every machine is ready and
-    none is being swapped, and its form names the type, software and price. A change here
-    re-renders every row; any other cluster change (progress, cost, events) none."""
+    health shows on a ready cluster only, and the node being swapped says so. A change here
+    re-renders every row; any other cluster change (progress, cost, events) none. Whether
+    Replace is offered is not a row's: the status card says it once (data-replace-nodes)."""
     swapping = cluster.node_being_replaced
-    return (
-        cluster.status == Status.READY, cluster.can_replace_nodes, swapping.replacing_id if swapping else None,
-        cluster.name, cluster.software, cluster.price_per_machine_hour, cluster.machine_type_id,
-    )
+    return (cluster.status == Status.READY, swapping.replacing_id if swapping else None)
 
 
 def _push_context(cluster: Cluster, **extra: Any) -> dict[str, Any]:
@@ -196,7 +193,7 @@ def _rows_context(cluster: Cluster, context: dict) -> dict[str, Any]:
     """What every row reads from the cluster, read once for all rows (nodes-table does the
     same with {% with %}): walking the nodes once per row made a 64-row push quadratic."""
     swapping = cluster.node_being_replaced
-    return {**context, "swapping_id": swapping.replacing_id if swapping else None, "can_replace": cluster.can_replace_nodes}
+    return {**context, "swapping_id": swapping.replacing_id if swapping else None}
 
 
 def _render(name: str, context: dict) -> str:

@@ -157,13 +157,23 @@
 // <form data-confirm="Delete key …?">: ask first. The question is an escaped attribute and
 // reaches window.confirm as a string, so a name typed by a user is never code. Capturing on
 // the document runs before htmx's own submit listener on the form, so "no" stops both kinds
-// of submit.
+// of submit. Many forms asking one question (each node row's Replace) name a <template> that
+// holds it once per page instead, <form data-confirm-with="ID" data-node=… data-address=…>,
+// and its {node} and {address} are filled in from the form.
 (function () {
   "use strict";
+  function question(form) {
+    var shared = form.getAttribute("data-confirm-with");
+    if (shared === null) return form.getAttribute("data-confirm");
+    var node = form.getAttribute("data-node") || "", address = form.getAttribute("data-address") || "";
+    var template = document.getElementById(shared);
+    if (!template) return "Replace " + node + "?";
+    return template.content.textContent.trim().split("{node}").join(node).split("{address}").join(address);
+  }
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    var question = form instanceof HTMLFormElement ? form.getAttribute("data-confirm") : null;
-    if (question !== null && !window.confirm(question)) {
+    var asked = form instanceof HTMLFormElement ? question(form) : null;
+    if (asked !== null && !window.confirm(asked)) {
       event.preventDefault();
       event.stopPropagation();
     }

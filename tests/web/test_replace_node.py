@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from clusters import lifecycle
@@ -27,13 +28,35 @@ def replace_url(cluster: Cluster, name: str) -> str:
     return reverse("clusters:replace_node", args=[cluster.pk, name])
 
 
+def status_card(text: str) -> str:
+    return text.split('id="status-card"')[1].split(">")[0]
+
+
 def test_each_worker_row_offers_replace_behind_a_confirmation_and_the_head_none(member_client, ready):
     text = member_client.get(ready.get_absolute_url()).text
+    assert "data-replace-nodes" in status_card(text)
     for name in ("node-1", "node-2", "node-3"):
         assert f'action="{replace_url(ready, name)}"' in text
     assert replace_url(ready, "node-0") not in text
-    assert text.count("hx-confirm=\"Replace node-") == 3
+    assert text.count('data-confirm-with="replace-node-question"') == 3
+    assert 'data-node="node-2" data-address="10.77.0.3"' in text
+    # The question itself is on the page once, for the script to fill in the row's node.
+    question = text.split('<template id="replace-node-question">')[1].split("</template>")[0]
+    assert text.count('id="replace-node-question"') == 1
+    assert question.startswith("Replace {node}? A new ") and "private address {address}" in question
+    assert "one more machine is billed ($" in question
     assert "onclick" not in text
+
+
+def test_replace_shows_only_while_the_status_card_offers_it(member_client, cluster):
+    # Installing: the rows hold their forms, which the stylesheet shows only once the status
+    # card says Replace is offered, so a cluster that becomes replaceable pushes no row.
+    text = member_client.get(cluster.get_absolute_url()).text
+    assert f'action="{replace_url(cluster, "node-1")}"' in text
+    assert "data-replace-nodes" not in status_card(text)
+    css = (settings.BASE_DIR / "static" / "css" / "app.css").read_text()
+    assert "form.replace-node { display:none; }" in css
+    assert "#cluster-live:has(#status-card[data-replace-nodes]) form.replace-node { display:inline-flex; }" in css
 
 
 def test_an_unhealthy_node_has_the_replace_button_made_prominent(member_client, ready):
@@ -49,7 +72,7 @@ def test_replacing_shows_the_new_machine_beside_the_node_until_the_swap(member_c
     text = member_client.get(ready.get_absolute_url()).text
     assert 'id="node-2"' in text and 'id="node-2-replacement"' in text
     assert "(replacement, pending)" in text and "(being replaced: runs until the new machine is ready)" in text
-    assert "action=\"" + replace_url(ready, "node-1") + "\"" not in text, "one replacement at a time"
+    assert "data-replace-nodes" not in status_card(text), "one replacement at a time"
     assert "Replacing node-2" in text
     assert "Add worker(s)" not in text, "the service refuses adding workers during a swap"
 
