@@ -398,15 +398,21 @@ def warn_low_balances() -> list[str]:
     )
     check_usage_rates(rates)
     balances = dict(Workspace.objects.filter(pk__in=list(rates)).values_list("pk", "credit_balance"))
+    now = timezone.now()
+    topped_up = _balances_after_last_top_up(list(rates), now - BALANCE_WARNING_REARM)
     low: dict[str, tuple[int, int, Decimal, Decimal]] = {}
     for workspace_id, rate in rates.items():
         if not rate:
             continue
         hours_left = max(balances[workspace_id], Decimal(0)) / rate
+        # A top-up the customer just made, knowing its runway, is no crossing: a threshold the
+        # balance was already under right after it warns at the next one only.
+        after_top_up = topped_up.get(workspace_id)
         for threshold in BALANCE_WARNING_HOURS:
+            if after_top_up is not None and after_top_up / rate < threshold:
+                continue
             if hours_left < threshold:
                 low[f"balance_low:{workspace_id}:{threshold}h"] = (workspace_id, threshold, hours_left, rate)
-    now = timezone.now()
     _rearm_balance_warnings(set(low), now)
     sent = []
     open_keys = set(
@@ -428,6 +434,19 @@ def warn_low_balances() -> list[str]:
             continue  # a concurrent sweep claimed this warning
         sent.append(key)
     return sent
+
+
+def _balances_after_last_top_up(workspace_ids: list[int], since: dt.datetime) -> dict[int, Decimal]:
+    """Each workspace's balance right after its latest credit (a top-up, an auto-recharge, a
+    credit adjustment) since `since`, for those that had one."""
+    credits = (
+        LedgerEntry.objects.filter(workspace_id__in=workspace_ids, amount__gt=0, created_at__gte=since,
+                                   state=LedgerEntry.State.COMPLETED, balance_after__isnull=False)
+        .exclude(kind=LedgerEntry.Kind.USAGE)
+        .order_by("workspace_id", "-created_at", "-id").distinct("workspace_id")
+        .values_list("workspace_id", "balance_after")
+    )
+    return dict(credits)
 
 
 def _rearm_balance_warnings(low_keys: set[str], now: dt.datetime) -> None:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from accounts.models import Workspace
 from billing import services as billing
 from billing.models import BillingNotice, LedgerEntry, MachineUsage
+from billing.months import next_month_start
 from clusters import enforcement
 from clusters.errors import ClusterError
 from clusters.models import Cluster, Reason, Status
@@ -59,11 +60,12 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     environment.monthly_budget = Decimal("4.00")
     environment.save()
     other = Environment.objects.create(workspace=environment.workspace, name="prod", monthly_budget=Decimal("1000"))
-    capped = live_from(environment, machine_type, ago=dt.timedelta(hours=1), name="capped")  # $5.00 this month…
-    free = live_from(other, machine_type, ago=dt.timedelta(hours=1), name="free")
-    now = timezone.now()
-    if now.day == 1 and now.hour < 1:
-        pytest.skip("the hour of usage would straddle the month boundary")
+    # The clock is pinned to this month's last minute: the hour of usage never straddles a
+    # month boundary, and the stop and the refused create below, which read the real clock,
+    # fall in the same month at or before it.
+    now = next_month_start(timezone.now()) - dt.timedelta(minutes=1)
+    capped = running_cluster(environment, machine_type, started=now - dt.timedelta(hours=1), name="capped")  # $5.00 this month…
+    free = running_cluster(other, machine_type, started=now - dt.timedelta(hours=1), name="free")
     enforcement.meter_and_enforce(now)
     capped.refresh_from_db()
     free.refresh_from_db()
@@ -120,6 +122,27 @@ def test_the_low_balance_warning_goes_once_per_crossing(environment, machine_typ
     assert billing.warn_low_balances() == [f"balance_low:{environment.workspace_id}:1h"]
     assert len(mailoutbox) == 3
     assert BillingNotice.objects.filter(kind="balance_low").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_top_up_that_leaves_hours_of_runway_is_not_answered_with_balance_is_low(environment, machine_type, owner,
+                                                                                mailoutbox):
+    workspace_id = environment.workspace_id
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("0.00"))
+    live_from(environment, machine_type, ago=dt.timedelta(seconds=0))  # $5/h
+    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("50"), idempotency_key="t1",
+                       description="top-up")  # 10 h of runway, chosen by the customer a moment ago
+    assert billing.warn_low_balances() == []
+    assert [m.subject for m in mailoutbox if "balance is low" in m.subject] == []
+    # The next threshold it crosses after the top-up still warns.
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("4.00"))
+    assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:1h"]
+    # A top-up that left more than a day warns when the day runs under 24 hours.
+    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("146"), idempotency_key="t2",
+                       description="top-up")  # $150: 30 h
+    assert billing.warn_low_balances() == []
+    Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("100.00"))
+    assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:24h"]
 
 
 @pytest.mark.django_db(transaction=True)
