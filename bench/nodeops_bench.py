@@ -10,7 +10,9 @@ result back, through
 - Debian's `parallel-ssh -p N` (OpenSSH client processes) sending the same script on
   stdin to `bash -s`.
 
-Prints wall time (median of --repeat runs) and the ratio to N=1 for each.
+Prints wall time (median of --repeat runs) and the ratio to N=1 for each; then what
+join_network takes on 4 nodes of which two never join, with a 3 s join wait: the peers
+are waited for together, so about 3 s, not 6.
 
     .venv/bin/python bench/nodeops_bench.py [--sizes 1,8,32,64] [--repeat 3]
 """
@@ -31,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clusters.nodeops import operations as ops
+from clusters.nodeops.operations import write_fault
 from clusters.nodeops.runner import NodeRunner, RetryPolicy, build_payload, load_script
 from clusters.providers.local.sandbox import start_endpoints
 
@@ -104,7 +107,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="nodeops-bench-") as workdir:
-        pool = start_endpoints(max(sizes), workdir, kind=args.kind)
+        pool = start_endpoints(max(*sizes, 4), workdir, kind=args.kind)
         try:
             hosts_file = Path(workdir) / "hosts"
             for size in sizes:
@@ -125,6 +128,7 @@ def main() -> None:
                     pssh_time = timed(lambda: pssh_step(spec, pssh, hosts_file, pool.client_key, payloads), args.repeat)
                 rows.append((size, cold_time, warm_time, pssh_time))
                 print(f"  N={size}: cold {cold_time:.2f}s warm {warm_time:.2f}s pssh {pssh_time or 0:.2f}s", file=sys.stderr)
+            join_time = join_with_absent_peers(pool)
         finally:
             pool.stop()
 
@@ -141,6 +145,19 @@ def main() -> None:
         )
     if not pssh:
         print("parallel-ssh not installed (apt-get install pssh): column skipped")
+    print(f"\njoin_network, 4 nodes, 2 never join, 3 s join wait: {join_time:.2f}s (waited one after the other: over 6 s)")
+
+
+def join_with_absent_peers(pool) -> float:
+    pool.reset_roots()
+    spec = pool.spec(cluster_id="bench-join", count=4)
+    for index in (2, 3):
+        write_fault(Path(spec.nodes[index].root), "never_joins")
+    with NodeRunner(RetryPolicy(connect_timeout=10, attempts=2, backoff=0.2)) as runner:
+        ops.set_names(spec, runner=runner)
+        started = time.monotonic()
+        ops.join_network(spec, runner=runner, wait_seconds=3)
+        return time.monotonic() - started
 
 
 if __name__ == "__main__":

@@ -60,9 +60,8 @@ def test_node_output_is_written_while_another_transaction_holds_the_cluster_row(
         cursor.execute("SET lock_timeout = '2s'")
     try:
         with HeldLock(lambda: Cluster.objects.select_for_update().get(pk=booting_cluster.pk)):
-            started = time.monotonic()
+            # lock_timeout makes any wait for the held row an error.
             append_node_logs(booting_cluster.pk, {n.pk: [("join", f"hello from {n.name}")] for n in nodes})
-            assert time.monotonic() - started < 2
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")

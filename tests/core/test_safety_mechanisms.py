@@ -7,7 +7,6 @@ a transaction held open in one thread is what the other one must not wait for, o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Generic, TypeVar
@@ -90,9 +89,7 @@ def test_a_metering_run_skips_the_machines_another_run_holds_and_meters_the_rest
     held = running_cluster(environment, machine_type_with_hosts(2), name="held", started=at(0))
     other = running_cluster(environment, machine_type_with_hosts(2), name="other", started=at(0))
     with Held(lambda: list(billing._due_usages(at(3600), held.pk))):
-        started = time.monotonic()
-        run = without_waiting(lambda: billing.meter_usage(at(3600)))
-        assert time.monotonic() - started < 1
+        run = without_waiting(lambda: billing.meter_usage(at(3600)))  # it fails if it waits for the held rows
     assert run.machines == 2
     assert run.posted == 2 * other.price_per_machine_hour
     assert not held.usages.filter(billed_until__gt=at(0)).exists()

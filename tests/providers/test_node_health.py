@@ -59,10 +59,8 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
     )
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY, story(cluster)
-    started = time.monotonic()
+    # What a round costs is bench/real_health_bench.py's to measure.
     assert tasks.check_cluster_health(cluster.pk) == {f"node-{i}": NodeHealth.HEALTHY for i in range(3)}
-    round_seconds = time.monotonic() - started
-    assert round_seconds < 15, f"one round over 3 nodes took {round_seconds:.1f} s"
     nodes = list(cluster.nodes.select_related("host").order_by("index"))
 
     # wireguard-go of node-1 dies: node-1 has lost the private network, its peers have not.
