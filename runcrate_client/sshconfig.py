@@ -1,9 +1,12 @@
 """The customer's side of SSH by name: files under ~/.runcrate/ssh and one Include line.
 
 `runcrate clusters ssh-config NAME` (and every command that connects: `ssh`, `exec`, `cp`,
-`port-forward`) writes ~/.runcrate/ssh/NAME.config and puts `Include ~/.runcrate/ssh/*.config`
-at the top of ~/.ssh/config once, the way SkyPilot does: `ssh train-node-3` then works from any
-terminal. The file never goes stale: one wildcard Host reaches every node, present or future,
+`port-forward`) writes ~/.runcrate/ssh/NAME.ENVIRONMENT.config and puts `Include
+~/.runcrate/ssh/*.config` at the top of ~/.ssh/config once, the way SkyPilot does: `ssh
+train-node-3` then works from any terminal. Clusters of one name in two environments each keep
+their file, and `ssh train.prod-node-3` names one of them; `train-node-3` is answered only while
+one environment has a cluster of that name written here (ssh would otherwise take whichever
+file it read first). The file never goes stale: one wildcard Host reaches every node, present or future,
 through a ProxyCommand (`runcrate clusters _proxy`) that asks the API for the node's current
 address when the connection opens, and a KnownHostsCommand (`runcrate clusters _known-hosts`,
 OpenSSH 8.5+) that gives ssh the node's current host key. A node added or replaced answers
@@ -58,31 +61,60 @@ def write_cluster_files(cluster_name: str, ssh_config: str, known_hosts: str, ho
     return Written(config_path, known_path, ensure_include(home))
 
 
+ENVIRONMENT_LABEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,49}$")
+
+
+def environment_label(cluster: dict[str, Any]) -> str:
+    """The cluster's environment as a file name and ssh alias can carry it: its name where that
+    is plain (`prod`), else its id (`env-7`)."""
+    name = str(cluster.get("environment") or "")
+    return name if ENVIRONMENT_LABEL.match(name) else f"env-{cluster.get('environment_id') or 0}"
+
+
+def qualified_name(cluster: dict[str, Any]) -> str:
+    """`train.prod`: the cluster's name in its environment, what its file and full alias carry
+    (cluster names have no dot, so no two clusters share one)."""
+    return f"{cluster['name']}.{environment_label(cluster)}"
+
+
 def write_live_config(cluster: dict[str, Any], runcrate: Sequence[str], home: Path | None = None) -> Written:
-    """Write <name>.config: one Host pattern for every node of the cluster, whatever its nodes
-    are now, resolved when ssh connects. `runcrate` is the command line that runs this CLI
-    against the same API and environment (the ProxyCommand's and KnownHostsCommand's start).
-    The known_hosts file beside it is kept for the static lines the API also gives (a
-    `ssh -o UserKnownHostsFile=…` by address); ssh itself reads the key from the command."""
-    name = str(cluster["name"])
-    if not SAFE_NAME.match(name):
+    """Write <name>.<environment>.config: one Host pattern for every node of the cluster,
+    whatever its nodes are now, resolved when ssh connects. `runcrate` is the command line that
+    runs this CLI against the same API and environment (the ProxyCommand's and
+    KnownHostsCommand's start). The known_hosts file beside it is kept for the static lines the
+    API also gives (a `ssh -o UserKnownHostsFile=…` by address); ssh itself reads the key from
+    the command."""
+    name, qualified = str(cluster["name"]), qualified_name(cluster)
+    if not SAFE_NAME.match(name) or not SAFE_NAME.match(qualified):
         raise ValueError(f"{name!r} is not a name a file can be written under")
     directory = ssh_dir(home)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    known_path = directory / f"{name}.known_hosts"
-    config_path = directory / f"{name}.config"
+    known_path = directory / f"{qualified}.known_hosts"
+    config_path = directory / f"{qualified}.config"
     _write(known_path, str(cluster.get("known_hosts") or ""))
-    _write(config_path, live_config_text(cluster, runcrate))
+    # The file this CLI wrote before files carried the environment answers the same alias.
+    for old in (directory / f"{name}.config", directory / f"{name}.known_hosts"):
+        old.unlink(missing_ok=True)
+    namesakes = [p for p in directory.glob(f"{name}.*.config") if p != config_path]
+    _write(config_path, live_config_text(cluster, runcrate, short_alias=not namesakes))
+    for other in namesakes:  # the short alias is no longer one cluster's: each keeps its full one
+        _write(other, "\n".join(_without_short_alias(line, name) for line in other.read_text().split("\n")))
     return Written(config_path, known_path, ensure_include(home))
 
 
-def live_config_text(cluster: dict[str, Any], runcrate: Sequence[str]) -> str:
-    name, cluster_id = str(cluster["name"]), str(cluster["id"])
+def _without_short_alias(line: str, name: str) -> str:
+    if not line.startswith("Host "):
+        return line
+    return "Host " + " ".join(p for p in line.split()[1:] if not p.startswith(f"{name}-node-"))
+
+
+def live_config_text(cluster: dict[str, Any], runcrate: Sequence[str], *, short_alias: bool = True) -> str:
+    name, cluster_id, qualified = str(cluster["name"]), str(cluster["id"]), qualified_name(cluster)
     users = [str((n.get("ssh_endpoint") or {}).get("user") or "") for n in cluster.get("nodes") or []]
     user = next((u for u in users if u), "root")
     command = " ".join(shlex.quote(part) for part in runcrate)
     # node-0 … node-99 (a cluster has at most 64 nodes), and no other cluster's `<name>-node-…`.
-    pattern = f"{name}-node-? {name}-node-??"
+    pattern = f"{qualified}-node-? {qualified}-node-??" + (f" {name}-node-? {name}-node-??" if short_alias else "")
     return "\n".join([
         f"# Runcrate cluster {name} (id {cluster_id}). Written by `runcrate clusters ssh-config`; it does not",
         "# go stale: each connection asks the API for the node's address and host key.",

@@ -78,7 +78,8 @@ def live_nodes(cluster: Record) -> list[str]:
 
 
 def alias(cluster: Record, node: str) -> str:
-    return f"{cluster['name']}-{node}"
+    """The Host the cluster's file always answers, whatever other environment has a namesake."""
+    return f"{sshconfig.qualified_name(cluster)}-{node}"
 
 
 def shares_folder(cluster: Record) -> bool:
@@ -92,8 +93,9 @@ def shares_folder(cluster: Record) -> bool:
               "instead of writing files.")
 @pass_state
 def clusters_ssh_config(state: State, cluster_id: str, just_print: bool) -> None:
-    """Write ~/.runcrate/ssh/CLUSTER.config and include it from ~/.ssh/config, so `ssh CLUSTER-node-3`
-    works from any terminal. Once is enough: each connection asks the API where the node is and
+    """Write ~/.runcrate/ssh/CLUSTER.ENVIRONMENT.config and include it from ~/.ssh/config, so
+    `ssh CLUSTER-node-3` works from any terminal (`ssh CLUSTER.ENVIRONMENT-node-3` where another
+    environment has a cluster of that name). Once is enough: each connection asks the API where the node is and
     what its host key is, so added and replaced nodes answer under their names at once."""
     client = state.client()
     if just_print:
@@ -101,10 +103,12 @@ def clusters_ssh_config(state: State, cluster_id: str, just_print: bool) -> None
         click.echo(cluster.get("ssh_config") or "")
         return
     cluster, written = write_ssh_files(state, cluster_id)
-    click.echo(f"Wrote {written.config}: ssh {cluster['name']}-node-N reaches every node, now and after an add or a replace.")
+    short = f"{cluster['name']}-node-"
+    name = short if f" {short}?" in written.config.read_text() else f"{sshconfig.qualified_name(cluster)}-node-"
+    click.echo(f"Wrote {written.config}: ssh {name}N reaches every node, now and after an add or a replace.")
     if written.include_added:
         click.echo("Added 'Include ~/.runcrate/ssh/*.config' at the top of ~/.ssh/config.")
-    click.echo(f"Now: ssh {cluster['name']}-node-0")
+    click.echo(f"Now: ssh {name}0")
 
 
 @clusters.command("ssh", context_settings={"ignore_unknown_options": True})

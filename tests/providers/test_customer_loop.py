@@ -231,8 +231,9 @@ def test_the_ssh_config_is_one_host_pattern_resolved_when_ssh_connects(tmp_path)
     """Without nodes: what the Included file says to OpenSSH (`ssh -G` parses it as ssh would)."""
     from runcrate_client import sshconfig
 
-    text = sshconfig.live_config_text({"id": 7, "name": "train", "nodes": []}, ["/venv/bin/python", "-m", "runcrate_client"])
-    assert "Host train-node-? train-node-??" in text
+    text = sshconfig.live_config_text({"id": 7, "name": "train", "environment": "default", "nodes": []},
+                                      ["/venv/bin/python", "-m", "runcrate_client"])
+    assert "Host train.default-node-? train.default-node-?? train-node-? train-node-??" in text
     config = tmp_path / "train.config"
     config.write_text(text)
     parsed = subprocess.run(["ssh", "-G", "-F", str(config), "train-node-42"], capture_output=True, text=True).stdout
