@@ -99,16 +99,18 @@ class CreateClusterForm(forms.Form):
 
     def __init__(
         self, *args: Any, environment: Environment, machines: int | None = None, keep_offer: str | None = None,
-        **kwargs: Any,
+        include_community: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         # Only offers that can start this size now (the picked one always, so a form sent
-        # back with an error still shows it); the page greys out the rest as the count changes.
-        offers = machine_types_with_availability().filter(free_hosts__gte=machines or MIN_MACHINES)
+        # back with an error still shows it, and a community offer picked on the Offers page);
+        # community hosts only once opted in, as the Offers page asks.
+        startable = Q(free_hosts__gte=machines or MIN_MACHINES)
+        if not include_community:
+            startable &= Q(community=False)
         if keep_offer and is_id(str(keep_offer)):
-            offers = machine_types_with_availability().filter(
-                Q(free_hosts__gte=machines or MIN_MACHINES) | Q(pk=int(keep_offer))
-            )
+            startable |= Q(pk=int(keep_offer))
+        offers = machine_types_with_availability().filter(startable)
         # Cheapest first, as `runcrate clusters offers` lists them, and community hosts
         # (independent operators) after the rest: a page opened without an offer starts on the
         # least a cluster costs on the platform's own machines, never the most.

@@ -106,7 +106,10 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any) 
 @login_required
 def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
-    initial: dict[str, Any] = {key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume") if key in request.GET}
+    initial: dict[str, Any] = {
+        key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume", "include_community")
+        if key in request.GET
+    }
     refresh = bool(request.htmx) and request.GET.get("partial") == "plan"
     if "ssh_keys" in request.GET or refresh:
         # A refresh sends every ticked key: none sent is none ticked.
@@ -115,7 +118,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     machines = _count((data or initial).get("machines"))
     form = CreateClusterForm(
         data, initial=initial, environment=tenancy.environment, machines=machines,
-        keep_offer=(data or initial).get("offer"),
+        keep_offer=(data or initial).get("offer"), include_community=bool((data or initial).get("include_community")),
     )
     if request.method == "POST" and form.is_valid():
         cleaned = form.cleaned_data
@@ -137,6 +140,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
             return redirect(cluster)
     context = {
         "form": form, **create_plan(tenancy.environment, form, data or initial),
+        "include_community": bool((data or initial).get("include_community")),
         "software_help": SOFTWARE_HELP, "network_caveat": NETWORK_CAVEAT,
     }
     return render(request, "clusters/create.html#plan" if refresh else "clusters/create.html", context)

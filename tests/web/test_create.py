@@ -65,6 +65,30 @@ def test_a_page_opened_without_an_offer_starts_on_the_cheapest_of_the_platforms_
     assert "$4.40/h for the whole cluster" in response.text  # 4 machines
 
 
+def offer_ids(text: str) -> list[str]:
+    offers = re.search(r'<select name="offer".*?</select>', text, re.S)
+    assert offers is not None
+    return re.findall(r'<option value="(\d+)"', offers.group(0))
+
+
+def test_community_offers_are_listed_only_once_opted_in_as_the_offers_page_asks(member_client, machine_type,
+                                                                               community_type):
+    assert offer_ids(member_client.get(URL).text) == [str(machine_type.pk)]
+    assert 'name="include_community" value="on" >' in member_client.get(URL).text
+    opted = member_client.get(URL, {"include_community": "on"}).text
+    assert offer_ids(opted) == [str(machine_type.pk), str(community_type.pk)]
+    assert 'name="include_community" value="on" checked>' in opted
+    # Ticking the box asks for the plan again with it: the list follows.
+    assert str(community_type.pk) in offer_ids(refresh(member_client, machines=2, include_community="on"))
+    # A community offer picked on the Offers page stays picked.
+    assert str(community_type.pk) in offer_ids(member_client.get(URL, {"offer": community_type.pk}).text)
+
+
+def test_the_offers_page_carries_the_opt_in_to_the_create_form(member_client, community_type):
+    text = member_client.get("/offers/", {"include_community": "on", "machines": 2}).text
+    assert f"?offer={community_type.pk}&machines=2&include_community=on" in text
+
+
 def test_the_form_warns_about_community_offers(member_client, community_type):
     response = member_client.get(URL, {"offer": community_type.pk})
     assert COMMUNITY_WARNING in response.text

@@ -24,8 +24,9 @@ def community_type(db):
     )
 
 
-def configure_link(machine_type, machines: int) -> str:
-    return f"{reverse('clusters:create')}?offer={machine_type.pk}&machines={machines}\""
+def configure_link(machine_type, machines: int, *, community: bool = False) -> str:
+    opted = "&include_community=on" if community else ""
+    return f"{reverse('clusters:create')}?offer={machine_type.pk}&machines={machines}{opted}\""
 
 
 def test_it_shows_whole_cluster_price_with_the_machine_price_under_it(member_client, machine_type):
@@ -59,11 +60,11 @@ def test_it_leaves_out_community_offers_unless_asked(member_client, machine_type
 
 def test_with_community_included_it_warns(member_client, machine_type, community_type):
     text = member_client.get(URL, {"gpu": "H100", "machines": 4, "include_community": "on"}).text
-    assert configure_link(community_type, 4) in text
+    assert configure_link(community_type, 4, community=True) in text
     assert "Community hosts are run by independent operators: keep secrets off them." in text
     assert '<span class="badge warn">Community</span>' in text
     # Cheapest whole cluster first.
-    assert text.index(configure_link(community_type, 4)) < text.index(configure_link(machine_type, 4))
+    assert text.index(configure_link(community_type, 4, community=True)) < text.index(configure_link(machine_type, 4, community=True))
 
 
 def test_it_says_when_nothing_can_start(member_client, machine_type):
