@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, QuerySet
 from django.utils import timezone
 
 from accounts.models import Workspace
@@ -305,5 +305,8 @@ def deliveries_version(endpoint: Endpoint) -> str:
 
 
 def deliveries_of(endpoint: Endpoint) -> QuerySet[Delivery]:
-    return (Delivery.objects.filter(endpoint=endpoint).select_related("event")
+    """The endpoint's deliveries, newest first; `resent`: an earlier delivery of the same event
+    went to it (a test event's first delivery is sent by hand, and is no re-send)."""
+    earlier = Delivery.objects.filter(event=OuterRef("event"), endpoint=OuterRef("endpoint"), pk__lt=OuterRef("pk"))
+    return (Delivery.objects.filter(endpoint=endpoint).select_related("event").annotate(resent=Exists(earlier))
             .prefetch_related("attempt_log").order_by("-created_at", "-id"))

@@ -78,11 +78,15 @@ def test_test_send_and_resend_from_the_page_fill_the_delivery_log(owner, endpoin
     delivery = Delivery.objects.get()
     assert delivery.event.type == "webhook.test" and delivery.attempts == 1
     assert delivery.last_error  # nothing listens on port 9
+    # The first delivery of the test event is no re-send.
+    page = client.get(f"/account/webhooks/{endpoint.pk}/").content.decode()
+    assert "re-sent" not in page and " · test</div>" in page
     with django_capture_on_commit_callbacks(execute=True):
         client.post(f"/account/webhooks/{endpoint.pk}/deliveries/{delivery.pk}/resend/")
     assert Delivery.objects.filter(event=delivery.event).count() == 2
     page = client.get(f"/account/webhooks/{endpoint.pk}/").content.decode()
     assert page.count('id="delivery-') == 2 and "retrying" in page and delivery.event.public_id in page
+    assert page.count(" · re-sent</div>") == 1 and page.count(" · test</div>") == 1
 
 
 def test_the_delivery_log_polls_and_changes_only_when_a_delivery_does(owner, endpoint, django_capture_on_commit_callbacks):
