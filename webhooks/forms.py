@@ -17,5 +17,7 @@ class EndpointForm(forms.Form):
 
 
 class EndpointEventsForm(forms.Form):
-    events = forms.MultipleChoiceField(choices=EVENT_CHOICES, widget=forms.CheckboxSelectMultiple)
+    # Under the card's "Events" heading: the field says what the boxes do, not "Events" again.
+    events = forms.MultipleChoiceField(choices=EVENT_CHOICES, widget=forms.CheckboxSelectMultiple,
+                                       label="Sent to this endpoint")
     is_active = forms.BooleanField(required=False, label="Send events to this endpoint")

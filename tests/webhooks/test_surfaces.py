@@ -111,6 +111,12 @@ def test_the_delivery_log_polls_and_changes_only_when_a_delivery_does(owner, end
     assert client.get(poll, headers={"HX-Request": "true"}).status_code == 200
 
 
+def test_the_endpoint_page_says_events_once(owner, endpoint):
+    page = client_for(owner).get(f"/account/webhooks/{endpoint.pk}/").content.decode()
+    card = page.split("<h2>Events</h2>")[1].split("</section>")[0]
+    assert "Sent to this endpoint" in card and not re.search(r">\s*Events:?\s*<", card)
+
+
 def test_the_endpoints_events_are_changed_and_switched_off_on_the_page(owner, endpoint):
     client = client_for(owner)
     client.post(f"/account/webhooks/{endpoint.pk}/", {"events": ["node.unhealthy", "budget.reached"]})
