@@ -17,21 +17,22 @@ from runcrate_client.client import Client
 from runcrate_client.formatting import render_table
 
 IDLE_PERCENT = 5.0
+NO_FIGURE = "—"
 
 
 def _pct(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.0f}%"
+    return NO_FIGURE if value is None else f"{float(value):.0f}%"
 
 
 def _bits(value: Any) -> str:
     if value is None:
-        return "-"
+        return NO_FIGURE
     value = float(value)
     for unit in ("bit/s", "kbit/s", "Mbit/s", "Gbit/s"):
         if value < 1000 or unit == "Gbit/s":
             return f"{value:.0f} {unit}" if unit == "bit/s" else f"{value:.1f} {unit}"
         value /= 1000
-    return "-"
+    return NO_FIGURE
 
 
 def latest(metrics: Record) -> list[dict[str, Any]]:
@@ -53,12 +54,18 @@ def render(name: str, rows: list[dict[str, Any]]) -> str:
         ["GPU", "GPU °C", "GPU ERR"] if gpu else [])
     table = []
     for r in rows:
+        if r.get("cpu_percent") is None:
+            # A node's first round has no rates yet (they need two): its row waits for them
+            # whole instead of showing a half-read machine.
+            table.append([r["node"], *[NO_FIGURE] * (len(headers) - 1)])
+            continue
         line = [r["node"], _pct(r.get("cpu_percent")), _pct(r.get("memory_percent")), _pct(r.get("root_percent")),
                 _pct(r.get("shared_percent")), _bits(r.get("net_rx_bps")), _bits(r.get("net_tx_bps")),
-                "-" if r.get("load1") is None else f"{float(r['load1']):.2f}"]
+                NO_FIGURE if r.get("load1") is None else f"{float(r['load1']):.2f}"]
         if gpu:
-            line += [_pct(r.get("gpu_percent")), "-" if r.get("gpu_temperature_c") is None else f"{r['gpu_temperature_c']:.0f}",
-                     "-" if r.get("gpu_errors") is None else str(int(r["gpu_errors"]))]
+            line += [_pct(r.get("gpu_percent")),
+                     NO_FIGURE if r.get("gpu_temperature_c") is None else f"{r['gpu_temperature_c']:.0f}",
+                     NO_FIGURE if r.get("gpu_errors") is None else str(int(r["gpu_errors"]))]
         table.append(line)
     measured = [r for r in rows if r.get("cpu_percent") is not None]
     summary = f"{name}: no figures yet (they arrive every 10 s once the cluster is ready)"

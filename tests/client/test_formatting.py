@@ -94,6 +94,22 @@ def test_a_field_error_is_said_once_in_the_apis_words() -> None:
     assert str(whole) == "This invitation was already accepted or revoked."
 
 
+def test_top_shows_a_dash_not_0_percent_for_a_node_before_its_first_figures():
+    from runcrate_client.cli.top import latest, render
+
+    rows = latest({"nodes": [
+        {"node": "node-0", "points": [{"cpu_percent": None, "memory_percent": 0.0, "root_percent": 0.0,
+                                       "shared_percent": 0.0, "net_rx_bps": None, "load1": 0.0}]},
+        {"node": "node-1", "points": []},
+    ]})
+    text = render("train", rows)
+    assert text.splitlines()[0] == "train: no figures yet (they arrive every 10 s once the cluster is ready)"
+    assert "0%" not in text and "0.00" not in text
+    for node in ("node-0", "node-1"):
+        [line] = [line for line in text.splitlines() if line.startswith(node)]
+        assert line.split()[1:] == ["—"] * 7, line
+
+
 def test_top_says_every_node_is_idle_instead_of_naming_an_idle_node_busiest():
     from runcrate_client.cli.top import render
 
