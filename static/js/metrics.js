@@ -36,6 +36,39 @@
     return Math.max(200, Math.floor(column) - 16);
   }
 
+  // Times as the rest of the page gives them: UTC, 24-hour.
+  function utc(seconds) {
+    return uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC");
+  }
+  const clock = uPlot.fmtDate("{HH}:{mm}");
+  const dayAndClock = uPlot.fmtDate("{MM}-{DD} {HH}:{mm}");
+  const stamp = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}");
+
+  // The x axis spans the window picked (15 min … 7 days), ending at the newest figure or now,
+  // not just the time the figures cover; y starts at 0 so a quiet line does not look busy.
+  function timeRange() {
+    let newest = 0;
+    for (const name of Object.keys(nodes)) {
+      const points = nodes[name].points;
+      if (points.length) newest = Math.max(newest, points[points.length - 1].at);
+    }
+    const end = newest || Date.now() / 1000;
+    return [end - windowSeconds, end];
+  }
+
+  // An axis as wide as its longest label (uPlot's own recipe), so no label is cut (".004").
+  function axisSize(self, values, axisIdx, cycleNum) {
+    const axis = self.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    let size = axis.ticks.size + axis.gap;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    if (longest) {
+      self.ctx.font = axis.font[0];
+      size += self.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.ceil(size);
+  }
+
   function dataFor(points, panel) {
     const xs = points.map((p) => p.at);
     const ys = panel.fields.map((f) => points.map((p) => (p[f] == null ? null : p[f] * (panel.scale || 1))));
@@ -62,13 +95,26 @@
       const cell = document.createElement("div");
       cell.className = "metric-chart";
       row.appendChild(cell);
-      const series = [{}].concat(panel.fields.map((f, i) => ({ label: panel.labels[i], stroke: colours[i], width: 1.5 })));
+      const time = { label: "UTC", value: (u, ts) => (ts == null ? "—" : stamp(utc(ts))) };
+      const series = [time].concat(panel.fields.map((f, i) => ({ label: panel.labels[i], stroke: colours[i], width: 1.5 })));
       const opts = {
         title: panel.title, width: width(), height: 120, series: series, legend: { show: true },
-        scales: panel.max ? { y: { range: [0, panel.max] } } : {},
-        axes: [{ size: 28 }, { size: 40 }],
+        tzDate: utc,
+        scales: {
+          x: { time: true, range: timeRange },
+          y: { range: panel.max ? [0, panel.max] : (u, min, max) => [0, max > 0 ? max * 1.1 : 1] },
+        },
+        axes: [
+          {
+            size: 28, space: () => (windowSeconds > 86400 ? 90 : 50),
+            values: (u, splits) => splits.map((s) => (windowSeconds > 86400 ? dayAndClock : clock)(utc(s))),
+          },
+          { size: axisSize },
+        ],
       };
-      entry.plots.push(new uPlot(opts, dataFor([], panel), cell));
+      const plot = new uPlot(opts, dataFor([], panel), cell);
+      cell.plot = plot; // what a browser test reads back (the axes as drawn)
+      entry.plots.push(plot);
     }
     if (existing) existing.plots.forEach((p) => p.destroy());
     nodes[name] = entry;
