@@ -139,15 +139,18 @@
   });
 })();
 
-// The clusters list: a pushed row for a cluster this page does not show yet (created in
-// another tab, by the CLI or the API) has nowhere to go, so fetch the list again, with its
-// own filter.
+// The clusters list: a pushed row for a cluster this page does not show (created in another
+// tab, by the CLI or the API, or filtered out) has nowhere to go. It is not handed to htmx,
+// which would log htmx:oobErrorNoTarget in the console; the list is fetched again instead,
+// with its own filter.
 (function () {
   "use strict";
   var refreshing = false;
-  document.addEventListener("htmx:oobErrorNoTarget", function (event) {
-    var id = (event.detail.content && event.detail.content.id) || "";
-    if (id.indexOf("cluster-row-") !== 0 || refreshing || !document.getElementById("cluster-list")) return;
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    var row = /^\s*<tr id="(cluster-row-\d+)"/.exec(event.detail.message || "");
+    if (!row || document.getElementById(row[1])) return;
+    event.preventDefault();
+    if (refreshing || !document.getElementById("cluster-list")) return;
     refreshing = true;
     window.htmx.ajax("GET", window.location.href, {target: "#cluster-list", select: "#cluster-list", swap: "outerHTML"})
       .finally(function () { refreshing = false; });

@@ -59,6 +59,13 @@ def browse(stack: Stack, check, **context_options) -> list[str]:
     return errors
 
 
+def unexpected(errors: list[str]) -> list[str]:
+    """The console errors a page should not have: htmx names a request the browser cut short
+    as it left the page (htmx:sendAbort, with its htmx:afterRequest) an error too."""
+    aborted = any(e.startswith("htmx:sendAbort") for e in errors)
+    return [e for e in errors if not (aborted and e.startswith(("htmx:sendAbort", "htmx:afterRequest")))]
+
+
 def shot(page, name: str, selector: str | None = None) -> None:
     """The whole page, and the part a test is about (to look at closely)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -91,12 +98,23 @@ def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the
         assert "Every machine stays up, reachable and billed at $7.50/h" in text, text
         assert "replace that machine (below) or retry the install, or terminate the cluster" in text, text
         assert page.locator("[data-testid=replace-node-1]").is_visible()
+        assert not page.locator("[data-testid=replace-node-0]").count(), "the head is not replaced"
         shot(page, f"degraded-{width}.png", "#status-card")
         # Nothing sticks out of the page at this width.
         assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
+        # Replace asks the page's one question, about the row's node, and "no" sends nothing.
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        page.click("[data-testid=replace-node-1]")
+        page.wait_for_timeout(500)
 
-    browse(stack, check, **WIDTHS[width])
+    asked: list[str] = []
+    errors = browse(stack, check, **WIDTHS[width])
     assert Cluster.objects.get().status == Status.DEGRADED
+    assert len(asked) == 1 and asked[0].startswith("Replace node-1? A new "), asked
+    assert "takes node-1's name and private address 10.77.0.2 and joins Slurm" in asked[0], asked
+    assert "one more machine is billed ($2.50/h)" in asked[0], asked
+    assert not Cluster.objects.get().nodes.filter(replacing__isnull=False).exists()
+    assert not unexpected(errors), errors
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -132,3 +150,38 @@ def test_the_live_cost_never_goes_down_as_pushes_arrive(owner, stack, width):
     assert len(figures) >= 2, seen
     assert figures == sorted(figures), f"the cost went down: {seen}"
     assert not errors, errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_api_reference_fits_the_width_and_shows_names_as_code(owner, stack, width):
+    def check(page):
+        page.goto("/api/v1/docs")
+        text = page.locator("main").inner_text()
+        assert "idle_notice_hours" in text and "`" not in text
+        assert page.locator("p code, td code").count() > 50
+        assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
+        # The page names the product's icon: no request for a missing /favicon.ico.
+        assert page.locator("link[rel=icon]").get_attribute("href").endswith("favicon.svg")
+        shot(page, f"api-docs-{width}.png")
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_cluster_made_in_another_tab_joins_the_list_without_a_console_error(owner, stack, width):
+    machine_type = machine_type_with_hosts(4)
+
+    def check(page):
+        page.goto("/clusters/")
+        page.locator("#cluster-list").wait_for()
+        page.wait_for_timeout(500)  # the list's socket is open
+        other = page.context.new_page()
+        create_in_browser(other, machine_type.pk, 2, "elsewhere")
+        # Its rows are pushed to this page, which shows no row for it yet: the list is fetched again.
+        page.locator("#cluster-list a", has_text="elsewhere").wait_for(timeout=WAIT_MS)
+        page.locator("#cluster-list .status", has_text="Ready").wait_for(timeout=WAIT_MS)
+        other.close()
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not unexpected(errors), errors

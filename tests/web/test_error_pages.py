@@ -64,3 +64,12 @@ def test_a_bug_is_the_products_500_and_the_log_keeps_the_traceback(debug, caplog
 @pytest.mark.urls(__name__)
 def test_a_suspicious_request_is_the_products_400(debug):
     assert_product_page(Client(raise_request_exception=False).get("/suspicious/"), 400, "could not be understood")
+
+
+@pytest.mark.django_db
+def test_favicon_ico_is_the_products_icon_not_a_404():
+    from django.contrib.staticfiles import finders
+
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 302 and response["Location"].endswith("img/favicon.svg")
+    assert finders.find("img/favicon.svg")
