@@ -39,7 +39,7 @@ class BudgetForm(forms.Form):
 
 
 class IdleNoticeForm(forms.Form):
-    idle_notice_hours = forms.IntegerField(min_value=0, max_value=168)
+    idle_notice_hours = forms.DecimalField(min_value=0, max_value=168, max_digits=5, decimal_places=2)
 
 
 class SignInForm(LoginForm):

@@ -81,9 +81,11 @@ class Environment(models.Model):
         help_text="Spend in a calendar month (UTC) at which this environment's clusters are stopped.",
     )
     # Idle spend is noticed, never stopped (metrics.idle): after this many hours of every
-    # machine idle the owner gets one email and one webhook a day. 0 turns the notice off.
-    idle_notice_hours = models.PositiveSmallIntegerField(
-        default=2, help_text="Email the owner when a ready cluster's machines stay idle this many hours (0: never).",
+    # machine idle the owner gets one email and one webhook a day. 0 turns the notice off;
+    # parts of an hour count (0.5: half an hour).
+    idle_notice_hours = models.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("2"),
+        help_text="Email the owner when a ready cluster's machines stay idle this many hours (0: never).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

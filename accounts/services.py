@@ -215,10 +215,17 @@ def set_budget(*, by: Membership, environment: Environment, monthly_budget: Deci
 
 
 @transaction.atomic
-def set_idle_notice_hours(*, by: Membership, environment: Environment, idle_notice_hours: int) -> None:
-    """After how many idle hours the owner of a ready cluster here is told (metrics.idle); 0: never."""
+def set_idle_notice_hours(*, by: Membership, environment: Environment, idle_notice_hours: Decimal) -> None:
+    """After how many idle hours (parts of one too) the owner of a ready cluster here is told
+    (metrics.idle); 0: never."""
     if not by.can_see_billing:
         raise PermissionDenied("Only Owners and Managers set the idle notice.")
     if Environment.objects.filter(pk=environment.pk, workspace=by.workspace).update(idle_notice_hours=idle_notice_hours):
         record(by.workspace_id, "environment.idle_notice_change", environment, label=environment.name,
-               before={"idle_notice_hours": environment.idle_notice_hours}, after={"idle_notice_hours": idle_notice_hours})
+               before={"idle_notice_hours": hours_text(environment.idle_notice_hours)},
+               after={"idle_notice_hours": hours_text(idle_notice_hours)})
+
+
+def hours_text(hours: Decimal | int) -> str:
+    """2, 0.5, 1.25: a number of hours as typed, without trailing zeros."""
+    return f"{Decimal(hours).normalize():f}"

@@ -324,12 +324,13 @@ def environment_idle_notice(request: AuthenticatedHttpRequest, environment_id: i
     environment = get_object_or_404(Environment, pk=environment_id, workspace=tenancy.workspace)
     form = IdleNoticeForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Enter a whole number of hours from 0 (never) to 168.")
+        messages.error(request, "Enter hours from 0 (never) to 168, e.g. 2 or 0.5.")
     else:
         try:
             services.set_idle_notice_hours(by=tenancy.membership, environment=environment, **form.cleaned_data)
             hours = form.cleaned_data["idle_notice_hours"]
-            messages.success(request, f"{environment.name}: idle clusters are noticed after {hours} h." if hours
+            messages.success(request, f"{environment.name}: idle clusters are noticed after {services.hours_text(hours)} h."
+                             if hours
                              else f"{environment.name}: no idle notices.")
         except PermissionDenied as exc:
             messages.error(request, str(exc))

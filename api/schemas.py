@@ -672,7 +672,8 @@ class Environment(Schema):
     monthly_budget: Money
     month_to_date_spend: Money = Field(description="Usage posted this calendar month (UTC).")
     budget_remaining: Money
-    idle_notice_hours: int = Field(description="The owner of a ready cluster here is told after this many idle hours; 0: never.")
+    idle_notice_hours: float = Field(description="The owner of a ready cluster here is told after this many idle hours "
+                                             "(0.5: half an hour); 0: never.")
     current: bool = Field(description="The environment this request acts in (X-Environment or the default).")
 
 
@@ -1048,6 +1049,17 @@ def _amount_text(value: Any) -> Any:
     return value
 
 
+def _hours(value: Any) -> str:
+    """A number of hours as sent, a JSON number or its text; the form checks its range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError("Must be a number of hours, e.g. 2 or 0.5.")
+    return str(value).strip()
+
+
+Hours = Annotated[str, BeforeValidator(_hours), BeforeValidator(_no_nul),
+                  WithJsonSchema({"type": ["number", "string"], "description": "Hours, e.g. 2 or 0.5."})]
+
+
 AmountText = Annotated[str, BeforeValidator(_amount_text), BeforeValidator(_no_nul),
                        WithJsonSchema({"type": ["string", "number"], "description": "USD with the digits 0-9, e.g. \"500\" or \"12.50\"."})]
 
@@ -1060,7 +1072,8 @@ class CreateEnvironment(Body):
 class UpdateEnvironment(Body):
     monthly_budget: Annotated[AmountText, Field(max_length=20, description="Clusters here stop when the month's spend "
                                                 "reaches it.")] | None = None
-    idle_notice_hours: WholeNumber | None = Field(None, description="Tell the owner after this many idle hours: 0 (never) to 168.")
+    idle_notice_hours: Hours | None = Field(None, description="Tell the owner after this many idle hours: 0 (never) to "
+                                                              "168, in hundredths at most (0.5: half an hour).")
 
 
 # -- audit log ----------------------------------------------------------------------------------

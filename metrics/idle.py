@@ -28,6 +28,8 @@ REPEAT_AFTER = dt.timedelta(days=1)
 
 def _hours(seconds: float) -> str:
     hours, rest = divmod(int(seconds) // 60, 60)
+    if not hours:
+        return f"{rest} min"
     return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
@@ -45,7 +47,7 @@ def check(cluster: Cluster, nodes: list[Node], samples: list[NodeSample], at: dt
         return False
     hours = cluster.environment.idle_notice_hours
     idle_for = at - state.idle_since
-    if not hours or idle_for < dt.timedelta(hours=hours):
+    if not hours or idle_for < dt.timedelta(hours=float(hours)):
         return False
     if state.last_notice_at is not None and at - state.last_notice_at < REPEAT_AFTER:
         return False

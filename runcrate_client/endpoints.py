@@ -343,7 +343,7 @@ class Account(Resource):
         """
         return self._transport.data("POST", "/environments", json=_body({"name": name, "monthly_budget": monthly_budget}))
 
-    def update_environment(self, environment_id: int | str, *, monthly_budget: str | float | None = None, idle_notice_hours: int | None = None) -> Record:
+    def update_environment(self, environment_id: int | str, *, monthly_budget: str | float | None = None, idle_notice_hours: float | str | None = None) -> Record:
         """Set an environment's monthly budget or idle notice.
 
         Owners and Managers. `monthly_budget`: clusters here stop when the month's spend reaches it.

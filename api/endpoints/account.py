@@ -49,7 +49,7 @@ def environment_rows(ctx: ApiContext, environments: list[Environment]) -> list[d
     return [
         {"id": e.pk, "name": e.name, "is_default": e.is_default, "monthly_budget": e.monthly_budget,
          "month_to_date_spend": spent[e.pk], "budget_remaining": budget_remaining(e.monthly_budget, spent[e.pk]),
-         "idle_notice_hours": e.idle_notice_hours, "current": e.pk == ctx.environment.pk}
+         "idle_notice_hours": float(e.idle_notice_hours), "current": e.pk == ctx.environment.pk}
         for e in environments
     ]
 

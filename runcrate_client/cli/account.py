@@ -117,13 +117,13 @@ def environments_set_budget(state: State, environment: str, amount: str, as_json
 
 @environments.command("set-idle-notice")
 @click.argument("environment")
-@click.argument("hours", type=int)
+@click.argument("hours", type=click.FloatRange(0, 168))
 @pass_state
-def environments_set_idle_notice(state: State, environment: str, hours: int) -> None:
-    """Tell a cluster's owner after HOURS idle hours (0: never)."""
+def environments_set_idle_notice(state: State, environment: str, hours: float) -> None:
+    """Tell a cluster's owner after HOURS idle hours (0.5: half an hour; 0: never)."""
     updated = state.client().account.update_environment(_environment_id(state, environment), idle_notice_hours=hours)
-    hours = updated.get("idle_notice_hours") or 0
-    click.echo(f"{updated.get('name')}: idle clusters are noticed after {hours} h." if hours
+    hours = float(updated.get("idle_notice_hours") or 0)
+    click.echo(f"{updated.get('name')}: idle clusters are noticed after {hours:g} h." if hours
                else f"{updated.get('name')}: no idle notices.")
 
 

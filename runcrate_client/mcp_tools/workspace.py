@@ -105,9 +105,9 @@ def _register_keys_budgets_volumes(mcp: MCPServer, client: Client) -> None:
 
     @mcp.tool(annotations=CHANGES)
     @api_errors_as_tool_errors
-    def set_idle_notice(environment_id: int | str, hours: int) -> dict[str, Any]:
-        """After how many idle hours (0 to 168; 0: never) the owner of a ready cluster in an environment is
-        emailed. Owners and Managers."""
+    def set_idle_notice(environment_id: int | str, hours: float) -> dict[str, Any]:
+        """After how many idle hours (0 to 168, e.g. 0.5 for half an hour; 0: never) the owner of a ready
+        cluster in an environment is emailed. Owners and Managers."""
         return {"environment": client.account.update_environment(environment_id, idle_notice_hours=hours)}
 
     @mcp.tool(annotations=READ_ONLY)

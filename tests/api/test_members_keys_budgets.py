@@ -129,6 +129,13 @@ def test_budgets_are_set_by_owners_and_managers_only(api, dev_api, environment):
     assert status == 403 and "Only Owners and Managers set budgets." in error_of(body)["message"]
     status, body = patch(api, f"/environments/{environment.pk}", {"idle_notice_hours": 0})
     assert status == 200 and body["data"]["idle_notice_hours"] == 0
+    status, body = patch(api, f"/environments/{environment.pk}", {"idle_notice_hours": 1.5})
+    assert status == 200 and body["data"]["idle_notice_hours"] == 1.5
+    status, body = patch(api, f"/environments/{environment.pk}", {"idle_notice_hours": "0.25"})
+    assert status == 200 and body["data"]["idle_notice_hours"] == 0.25
+    for bad in (-1, 169, "half", 0.001, True):
+        status, body = patch(api, f"/environments/{environment.pk}", {"idle_notice_hours": bad})
+        assert status == 400 and "idle_notice_hours" in error_of(body)["details"], (bad, body)
     assert patch(api, f"/environments/{environment.pk}", {})[0] == 400
 
 

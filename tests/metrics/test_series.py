@@ -4,6 +4,7 @@ API and the idle notice — from NodeReadings as metrics.sh reports them."""
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 from django.db.models import F
@@ -188,8 +189,25 @@ def test_owners_set_an_environments_idle_notice_hours_and_developers_cannot(envi
     assert environment.idle_notice_hours == 6
     post(developer, "0")
     post(owner, "-1")
+    post(owner, "0.125")  # hundredths at most
     environment.refresh_from_db()
     assert environment.idle_notice_hours == 6
+    # Parts of an hour count: half an hour.
+    response = post(owner, "0.5")
+    environment.refresh_from_db()
+    assert environment.idle_notice_hours == Decimal("0.5")
+    assert "idle clusters are noticed after 0.5 h" in [str(m) for m in response.wsgi_request._messages][0]
+
+
+def test_half_an_hour_idle_is_noticed_when_the_environment_asks_for_half_an_hour(cluster, environment):
+    type(environment).objects.filter(pk=environment.pk).update(idle_notice_hours=Decimal("0.5"))
+    cluster.environment.refresh_from_db()
+    start = timezone.now() - dt.timedelta(hours=1)
+    rounds_of(cluster, start, 25, busy_percent=1)
+    assert not Notification.objects.filter(kind="cluster_idle").exists()  # 24 minutes
+    rounds_of(cluster, start + dt.timedelta(minutes=25), 10, busy_percent=1)
+    [notice] = Notification.objects.filter(kind="cluster_idle")
+    assert 1800 <= notice.context["idle_seconds"] < 2000
 
 
 def test_the_beat_queues_each_ready_cluster_once_per_interval(cluster, settings):
