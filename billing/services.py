@@ -446,7 +446,7 @@ def _balances_after_last_top_up(workspace_ids: list[int], since: dt.datetime) ->
         .order_by("workspace_id", "-created_at", "-id").distinct("workspace_id")
         .values_list("workspace_id", "balance_after")
     )
-    return dict(credits)
+    return {workspace_id: balance for workspace_id, balance in credits if balance is not None}
 
 
 def _rearm_balance_warnings(low_keys: set[str], now: dt.datetime) -> None:

@@ -103,7 +103,11 @@ def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the
         # Nothing sticks out of the page at this width.
         assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
         # Replace asks the page's one question, about the row's node, and "no" sends nothing.
-        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        def answer(dialog) -> None:
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        page.once("dialog", answer)
         page.click("[data-testid=replace-node-1]")
         page.wait_for_timeout(500)
 
