@@ -34,6 +34,8 @@ def test_an_owner_manages_members_keys_and_budgets_from_the_cli(cli, workspace, 
     created = cli("environments", "create", "staging", "--budget", "50")
     assert created.stdout.strip() == "Created environment staging with a budget of $50.00 a month."
     assert cli("environments", "set-idle-notice", "staging", "0").stdout.strip() == "staging: no idle notices."
+    half = cli("environments", "set-idle-notice", "staging", "0.5")
+    assert half.stdout.strip() == "staging: idle clusters are noticed after 0.5 h.", half.stderr
 
 
 def test_a_developer_is_refused_once_in_plain_words(cli, workspace, developer, owner):
