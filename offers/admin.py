@@ -1,10 +1,12 @@
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
+from offers.fleet import drain_host
 from offers.inventory import return_hosts_to_sale
-from offers.models import GPUModel, Host, Location, MachineType
+from offers.models import GPUModel, Host, Location, MachineType, PhysicalHost
 
 
 @admin.register(GPUModel)
@@ -50,7 +52,7 @@ class QuarantinedFilter(admin.SimpleListFilter):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ["name", "machine_type", "state", "sale", "address", "port", "fault"]
+    list_display = ["name", "machine_type", "physical_host", "state", "sale", "address", "port", "fault"]
     list_filter = [QuarantinedFilter, "state", "machine_type__gpu", "machine_type__location", "fault"]
     search_fields = ["name", "address"]
     readonly_fields = ["quarantined_at", "quarantine_reason"]
@@ -69,3 +71,55 @@ class HostAdmin(admin.ModelAdmin):
     def return_to_sale(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         cleared = return_hosts_to_sale(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{cleared} host{'' if cleared == 1 else 's'} returned to sale.", messages.SUCCESS)
+
+
+class SlotInline(admin.TabularInline):
+    model = Host
+    fk_name = "physical_host"
+    verbose_name = "machine slot"
+    extra = 0
+    fields = ["name", "machine_type", "state", "quarantined_at"]
+    readonly_fields = ["name", "machine_type", "state", "quarantined_at"]
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(PhysicalHost)
+class PhysicalHostAdmin(admin.ModelAdmin):
+    """Servers of the fleet. They are added only through `manage.py hosts add`, which grades
+    them first: a host added here would sell machines nothing checked."""
+
+    list_display = ["name", "address", "port", "state", "verdict", "graded_at"]
+    list_filter = ["state"]
+    search_fields = ["name", "address"]
+    fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "state", "grade_table", "graded_at", "gpus", "host_key"]
+    readonly_fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "grade_table", "graded_at", "gpus", "host_key"]
+    inlines = [SlotInline]
+    actions = ["drain"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="Grade")
+    def verdict(self, host: PhysicalHost) -> str:
+        failing = [c["check"] for c in host.grade if c.get("verdict") != "pass"]
+        if not host.grade:
+            return "—"
+        return "Pass" if not failing else f"Fail: {', '.join(failing)}"
+
+    @admin.display(description="Grade")
+    def grade_table(self, host: PhysicalHost) -> SafeString:
+        rows = format_html_join(
+            "", '<tr class="grade-{}"><th>{}</th><td>{}</td><td>{}</td></tr>',
+            ((c["verdict"], c["check"], c["verdict"], c["detail"]) for c in host.grade),
+        )
+        return format_html('<table class="host-grade"><thead><tr><th>Check</th><th>Verdict</th><th>Detail</th></tr>'
+                           "</thead><tbody>{}</tbody></table>", rows)
+
+    @admin.action(description="Drain (no new machine lands; running ones keep running)")
+    def drain(self, request: HttpRequest, queryset: QuerySet[PhysicalHost]) -> None:
+        for host in queryset:
+            drain_host(host.name)
+        self.message_user(request, f"{queryset.count()} host(s) draining.", messages.SUCCESS)

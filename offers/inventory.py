@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from notifications.kinds import Kind
 from notifications.services import notify
-from offers.models import GPUModel, Host, MachineType
+from offers.models import GPUModel, Host, MachineType, PhysicalHost
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -64,11 +64,22 @@ def find_offer(offer_id: int | str | None) -> MachineType | None:
     return MachineType.objects.select_related("gpu", "location").filter(pk=offer_id, active=True).first()
 
 
+def for_sale(prefix: str = "") -> Q:
+    """A machine on sale: free, and on no server or on one that sells (a slot of a draining
+    or down host is not). The server's state is read through a subquery, not a join, so
+    reserve_hosts' FOR UPDATE locks slots only: two clusters landing on one server at once
+    never skip each other's slots."""
+    selling = PhysicalHost.objects.filter(state=PhysicalHost.State.ON_SALE).values("pk")
+    return Q(**{f"{prefix}state": Host.State.FREE}) & (
+        Q(**{f"{prefix}physical_host__isnull": True}) | Q(**{f"{prefix}physical_host__in": selling})
+    )
+
+
 def machine_types_with_availability() -> QuerySet[WithAnnotations[MachineType, FreeHosts]]:
     return (
         MachineType.objects.filter(active=True)
         .select_related("gpu", "location")
-        .annotate(free_hosts=Count("hosts", filter=Q(hosts__state=Host.State.FREE)))
+        .annotate(free_hosts=Count("hosts", filter=for_sale("hosts__")))
     )
 
 
@@ -124,7 +135,7 @@ def offers_like(machine_type: MachineType, machines: int, *, software: str = "no
 
 
 def free_host_count(machine_type: MachineType) -> int:
-    return machine_type.hosts.filter(state=Host.State.FREE).count()
+    return machine_type.hosts.filter(for_sale()).count()
 
 
 def reserve_hosts(machine_type: MachineType, count: int) -> list[Host] | None:
@@ -138,7 +149,7 @@ def reserve_hosts(machine_type: MachineType, count: int) -> list[Host] | None:
     assert transaction.get_connection().in_atomic_block, "reserve_hosts needs the caller's transaction"
     hosts = list(
         Host.objects.select_for_update(skip_locked=True)
-        .filter(machine_type=machine_type, state=Host.State.FREE)
+        .filter(for_sale(), machine_type=machine_type)
         .order_by("id")[:count]
     )
     if len(hosts) < count:

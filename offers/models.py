@@ -142,6 +142,12 @@ class MachineType(models.Model):
         return not self.community
 
     @property
+    def gives_gpus(self) -> bool:
+        """Its machines get GPUs of the host they land on. The simulated and local providers'
+        machines have none, whatever the catalogue says (docs/nodeops.md)."""
+        return self.provider not in (ProviderName.SIMULATED, ProviderName.LOCAL)
+
+    @property
     def network_label(self) -> str:
         return f"Encrypted private network, {PRIVATE_NETWORK_SPEED} between machines"
 
@@ -166,6 +172,43 @@ class MachineType(models.Model):
         return notes
 
 
+class PhysicalHost(models.Model):
+    """A server an operator brought over SSH (`manage.py hosts add`), graded before any of
+    its machines went on sale. It holds slots: the `Host` rows below, each one sellable
+    machine. Only a host `on_sale` sells its free slots (offers.inventory)."""
+
+    class State(models.TextChoices):
+        ONBOARDING = "onboarding", "Onboarding"
+        ON_SALE = "on_sale", "On sale"
+        # No new machine lands here; those running keep running.
+        DRAINING = "draining", "Draining"
+        DOWN = "down", "Down"
+
+    name = models.CharField(max_length=100, unique=True, help_text="The host's own hostname unless given.")
+    address = models.CharField(max_length=255)
+    port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, default="root")
+    ssh_key_path = models.CharField(max_length=1024, help_text="Path of the operator's private key on the control plane.")
+    host_key = models.TextField(blank=True, help_text="The SSH host key seen at onboarding; later connections must match it.")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.ONBOARDING, db_index=True)
+    # [{"check": "kernel", "verdict": "pass" | "fail", "detail": "6.1.0"}, …] (offers.fleet.grade).
+    grade = models.JSONField(default=list, blank=True)
+    graded_at = models.DateTimeField(null=True, blank=True)
+    gpus = models.JSONField(default=list, blank=True, help_text="GPUs nvidia-smi listed: index, name, memory, driver.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "physical host"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def grade_passes(self) -> bool:
+        return bool(self.grade) and all(check.get("verdict") == "pass" for check in self.grade)
+
+
 class HostFault(models.TextChoices):
     NONE = "", "None"
     BOOT_FAILS = "boot_fails", "Fails to boot"
@@ -184,6 +227,11 @@ class Host(models.Model):
         QUARANTINED = "quarantined", "Quarantined"
 
     machine_type = models.ForeignKey(MachineType, on_delete=models.PROTECT, related_name="hosts")
+    # The server this machine is a slot of; empty for machines that are a host of their own
+    # (the simulated and local inventories, whole-host bare metal).
+    physical_host = models.ForeignKey(
+        PhysicalHost, on_delete=models.SET_NULL, null=True, blank=True, related_name="slots",
+    )
     name = models.CharField(max_length=100, unique=True)
     state = models.CharField(max_length=20, choices=State.choices, default=State.FREE, db_index=True)
     address = models.CharField(max_length=255, blank=True, help_text="SSH address (ssh and local providers).")
