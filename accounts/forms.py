@@ -5,8 +5,9 @@ from typing import Any
 
 from allauth.account.forms import LoginForm
 from django import forms
+from django.core.exceptions import ValidationError
 
-from accounts.models import Role
+from accounts.models import Environment, Membership, Role, Workspace
 from config.money import AmountField
 
 
@@ -42,6 +43,43 @@ class IdleNoticeForm(forms.Form):
     idle_notice_hours = forms.DecimalField(min_value=0, max_value=168, max_digits=5, decimal_places=2)
 
 
+class MemberChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.user.get_username()} ({obj.get_role_display()})"
+
+
+class QuotaForm(forms.Form):
+    """Whom a quota binds (a member, each member with a role, or everyone together), where (an
+    environment or all of them), and its limits; empty limits are no limit."""
+
+    member = MemberChoiceField(queryset=Membership.objects.none(), required=False, empty_label="—",
+                               help_text="One member; or leave it and pick a role, or neither for everyone together.")
+    role = forms.ChoiceField(choices=[("", "—"), *Role.choices], required=False,
+                             help_text="Each member with this role, on their own.")
+    environment = forms.ModelChoiceField(queryset=Environment.objects.none(), required=False,
+                                         empty_label="Every environment")
+    max_gpus = forms.IntegerField(min_value=0, max_value=100_000, required=False, label="Most GPUs running at once")
+    monthly_spend = AmountField(min_value=Decimal("0"), max_digits=12, decimal_places=2, required=False,
+                                label="Most spend a month ($)")
+
+    def __init__(self, *args: Any, workspace: Workspace, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        member = self.fields["member"]
+        assert isinstance(member, forms.ModelChoiceField)
+        member.queryset = Membership.objects.filter(workspace=workspace).select_related("user")
+        environment = self.fields["environment"]
+        assert isinstance(environment, forms.ModelChoiceField)
+        environment.queryset = Environment.objects.filter(workspace=workspace)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("member") and cleaned.get("role"):
+            self.add_error("role", "A quota binds one member or one role, not both.")
+        if cleaned.get("max_gpus") is None and cleaned.get("monthly_spend") is None and not self.errors:
+            self.add_error("max_gpus", "Set the most GPUs, the most spend a month, or both.")
+        return cleaned
+
+
 class SignInForm(LoginForm):
     """allauth's sign-in form in the product's words."""
 
@@ -50,3 +88,12 @@ class SignInForm(LoginForm):
         self.fields["login"].label = "Email or username"
         if "remember" in self.fields:
             self.fields["remember"].label = "Keep me signed in on this computer"
+
+
+def apply_errors(form: forms.Form, error: ValidationError) -> None:
+    """A service's ValidationError shown on the form: under its field when the form has it."""
+    if hasattr(error, "error_dict"):
+        for field, errors in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, error.messages)

@@ -173,3 +173,59 @@ def billing_contact_ids(workspace_id: int) -> list[int]:
     return list(
         Membership.objects.filter(workspace_id=workspace_id, role__in=BILLING_ROLES).values_list("user_id", flat=True)
     )
+
+
+class Quota(models.Model):
+    """An Owner's limit on what is run: the most GPUs running at once and the most spend per
+    calendar month (UTC). It binds one member (`membership`), each member with a role (`role`,
+    every one of them on their own), or, with neither, everyone together; in one environment or,
+    without one, across the workspace. A member's own quota replaces their role's for the same
+    environment. Checked wherever machines are added (clusters.quotas), under the workspace lock."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="quotas")
+    membership = models.ForeignKey(Membership, null=True, blank=True, on_delete=models.CASCADE, related_name="quotas")
+    role = models.CharField(max_length=20, choices=Role.choices, blank=True)
+    environment = models.ForeignKey(Environment, null=True, blank=True, on_delete=models.CASCADE, related_name="quotas")
+    max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs running at once (empty: no limit).")
+    monthly_spend = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="Spend in a calendar month (UTC) after which no more machines start (empty: no limit).",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["environment_id", "membership_id", "role", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(membership__isnull=True) | Q(role=""), name="quota_member_or_role"),
+            models.CheckConstraint(condition=Q(max_gpus__isnull=False) | Q(monthly_spend__isnull=False),
+                                   name="quota_limits_something"),
+            # One quota per subject and scope (NULLs are distinct in a plain unique constraint).
+            models.UniqueConstraint(fields=["workspace", "membership", "role", "environment"],
+                                    condition=Q(environment__isnull=False, membership__isnull=False),
+                                    name="one_member_quota_per_environment"),
+            models.UniqueConstraint(fields=["workspace", "membership"],
+                                    condition=Q(environment__isnull=True, membership__isnull=False),
+                                    name="one_member_quota_across_environments"),
+            models.UniqueConstraint(fields=["workspace", "role", "environment"],
+                                    condition=Q(environment__isnull=False, membership__isnull=True),
+                                    name="one_role_quota_per_environment"),
+            models.UniqueConstraint(fields=["workspace", "role"],
+                                    condition=Q(environment__isnull=True, membership__isnull=True),
+                                    name="one_role_quota_across_environments"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} in {self.scope}"
+
+    @property
+    def subject(self) -> str:
+        """Whom it binds, in words: "alice", "each Developer", "everyone"."""
+        if self.membership is not None:
+            return self.membership.user.get_username()
+        if self.role:
+            return f"each {self.get_role_display()}"
+        return "everyone together"
+
+    @property
+    def scope(self) -> str:
+        return f"environment {self.environment.name}" if self.environment is not None else "every environment"

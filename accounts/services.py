@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Environment, Invitation, Membership, Role, SSHKey, Workspace
+from accounts.models import Environment, Invitation, Membership, Quota, Role, SSHKey, Workspace
 from accounts.signals import invitation_created, membership_ended
 from audit.recording import record
 
@@ -229,3 +229,49 @@ def set_idle_notice_hours(*, by: Membership, environment: Environment, idle_noti
 def hours_text(hours: Decimal | int) -> str:
     """2, 0.5, 1.25: a number of hours as typed, without trailing zeros."""
     return f"{Decimal(hours).normalize():f}"
+
+
+# --- quotas -------------------------------------------------------------------------------
+
+
+def _quota_fields(quota: Quota) -> dict[str, object]:
+    return {"max_gpus": quota.max_gpus, "monthly_spend": quota.monthly_spend}
+
+
+@transaction.atomic
+def set_quota(*, by: Membership, membership: Membership | None = None, role: str = "",
+              environment: Environment | None = None, max_gpus: int | None = None,
+              monthly_spend: Decimal | None = None) -> Quota:
+    """Set (or change) the quota of one member, of each member with `role`, or of everyone
+    together (neither), in `environment` or across the workspace (None). Only Owners."""
+    if not by.can_change_roles:
+        raise PermissionDenied("Only an Owner sets quotas.")
+    if membership is not None and role:
+        raise ValidationError({"role": "A quota binds one member or one role, not both."})
+    if role and role not in Role.values:
+        raise ValidationError({"role": f"Pick one of {', '.join(Role.values)}."})
+    if membership is not None and membership.workspace_id != by.workspace_id:
+        raise ValidationError({"member": "No such member in this workspace."})
+    if environment is not None and environment.workspace_id != by.workspace_id:
+        raise ValidationError({"environment": "No such environment in this workspace."})
+    if max_gpus is None and monthly_spend is None:
+        raise ValidationError({"max_gpus": "Set the most GPUs, the most spend a month, or both."})
+    # The workspace row lock orders two Owners setting the same quota at once.
+    Workspace.objects.select_for_update().filter(pk=by.workspace_id).first()
+    quota = Quota.objects.filter(workspace_id=by.workspace_id, membership=membership, role=role,
+                                 environment=environment).first()
+    before = _quota_fields(quota) if quota is not None else None
+    if quota is None:
+        quota = Quota(workspace_id=by.workspace_id, membership=membership, role=role, environment=environment)
+    quota.max_gpus, quota.monthly_spend = max_gpus, monthly_spend
+    quota.save()
+    record(by.workspace_id, "quota.set", quota, label=str(quota), before=before, after=_quota_fields(quota))
+    return quota
+
+
+@transaction.atomic
+def delete_quota(*, by: Membership, quota: Quota) -> None:
+    if not by.can_change_roles:
+        raise PermissionDenied("Only an Owner removes quotas.")
+    if Quota.objects.filter(pk=quota.pk, workspace_id=by.workspace_id).delete()[0]:
+        record(by.workspace_id, "quota.delete", quota, label=str(quota), before=_quota_fields(quota))

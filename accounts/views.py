@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from allauth.account.adapter import get_adapter
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,6 +23,7 @@ from accounts.forms import (
     RoleForm,
     SSHKeyForm,
     WorkspaceNameForm,
+    apply_errors,
 )
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
@@ -48,14 +48,6 @@ def _posted_id(request: AuthenticatedHttpRequest, name: str) -> int:
     if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise Http404(f"No such {name}.")
     return int(value)
-
-
-def _apply_errors(form: forms.Form, error: ValidationError) -> None:
-    if hasattr(error, "error_dict"):
-        for field, errors in error.message_dict.items():
-            form.add_error(field if field in form.fields else None, errors)
-    else:
-        form.add_error(None, error.messages)
 
 
 @login_required
@@ -86,7 +78,7 @@ def members(request: AuthenticatedHttpRequest) -> HttpResponse:
         except PermissionDenied as exc:
             raise Http404(str(exc)) from None
         except ValidationError as exc:
-            _apply_errors(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Invited {invitation.email} as {invitation.get_role_display()}: we emailed them a link.")
             return redirect("accounts:members")
@@ -159,7 +151,7 @@ def _create_workspace(request: AuthenticatedHttpRequest, form: WorkspaceNameForm
     try:
         workspace = services.create_workspace(name=form.cleaned_data["name"], owner=request.user)
     except ValidationError as exc:
-        _apply_errors(form, exc)
+        apply_errors(form, exc)
         return None
     request.session[WORKSPACE_SESSION_KEY] = workspace.pk
     request.session.pop(ENVIRONMENT_SESSION_KEY, None)
@@ -196,7 +188,7 @@ def workspaces(request: AuthenticatedHttpRequest) -> HttpResponse:
         except PermissionDenied as exc:
             raise Http404(str(exc)) from None
         except ValidationError as exc:
-            _apply_errors(rename_form, exc)
+            apply_errors(rename_form, exc)
         else:
             messages.success(request, f"Renamed the workspace to {rename_form.cleaned_data['name'].strip()}.")
             return redirect("accounts:workspaces")
@@ -262,7 +254,7 @@ def ssh_keys(request: AuthenticatedHttpRequest) -> HttpResponse:
         try:
             services.add_ssh_key(workspace=tenancy.workspace, created_by=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            _apply_errors(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Added key {form.cleaned_data['name']}.")
             return redirect("accounts:ssh_keys")
@@ -290,7 +282,7 @@ def environments(request: AuthenticatedHttpRequest) -> HttpResponse:
         except PermissionDenied as exc:
             messages.error(request, str(exc))
         except ValidationError as exc:
-            _apply_errors(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Created environment {form.cleaned_data['name']}.")
             return redirect("accounts:environments")

@@ -629,6 +629,16 @@ class PlanRunway(Schema):
     under_one_hour: bool
 
 
+class PlanQuota(Schema):
+    id: int
+    applies_to: str = Field(description="Whom and where the quota binds, in words.")
+    max_gpus: int | None
+    gpus_in_use: int
+    gpus_after_create: int
+    monthly_spend: Money | None
+    spent: Money = Field(description="Spent this calendar month (UTC) by what the quota counts.")
+
+
 class ClusterPlan(Schema):
     """POST /api/v1/clusters/plan: what a create with the same body would do. Nothing is reserved."""
 
@@ -644,6 +654,7 @@ class ClusterPlan(Schema):
     balance: PlanBalance
     budget: PlanBudget
     runway: PlanRunway
+    quotas: list[PlanQuota] = Field(description="Every quota that binds this create, with what is in use.")
     warnings: list[str]
     problems: list[Problem] = Field(description="Every refusal a create would answer, each with its code.")
     ssh_key_ids: list[int] = Field(description="The SSH keys a create with this body would install.")
@@ -1074,6 +1085,36 @@ class UpdateEnvironment(Body):
                                                 "reaches it.")] | None = None
     idle_notice_hours: Hours | None = Field(None, description="Tell the owner after this many idle hours: 0 (never) to "
                                                               "168, in hundredths at most (0.5: half an hour).")
+
+
+# -- quotas ---------------------------------------------------------------------------------------
+
+
+class QuotaUse(Schema):
+    who: str
+    gpus_running: int
+    spent_this_month: Money
+
+
+class Quota(Schema):
+    id: int
+    applies_to: str = Field(description="A member's username, \"each <Role>\" or \"everyone together\".")
+    member_id: int | None = Field(description="The membership it binds (GET /members), or null.")
+    role: str | None
+    environment_id: int | None = Field(description="null: every environment.")
+    environment: str | None
+    max_gpus: int | None = Field(description="GPUs running at once; null: no limit.")
+    monthly_spend: Money | None = Field(description="Spend a calendar month (UTC); null: no limit.")
+    in_use: list[QuotaUse] = Field(description="Per member it binds (each member of a role quota).")
+    updated_at: Timestamp
+
+
+class SetQuota(Body):
+    member_id: Id | None = Field(None, description="One member (its id in GET /members).")
+    role: Annotated[Text, Field(max_length=20, description="owner, manager or developer: each member with it.")] | None = None
+    environment_id: Id | None = Field(None, description="One environment; leave out for every environment.")
+    max_gpus: WholeNumber | None = Field(None, description="Most GPUs running at once.")
+    monthly_spend: Annotated[AmountText, Field(max_length=20, description="Most spend a calendar month, USD.")] | None = None
 
 
 # -- audit log ----------------------------------------------------------------------------------

@@ -5,19 +5,23 @@ from typing import Any, cast
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts import services as accounts_services
+from accounts.forms import QuotaForm, apply_errors
 from accounts.http import AuthenticatedHttpRequest, page_redirect
-from accounts.models import Environment
+from accounts.models import Environment, Quota
 from accounts.tenancy import require_tenancy
 from clusters import connect, queries, rules
 from clusters.access import get_cluster_for_user
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
 from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
+from clusters.quotas import quota_rows
 from clusters.services.create import create_cluster, plan_cluster, recreate_cluster
 from clusters.services.network_tests import start_network_test
 from clusters.services.progress import retry_install
@@ -61,7 +65,7 @@ def _typed_count(value: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
-def create_plan(environment: Environment, form: CreateClusterForm, values: Any) -> dict[str, Any]:
+def create_plan(environment: Environment, form: CreateClusterForm, values: Any, user_id: int) -> dict[str, Any]:
     """What the create page says about the request being typed, all from the server's plan
     (the one POST /clusters/plan answers): the price, what is free, the balance's and the
     budget's runway, every refusal, and what the offer allows (Kubernetes, a volume). The
@@ -88,7 +92,7 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any) 
             form.fields["volume"].disabled = True
     plan = plan_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
-        volume=volume,
+        volume=volume, created_by_id=user_id,
     )
     keys = cast(forms.ModelMultipleChoiceField, form.fields["ssh_keys"]).queryset
     return {
@@ -124,7 +128,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
         cleaned = form.cleaned_data
         # What the page warned of is said again once the cluster exists; asked before the
         # create, whose cluster the plan would otherwise count twice.
-        warnings = create_plan(tenancy.environment, form, request.POST)["plan"].money_warnings
+        warnings = create_plan(tenancy.environment, form, request.POST, request.user.pk)["plan"].money_warnings
         try:
             cluster = create_cluster(
                 environment=tenancy.environment, name=cleaned["name"], machine_type=cleaned["offer"],
@@ -139,7 +143,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
                 messages.warning(request, warning)
             return redirect(cluster)
     context = {
-        "form": form, **create_plan(tenancy.environment, form, data or initial),
+        "form": form, **create_plan(tenancy.environment, form, data or initial, request.user.pk),
         "include_community": bool((data or initial).get("include_community")),
         "software_help": SOFTWARE_HELP, "network_caveat": NETWORK_CAVEAT,
     }
@@ -349,3 +353,38 @@ def volume_delete(request: AuthenticatedHttpRequest, volume_id: int) -> HttpResp
     except DomainError as error:
         flash(request, error)
     return redirect("clusters:volumes")
+
+
+@login_required
+def quotas(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Every quota of the workspace with what each member it binds has in use; an Owner sets them."""
+    tenancy = require_tenancy(request)
+    form = QuotaForm(request.POST or None, workspace=tenancy.workspace)
+    if request.method == "POST" and form.is_valid():
+        values = form.cleaned_data
+        try:
+            quota = accounts_services.set_quota(
+                by=tenancy.membership, membership=values["member"], role=values["role"],
+                environment=values["environment"], max_gpus=values["max_gpus"], monthly_spend=values["monthly_spend"],
+            )
+        except PermissionDenied as exc:
+            messages.error(request, str(exc))
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"Quota of {quota.subject} in {quota.scope} set.")
+            return redirect("clusters:quotas")
+    return render(request, "clusters/quotas.html", {"form": form, "rows": quota_rows(tenancy.workspace.pk)})
+
+
+@login_required
+@require_POST
+def quota_delete(request: AuthenticatedHttpRequest, quota_id: int) -> HttpResponse:
+    tenancy = require_tenancy(request)
+    quota = get_object_or_404(Quota, pk=quota_id, workspace=tenancy.workspace)
+    try:
+        accounts_services.delete_quota(by=tenancy.membership, quota=quota)
+        messages.success(request, f"Removed the quota of {quota.subject} in {quota.scope}.")
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    return redirect("clusters:quotas")

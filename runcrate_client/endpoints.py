@@ -382,6 +382,39 @@ class Account(Resource):
         """
         return self._transport.data("DELETE", f"/ssh-keys/{seg(key_id)}")
 
+    def list_quotas(self, *, limit: int | None = None, offset: int | None = None) -> Page:
+        """Quotas of the workspace, with what is in use.
+
+        Every member can read them; machines count against the member who created their cluster.
+
+        GET /quotas (listQuotas)
+        """
+        return self._transport.page("/quotas", {"limit": limit, "offset": offset})
+
+    def list_quotas_all(self) -> builtins.list[Record]:
+        """Every item of list_quotas(), following the pages."""
+        return list(self._transport.iterate("/quotas", {}))
+
+    def set_quota(self, *, member_id: int | str | None = None, role: str | None = None, environment_id: int | str | None = None, max_gpus: int | None = None, monthly_spend: str | float | None = None) -> Record:
+        """Set a quota (Owners).
+
+        For one member (`member_id`), each member with a `role`, or, with neither, everyone
+        together; in one environment (`environment_id`) or all of them. Setting the same one again
+        changes it. A create, added workers or a replacement machine that would pass a quota is
+        refused (403, `quota_gpus` or `quota_spend`); a reached spend quota never stops running
+        clusters.
+
+        PUT /quotas (setQuota)
+        """
+        return self._transport.data("PUT", "/quotas", json=_body({"member_id": member_id, "role": role, "environment_id": environment_id, "max_gpus": max_gpus, "monthly_spend": monthly_spend}))
+
+    def delete_quota(self, quota_id: int | str) -> Record:
+        """Remove a quota (Owners).
+
+        DELETE /quotas/{quota_id} (deleteQuota)
+        """
+        return self._transport.data("DELETE", f"/quotas/{seg(quota_id)}")
+
 
 class Members(Resource):
     """Members."""
@@ -722,6 +755,9 @@ OPERATIONS = {
     "listSshKeys": ("account", "list_ssh_keys"),
     "createSshKey": ("account", "create_ssh_key"),
     "deleteSshKey": ("account", "delete_ssh_key"),
+    "listQuotas": ("account", "list_quotas"),
+    "setQuota": ("account", "set_quota"),
+    "deleteQuota": ("account", "delete_quota"),
     "listMembers": ("members", "list"),
     "changeMemberRole": ("members", "change_role"),
     "removeMember": ("members", "remove"),

@@ -14,10 +14,11 @@ from api.endpoints import (
     members,
     metrics,
     network_tests,
+    quotas,
     quotes,
     volumes,
     webhooks,
 )
 
-for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, members, keys, quotes, webhooks, metrics, audit):
+for module in (catalogue, clusters, network_tests, instances, billing, volumes, account, members, keys, quotas, quotes, webhooks, metrics, audit):
     api.add_router("", module.router)

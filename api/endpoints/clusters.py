@@ -192,6 +192,10 @@ def _plan_data(plan: create.ClusterPlan, problems: list[ClusterError]) -> dict[s
         "runway": {"per_hour_after_create": plan.per_hour_after,
                    "hours": None if plan.runway_hours is None else str(plan.runway_hours),
                    "under_one_hour": plan.runway_hours is not None and plan.runway_hours < 1},
+        "quotas": [{"id": use.quota.pk, "applies_to": use.label, "max_gpus": use.quota.max_gpus,
+                    "gpus_in_use": use.gpus_in_use, "gpus_after_create": use.gpus_after,
+                    "monthly_spend": use.quota.monthly_spend, "spent": use.spent}
+                   for use in plan.quotas],
         "warnings": plan.warnings,
         "problems": [
             {"code": p.code, "message": p.message,
@@ -221,7 +225,7 @@ def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[s
                  for i in missing]
     plan = create.plan_cluster(
         environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
-        software=payload.software, volume=volume,
+        software=payload.software, volume=volume, created_by_id=ctx.api_key.created_by_id,
     )
     data = _plan_data(plan, problems)
     if not ssh_keys and not missing:

@@ -20,6 +20,7 @@ from clusters import rules
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, Software, Status, Volume
 from clusters.queries import committed_rate
+from clusters.quotas import QuotaUse, check_quotas, membership_of, quota_uses
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
 from offers import inventory
 from offers.models import COMMUNITY_WARNING, MachineType
@@ -51,6 +52,8 @@ class ClusterPlan:
     problems: list[ClusterError] = field(default_factory=list)
     # What the environment's own clusters cost per hour (booting ones too): the budget's spend.
     environment_per_hour: Decimal = Decimal(0)
+    # Every quota that binds this request, with what is in use (clusters.quotas).
+    quotas: list[QuotaUse] = field(default_factory=list)
 
     @property
     def can_create(self) -> bool:
@@ -109,14 +112,16 @@ class ClusterPlan:
                 f"{_minutes(self.budget_runway_hours)}: its clusters are stopped when the budget is reached. "
                 "Raise the budget first."
             )
+        found += [use.spend_warning for use in self.quotas if use.spend_warning]
         return found
 
 
 def plan_cluster(
     *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
-    software: str = Software.NONE, volume: Volume | None = None,
+    software: str = Software.NONE, volume: Volume | None = None, created_by_id: int | None = None,
 ) -> ClusterPlan:
-    """create_cluster's checks without the locks or the reservation, every refusal collected."""
+    """create_cluster's checks without the locks or the reservation, every refusal collected.
+    `created_by_id`: the user who would create it, whose quotas bind it."""
     workspace = Workspace.objects.get(pk=environment.workspace_id)
     problems = list(rules.request_problems(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
@@ -138,13 +143,16 @@ def plan_cluster(
         billing.check_budget(environment)
     except ClusterError as problem:
         problems.append(problem)
+    gpus = machine_type.gpus_per_machine * count if machine_type is not None else 0
+    quotas = quota_uses(environment, membership_of(environment, created_by_id), adding_gpus=gpus, adding_per_hour=price)
+    problems += [refusal for use in quotas if (refusal := use.problem()) is not None]
     return ClusterPlan(
         machine_type=machine_type, machines=machine_count, software=software, price_per_machine_hour=per_machine,
         price_per_hour=price, required_balance=required_balance(price), balance=workspace.credit_balance,
         available_machines=available, monthly_budget=environment.monthly_budget,
         budget_spent=month_to_date_spend([environment.pk])[environment.pk],
         committed_per_hour=committed_rate(workspace.pk), problems=problems,
-        environment_per_hour=committed_rate(workspace.pk, environment_id=environment.pk),
+        environment_per_hour=committed_rate(workspace.pk, environment_id=environment.pk), quotas=quotas,
     )
 
 
@@ -165,6 +173,9 @@ def create_cluster(
             workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
             check_balance(workspace, machine_type.price_for(machine_count))
             billing.check_budget(environment)
+            check_quotas(environment, created_by.pk if created_by is not None else None,
+                         adding_gpus=machine_type.gpus_per_machine * machine_count,
+                         adding_per_hour=machine_type.price_for(machine_count))
             hosts = inventory.reserve_hosts(machine_type, machine_count)
             if hosts is None:
                 raise Conflict(

@@ -16,6 +16,7 @@ from billing import services as billing
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
 from clusters.nodeops.operations import replacement_key_name
+from clusters.quotas import check_quotas
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event
 from clusters.services.create import check_balance
 from clusters.services.keys import save_node_secrets
@@ -87,6 +88,9 @@ def replace_node(cluster: Cluster, node: Node | str, *, actor: str = SYSTEM) -> 
             )
         # While the two machines overlap the cluster is billed for one machine more.
         check_balance(workspace, cluster.price_per_machine_hour * (cluster.machine_count + 1))
+        # The new machine runs beside the old one until it takes over: it counts against the quotas.
+        check_quotas(cluster.environment, cluster.created_by_id, adding_gpus=cluster.machine_type.gpus_per_machine,
+                     adding_per_hour=cluster.price_per_machine_hour)
         hosts = inventory.reserve_hosts(cluster.machine_type, 1)
         if hosts is None:
             raise Conflict(

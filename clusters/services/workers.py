@@ -13,6 +13,7 @@ from billing import services as billing
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
+from clusters.quotas import check_quotas
 from clusters.services.common import NO_HEALTH, SYSTEM, after_commit_changed, record_event
 from clusters.services.create import check_balance
 from clusters.services.replace import replacement_in_progress
@@ -38,6 +39,8 @@ def add_workers(cluster: Cluster, count: int, *, actor: str = SYSTEM) -> list[No
         if (problem := rules.worker_count_problem(cluster, count)) is not None:
             raise problem
         check_balance(workspace, cluster.price_per_machine_hour * total)
+        check_quotas(cluster.environment, cluster.created_by_id, adding_gpus=cluster.machine_type.gpus_per_machine * count,
+                     adding_per_hour=cluster.price_per_machine_hour * count)
         hosts = inventory.reserve_hosts(cluster.machine_type, count)
         if hosts is None:
             raise Conflict(

@@ -137,3 +137,53 @@ def workspaces(state: State, as_json: bool) -> None:
         return print_json(items)
     rows = [["*" if w.get("current") else "", w.get("id"), w.get("name"), w.get("role")] for w in items]
     click.echo(render_table(["", "ID", "NAME", "ROLE"], rows))
+
+
+@main.group("quotas", cls=RuncrateGroup, invoke_without_command=True)
+@json_option
+@click.pass_context
+def quotas(ctx: click.Context, as_json: bool) -> None:
+    """Quotas: the most GPUs running at once and the most spend a month, per member, role or everyone."""
+    if ctx.invoked_subcommand is not None:
+        return
+    items = ctx.ensure_object(State).client().account.list_quotas_all()
+    if listed_for_scripts(items, as_json=as_json, quiet=False, empty="No quotas."):
+        return
+    rows = [[q.get("id"), q.get("applies_to"), q.get("environment") or "every environment",
+             q.get("max_gpus") if q.get("max_gpus") is not None else "no limit",
+             format_money(q.get("monthly_spend")) if q.get("monthly_spend") is not None else "no limit",
+             "; ".join(f"{u.get('who')}: {u.get('gpus_running')} GPUs, {format_money(u.get('spent_this_month'))}"
+                       for u in q.get("in_use") or [])] for q in items]
+    click.echo(render_table(["ID", "APPLIES TO", "WHERE", "MOST GPUS", "MOST SPEND/MONTH", "IN USE"], rows))
+
+
+@quotas.command("set")
+@click.option("--member", "member_id", help="One member's id (see `members list`).")
+@click.option("--role", type=click.Choice(["owner", "manager", "developer"], case_sensitive=False),
+              help="Each member with this role, on their own.")
+@click.option("--environment", "environment", help="One environment (name or id); every environment if left out.")
+@click.option("--max-gpus", type=int, help="Most GPUs running at once.")
+@click.option("--monthly-spend", help="Most spend a calendar month, in USD.")
+@json_option
+@pass_state
+def quotas_set(state: State, member_id: str | None, role: str | None, environment: str | None,
+               max_gpus: int | None, monthly_spend: str | None, as_json: bool) -> None:
+    """Set a quota (Owners): for --member, each member with --role, or everyone together (neither)."""
+    quota = state.client().account.set_quota(
+        member_id=member_id, role=role.lower() if role else None,
+        environment_id=_environment_id(state, environment) if environment else None,
+        max_gpus=max_gpus, monthly_spend=monthly_spend,
+    )
+    if as_json:
+        return print_json(quota)
+    click.echo(f"Quota {quota.get('id')} of {quota.get('applies_to')} in "
+               f"{quota.get('environment') or 'every environment'} set.")
+
+
+@quotas.command("delete")
+@click.argument("quota_id")
+@pass_state
+def quotas_delete(state: State, quota_id: str) -> None:
+    """Remove a quota (Owners)."""
+    quota = state.client().account.delete_quota(quota_id)
+    click.echo(f"Removed the quota of {quota.get('applies_to')}.")

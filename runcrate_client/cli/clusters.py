@@ -17,6 +17,7 @@ from runcrate_client.api import (
     TransportError,
 )
 from runcrate_client.cli.base import (
+    EXIT_AUTH,
     EXIT_CLUSTER_FAILED,
     EXIT_CONFLICT,
     EXIT_OK,
@@ -163,6 +164,7 @@ def clusters_create(
 
 # Exit codes of a plan that a create would refuse, like the create's own answer would set them.
 PLAN_EXIT_CODES = {"insufficient_credits": EXIT_PAYMENT, "budget_reached": EXIT_PAYMENT,
+                   "quota_gpus": EXIT_AUTH, "quota_spend": EXIT_AUTH,
                    "offer_unavailable": EXIT_CONFLICT, "name_taken": EXIT_CONFLICT}
 
 
@@ -171,6 +173,16 @@ def plan_exit_code(plan: Record) -> int:
     if not problems:
         return EXIT_OK
     return PLAN_EXIT_CODES.get(str(problems[0].get("code")), EXIT_USAGE)
+
+
+def quota_line(quota: Record) -> str:
+    parts = []
+    if quota.get("max_gpus") is not None:
+        parts.append(f"{quota.get('gpus_in_use')} of {quota.get('max_gpus')} GPUs running, "
+                     f"{quota.get('gpus_after_create')} after create")
+    if quota.get("monthly_spend") is not None:
+        parts.append(f"{format_money(quota.get('spent'))} of {format_money(quota.get('monthly_spend'))} spent this month")
+    return "; ".join(parts)
 
 
 def plan_summary(plan: Record) -> str:
@@ -192,6 +204,7 @@ def plan_summary(plan: Record) -> str:
                                  f"{format_money(runway.get('per_hour_after_create'))}/h for everything running")
                                 if runway.get("hours") is not None else "-"),
     ]
+    pairs += [(f"Quota ({q.get('applies_to')})", quota_line(q)) for q in plan.get("quotas") or []]
     lines = [render_pairs(pairs)]
     lines += [f"Warning: {w}" for w in plan.get("warnings") or []]
     lines += [f"Refused ({p.get('code')}): {p.get('message')}" for p in plan.get("problems") or []]

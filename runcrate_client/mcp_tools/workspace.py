@@ -112,6 +112,30 @@ def _register_keys_budgets_volumes(mcp: MCPServer, client: Client) -> None:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
+    def list_quotas() -> dict[str, Any]:
+        """The workspace's quotas (the most GPUs running at once, the most spend a month) with what each member
+        they bind has in use. A create, added workers or a replacement that would pass one is refused."""
+        return {"quotas": client.account.list_quotas_all()}
+
+    @mcp.tool(annotations=CHANGES)
+    @api_errors_as_tool_errors
+    def set_quota(member_id: int | str | None = None, role: str | None = None, environment_id: int | str | None = None,
+                  max_gpus: int | None = None, monthly_spend: str | None = None) -> dict[str, Any]:
+        """Set a quota (Owners): for one member (member_id from list_members), each member with a role
+        (owner, manager, developer), or everyone together (neither); in one environment or all (no
+        environment_id). max_gpus: GPUs running at once; monthly_spend: USD a calendar month."""
+        return {"quota": client.account.set_quota(member_id=member_id, role=role, environment_id=environment_id,
+                                                  max_gpus=max_gpus, monthly_spend=monthly_spend)}
+
+    @mcp.tool(annotations=REMOVES)
+    @api_errors_as_tool_errors
+    def delete_quota(quota_id: int | str) -> dict[str, Any]:
+        """Remove a quota (Owners): its member, role or everyone are no longer limited by it. list_quotas gives
+        the ids."""
+        return {"deleted": client.account.delete_quota(quota_id)}
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors_as_tool_errors
     def list_volumes() -> dict[str, Any]:
         """Volumes of this environment (id, name, size_gb): attach one with volume_id in plan_cluster."""
         return {"volumes": client.volumes.list_all()}

@@ -64,6 +64,8 @@ SURFACES: dict[str, list[Action]] = {
                               Action("createEnvironment", "environments create", "create_environment")],
     "accounts:environment_budget": [Action("updateEnvironment", "environments set-budget", "set_environment_budget")],
     "accounts:environment_idle_notice": [Action("updateEnvironment", "environments set-idle-notice", "set_idle_notice")],
+    "clusters:quotas": [Action("listQuotas", "quotas", "list_quotas"), Action("setQuota", "quotas set", "set_quota")],
+    "clusters:quota_delete": [Action("deleteQuota", "quotas delete", "delete_quota")],
     "billing:header": [Action("getBalance", "billing balance", "billing_balance")],
     "billing:overview": [Action("getBalance", "billing balance", "billing_balance"),
                          Action("listUsage", "billing usage", "cluster_usage")],

@@ -34,7 +34,8 @@ TOOLS = {"list_gpu_types", "list_cluster_offers", "plan_cluster", "create_cluste
          "plan_add_workers", "add_workers", "list_members", "change_member_role", "remove_member", "list_invitations",
          "invite_member", "revoke_invitation", "list_api_keys", "create_api_key", "set_api_key_active",
          "delete_api_key", "create_environment", "set_environment_budget", "set_idle_notice", "list_volumes",
-         "create_volume", "delete_volume", "sync_volume", "request_quote", "audit_events"}
+         "create_volume", "delete_volume", "sync_volume", "request_quote", "audit_events", "list_quotas", "set_quota",
+         "delete_quota"}
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl laptop"
 
 
