@@ -24,6 +24,15 @@ from billing.services import HOURS, posted_total, to_cents
 ZERO = Decimal("0.00")
 
 
+def credits_received(workspace_id: int) -> QuerySet[LedgerEntry]:
+    """The workspace's completed credits (deposits, recharges, positive adjustments): read
+    through the partial index that leaves usage out (`ledger_credits_by_date`), so a workspace
+    whose balance reached zero after thousands of usage entries is not walked entry by entry."""
+    return LedgerEntry.objects.filter(
+        workspace_id=workspace_id, amount__gt=0, state=LedgerEntry.State.COMPLETED,
+    ).exclude(kind=LedgerEntry.Kind.USAGE)
+
+
 def hours_remaining(balance: Decimal, rate: Decimal) -> Decimal | None:
     """Hours the balance lasts at `rate`; None when nothing is billed (it lasts forever)."""
     if rate <= 0:

@@ -7,7 +7,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -15,7 +15,7 @@ from django.utils import timezone
 from api.keys import create_api_key
 from billing import queries
 from billing import services as billing
-from billing.models import MachineUsage, UsageMonth
+from billing.models import LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start
 from billing.views import USAGE_LINES_PER_PAGE
 from clusters.models import Cluster, Node, Status
@@ -275,3 +275,20 @@ def test_the_migration_fills_the_months_the_services_would_have_written(environm
     UsageMonth.objects.all().delete()
     importlib.import_module("billing.migrations.0005_usage_months").fill_usage_months(apps, None)
     assert set(UsageMonth.objects.values_list("cluster_id", "workspace_id", "environment_id", "period")) == written
+
+
+def test_the_checklist_reads_credits_through_the_index_that_leaves_usage_out(workspace, environment):
+    def entry(kind: str, amount: str, key: str) -> None:
+        LedgerEntry.objects.create(workspace=workspace, environment=environment, kind=kind, amount=Decimal(amount),
+                                   idempotency_key=key, description=key)
+
+    for i in range(20):
+        entry(LedgerEntry.Kind.USAGE, "-1.00", f"usage-{i}")
+    assert not queries.credits_received(workspace.pk).exists()
+    entry(LedgerEntry.Kind.DEPOSIT, "50.00", "deposit")
+    assert queries.credits_received(workspace.pk).exists()
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The tables are small here: without this PostgreSQL reads them whole whatever the indexes.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = queries.credits_received(workspace.pk).explain()
+    assert "ledger_credits_by_date" in plan, plan
