@@ -1,4 +1,4 @@
-"""The control plane at scale (issues 13 and 22): pages at 10 vs 1,000 clusters, live pushes at
+"""The control plane at scale (issues 13, 22 and 38): pages at 10 vs 1,000 (--large) clusters, live pushes at
 6 vs 5,000 events, and node pushes at 8 and 64 machines, each row measured in this one run.
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/scale_bench.py [--repeat 25] [--pushes 40] [--only-pushes]
@@ -116,7 +116,7 @@ def get(client: Client, url: str, headers: dict) -> tuple[float, int]:
     return elapsed, len(response.content)
 
 
-def bench_pages(small: dict, large: dict, repeat: int, counts: str = "1,000 vs 10") -> list[tuple[str, str, str, bool]]:
+def bench_pages(small: dict, large: dict, repeat: int, counts: str) -> list[tuple[str, str, str, bool]]:
     """Each page at both sizes, requests interleaved (small, large, small, …) so that whatever
     else loads the machine weighs on both sides of the ratio alike."""
     pages = [
@@ -171,9 +171,20 @@ def start_web(database_url: str, port: int) -> subprocess.Popen:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return process
         if process.poll() is not None:
-            raise SystemExit("the web server exited: " + WEB_LOG.read_text(errors="replace")[-2000:])
+            said = WEB_LOG.read_text(errors="replace")[-2000:]
+            WEB_LOG.unlink(missing_ok=True)
+            raise SystemExit("the web server exited: " + said)
         time.sleep(0.2)
     raise SystemExit("the web server did not start within 30 s")
+
+
+def stop_web(process: subprocess.Popen) -> None:
+    """Stop the server and remove its log: the bench leaves nothing in the temporary folder."""
+    try:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=10)
+    finally:
+        WEB_LOG.unlink(missing_ok=True)
 
 
 class Listener:
@@ -274,8 +285,7 @@ def bench_pushes(database_url: str, owner, clusters: list[Cluster], pushes: int)
             results[name] = degrade_and_retry(cluster, listener, pushes)
             listener.close()
     finally:
-        os.killpg(web.pid, 15)
-        web.wait(timeout=10)
+        stop_web(web)
     connection.close()
     p50 = {k: _support.percentile(v[0], 0.5) for k, v in results.items()}
     p95 = {k: _support.percentile(v[0], 0.95) for k, v in results.items()}
@@ -364,8 +374,7 @@ def bench_node_pushes(database_url: str, machine_type, started: dt.datetime, pus
             ))
             listener.close()
     finally:
-        os.killpg(web.pid, 15)
-        web.wait(timeout=10)
+        stop_web(web)
     connection.close()
     return rows
 
@@ -375,6 +384,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="requests per page and size (median)")
     parser.add_argument("--pushes", type=int, default=40, help="status changes per event count (0: pages only)")
     parser.add_argument("--only-pushes", action="store_true", help="the pushes alone, not the pages")
+    parser.add_argument("--large", type=int, default=1000, help="clusters of the large workspace (10000: issue 38's size)")
     args = parser.parse_args()
     with _support.own_database("scale") as database_url:
         started = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -384,7 +394,7 @@ def main() -> None:
         build = time.perf_counter()
         small = build_workspace("ten", 10, machine_type, started)
         if not args.only_pushes:
-            large = build_workspace("thousand", 1000, machine_type, started)
+            large = build_workspace("large", args.large, machine_type, started)
             full = build_workspace("sixty", 60, machine_type, started)
         run = billing.meter_usage(timezone.now())
         # A database in use has its planner statistics (autovacuum keeps them); one built in
@@ -396,10 +406,10 @@ def main() -> None:
               f"{args.pushes} pushes per history")
         rows = []
         if not args.only_pushes:
-            rows += bench_pages(small, large, args.repeat)
+            rows += bench_pages(small, large, args.repeat, counts=f"{args.large:,} vs 10")
             # At 10 clusters a page is not full (10 lines against 50 and 25): the same pages
             # with a full first page on both sides show what the workspace's size itself costs.
-            rows += bench_pages(full, large, args.repeat, counts="1,000 vs 60")
+            rows += bench_pages(full, large, args.repeat, counts=f"{args.large:,} vs 60")
         if args.pushes <= 0:
             print("pushes not measured: --pushes 0")
         elif settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("RedisChannelLayer"):

@@ -121,6 +121,7 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
         .exclude(kind=LedgerEntry.Kind.USAGE)
         .order_by("-created_at", "-id")
     )
+    spend = queries.month_spend(workspace, month.year, month.month)
     context = {
         "workspace": workspace,
         "month": month,
@@ -129,13 +130,13 @@ def billing_overview(request: AuthenticatedHttpRequest) -> HttpResponse:
         "months": queries.months_with_activity(workspace),
         "summary": queries.balance_summary(workspace),
         "summary_workspace_id": workspace.pk,
-        "environments": queries.spend_by_environment(workspace, month.year, month.month),
+        "environments": queries.spend_by_environment(workspace, month.year, month.month, spend),
         "usage": usage_page.object_list,
         "usage_page": usage_page,
-        "usage_total": queries.usage_total(workspace, month.year, month.month),
+        "usage_total": spend.total,
         "credits": credits,
         "top_ups": TopUp.objects.filter(workspace=workspace, mode=TopUp.Mode.PAYMENT)[:20],
-        "chart": _spend_chart(queries.daily_spend(workspace, month.year, month.month)),
+        "chart": _spend_chart(spend.by_day),
         "auto_recharge": AutoRecharge.objects.filter(workspace=workspace).first(),
         "stripe_enabled": payments.stripe_enabled(),
         "dev_top_up": payments.dev_top_up_available(workspace),

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 
+from django.conf import settings
 from django.db import connections as db_connections
 from django.db.models import Q
 from django.utils import timezone
@@ -150,8 +151,9 @@ class Heartbeat(Beat):
             return released
 
 
-def advance(cluster_id: int) -> bool:
-    """Take every step that is possible now; True when the cluster needs another look soon."""
+def advance(cluster_id: int) -> dt.datetime | None:
+    """Take every step that is possible now; returns when the cluster needs another look
+    (None: not until someone acts)."""
     lease = claim_lease(cluster_id)
     if lease is None:
         # Another pass holds it: ask that holder to look again before it lets go. Claim once
@@ -159,26 +161,37 @@ def advance(cluster_id: int) -> bool:
         request_wake(cluster_id)
         lease = claim_lease(cluster_id)
         if lease is None:
-            return False
+            return None
     with Heartbeat(lease) as heartbeat:
         while True:
-            again = _take_steps(cluster_id, heartbeat)
+            look_at = _take_steps(cluster_id, heartbeat)
             if heartbeat.lost or heartbeat.release():
-                return again
+                return look_at
 
 
-def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
+def _next_look(cluster: Cluster, nodes: list[Node], provider: Provider) -> dt.datetime:
+    """A waiting step looks again when its machines have news, as the provider's runtime
+    tells (a booting machine is looked at when it is due up, not every poll), and no later
+    than the cluster's provisioning deadline."""
+    now = timezone.now()
+    at = provider.news_at(cluster, nodes) or _poll()
+    if cluster.status == Status.PROVISIONING:
+        at = min(at, cluster.deadline_at)
+    return max(at, now)
+
+
+def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> dt.datetime | None:
     # One provider for the whole pass: the steps it takes one after another (join, then
     # install, then the first readiness check) share what it keeps open, its SSH connections.
     provider: Provider | None = None
     with contextlib.ExitStack() as session:
         for _ in range(8):
             if heartbeat.lost:
-                return True
+                return _poll()
             cluster = Cluster.objects.select_related("machine_type", "environment", "volume").get(pk=cluster_id)
             step = STEPS.get(Status(cluster.status))
             if step is None:
-                return False
+                return None
             if provider is None:
                 provider = get_provider(cluster.provider)
                 session.enter_context(provider.session())
@@ -191,12 +204,18 @@ def _take_steps(cluster_id: int, heartbeat: Heartbeat) -> bool:
                 # still fail or degrade it if the error never goes away.
                 log.exception("advancing cluster %s failed", cluster_id)
                 _record_step_error(cluster, exc)
-                return True
+                return _poll()
             finally:
                 output.close()
-            if outcome is not Next.AGAIN:
-                return outcome is Next.WAIT
-    return True
+            if outcome is Next.DONE:
+                return None
+            if outcome is Next.WAIT:
+                return _next_look(cluster, nodes, provider)
+    return _poll()
+
+
+def _poll() -> dt.datetime:
+    return timezone.now() + dt.timedelta(seconds=settings.CLUSTER_POLL_SECONDS)
 
 
 def _record_step_error(cluster: Cluster, exc: Exception) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 
 from accounts.models import Membership
-from billing.models import LedgerEntry
+from billing.queries import credits_received
 from clusters.models import Cluster
 
 
@@ -24,9 +24,7 @@ class Step:
 def getting_started(membership: Membership) -> list[Step] | None:
     """The checklist for this member's workspace, or None once every step is done."""
     workspace = membership.workspace
-    has_credit = workspace.credit_balance > 0 or LedgerEntry.objects.filter(
-        workspace=workspace, amount__gt=0, state=LedgerEntry.State.COMPLETED,
-    ).exists()
+    has_credit = workspace.credit_balance > 0 or credits_received(workspace.pk).exists()
     steps = [
         Step("Add credits", has_credit, reverse("billing:overview") if membership.can_see_billing else None,
              "A cluster needs one hour of its price in credit, and never less than $10."),

@@ -22,9 +22,13 @@ log = logging.getLogger(__name__)
 
 @shared_task(acks_late=True, soft_time_limit=900, time_limit=960)
 def advance_cluster(cluster_id: int) -> None:
-    again = lifecycle.advance(cluster_id)
-    if again and settings.CLUSTER_SELF_RESCHEDULE:
-        queue_advance(cluster_id, countdown=settings.CLUSTER_POLL_SECONDS)
+    look_at = lifecycle.advance(cluster_id)
+    if look_at is not None and settings.CLUSTER_SELF_RESCHEDULE:
+        # Queued for when the machines have news: a cluster whose machines boot for minutes
+        # costs one pass then, not one every poll (issue 38: 200 booting clusters polled every
+        # 2 s took 1.25 CPUs). The sweep re-drives one whose queued pass was lost.
+        ahead = (look_at - timezone.now()).total_seconds()
+        queue_advance(cluster_id, countdown=min(max(ahead, 0), settings.CLUSTER_LOOK_AHEAD_SECONDS))
 
 
 def queue_advance(cluster_id: int, *, countdown: float = 0) -> bool:

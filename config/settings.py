@@ -326,9 +326,13 @@ NETWORK_TEST_STALE_SECONDS = env_int("NETWORK_TEST_STALE_SECONDS", 20)
 if NETWORK_TEST_STALE_SECONDS < 3 * NETWORK_TEST_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("NETWORK_TEST_STALE_SECONDS must be at least three NETWORK_TEST_HEARTBEAT_SECONDS")
 
-# The lifecycle: how long a step waits before the reconciler looks again, and whether a
-# task re-queues itself (off in tests, which drive every step by hand).
+# The lifecycle: how long a step waits before the reconciler looks again when the provider
+# cannot say when its machines will have news (a booting machine's news is looked at when it is
+# due, not polled), and whether a task re-queues itself (off in tests, which drive every step by
+# hand). A pass is queued at most CLUSTER_LOOK_AHEAD_SECONDS ahead: the broker redelivers a
+# task held past its visibility timeout, so news further off is looked at again by then.
 CLUSTER_POLL_SECONDS = env_int("CLUSTER_POLL_SECONDS", 2)
+CLUSTER_LOOK_AHEAD_SECONDS = env_int("CLUSTER_LOOK_AHEAD_SECONDS", 300)
 CLUSTER_SELF_RESCHEDULE = env_bool("CLUSTER_SELF_RESCHEDULE", not TESTING)
 # A pass holds its cluster's lease this long and renews it every third of that while it runs,
 # so a worker that dies frees its clusters within seconds (docs/architecture.md, Lifecycle).

@@ -73,6 +73,8 @@ class StepResult:
     health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
     # set_names: every node's SSH host key ("type base64"), as its sshd presented it.
     host_keys: dict[str, str] = field(default_factory=dict)
+    # join_network: how long each round took ("up", "reach"), in seconds (the bench's rows).
+    rounds: dict[str, float] = field(default_factory=dict)
     detail: str = ""
 
     @property
@@ -501,7 +503,8 @@ def join_network(
     wait_seconds: int | None = None,
 ) -> StepResult:
     """WireGuard mesh on 10.77.0.0/24, then every pair of nodes is checked by name, each
-    from one end (join_network.sh "reach-peers": an echo crosses the link both ways).
+    from one end (join_network.sh "reach-peers": a WireGuard handshake crosses the link both
+    ways, read from `wg show`).
 
     `failed_pairs` lists the pairs whose checking end did not reach the other; the cluster
     has joined (`result.joined`) only when there are none. Run `set_names` first.
@@ -514,16 +517,21 @@ def join_network(
         "RUNCRATE_PROBE_INTERVAL": "0.1" if spec.sandbox else "1",
     }
     node_env: NodeEnv = lambda node: {"RUNCRATE_WG_CONF": wireguard_config(spec, node, secrets)}  # noqa: E731
+    rounds: dict[str, float] = {}
     with _Session(runner) as session:
         # Every tunnel up first, then the probes (see join_network.sh on RUNCRATE_JOIN_PHASE):
         # no node waits on a peer whose session the machine has not started yet.
+        started = time.monotonic()
         results = _run(spec, spec.nodes, "join_network.sh", "join_network", session, on_output,
                        extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "up"}, node_env=node_env)
+        rounds["up"] = time.monotonic() - started
         up = [node for node in spec.nodes if results[node.name].ok]
         # The probes read the peers from the wg0.conf the first round wrote: the config (every
         # other node a peer, ~200 bytes each: 830 KB over 64 sessions at 64 nodes) is not sent twice.
+        started = time.monotonic()
         results.update(_run(spec, up, "join_network.sh", "join_network", session, on_output,
                             extra_env={**extra_env, "RUNCRATE_JOIN_PHASE": "reach"}))
+        rounds["reach"] = time.monotonic() - started
     reaches: dict[tuple[str, str], bool] = {}
     for name, result in results.items():
         if not result.ok:
@@ -541,7 +549,7 @@ def join_network(
         for b in spec.nodes[i + 1 :]
         if not (reaches.get((a.name, b.name)) or reaches.get((b.name, a.name)))
     ]
-    return StepResult("join_network", results, failed_pairs=failed_pairs)
+    return StepResult("join_network", results, failed_pairs=failed_pairs, rounds=rounds)
 
 
 def setup_shared(

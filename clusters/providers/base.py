@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import datetime as dt
 import enum
 import logging
 from collections.abc import Callable
@@ -56,6 +57,18 @@ class NodeHealthReport:
     detail: str = ""
 
 
+# A provider's answer to `news_at` when the machines waited on will have no news of their
+# own (a machine that never joins): the lifecycle looks at the cluster's deadline instead.
+NO_NEWS = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def boot_due(node: Node) -> dt.datetime | None:
+    """When a machine asked to boot is due up: its host's boot time after the request."""
+    if node.boot_requested_at is None:
+        return None
+    return node.boot_requested_at + dt.timedelta(seconds=node.host.boot_seconds)
+
+
 # (node name, step, output) — lets a provider stream each node's progress to the page.
 OutputCallback = Callable[[str, str, str], None]
 
@@ -87,6 +100,13 @@ class Provider(abc.ABC):
     def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
         """`boot_status` of each node, in order (a provider may ask them at once)."""
         return [self.boot_status(node) for node in nodes]
+
+    def news_at(self, cluster: Cluster, nodes: list[Node]) -> dt.datetime | None:
+        """When the machines a step waits on will next have news (a boot finishing, a join or
+        an install settling), as far as this provider's runtime can tell; the lifecycle looks
+        again then, not before. None: it cannot tell, and the lifecycle polls
+        (CLUSTER_POLL_SECONDS)."""
+        return None
 
     @abc.abstractmethod
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:

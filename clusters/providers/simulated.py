@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
-from clusters.providers.base import BootReport, BootState, NodeHealthReport, Provider, StepOutcome
+from clusters.models import Node
+from clusters.providers.base import NO_NEWS, BootReport, BootState, NodeHealthReport, Provider, StepOutcome, boot_due
 from offers.models import HostFault
 
 if TYPE_CHECKING:
-    from clusters.models import Cluster, Node
+    from clusters.models import Cluster
 
 
 def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
@@ -40,6 +41,17 @@ class SimulatedProvider(Provider):
         if host.fault == HostFault.BOOT_FAILS:
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
         return BootReport(BootState.UP, address=f"sim://{host.name}")
+
+    def news_at(self, cluster: Cluster, nodes: list[Node]) -> dt.datetime | None:
+        # Time is this provider's runtime: each machine's news is due at a known instant. A
+        # machine that never joins has none (the cluster's deadline is looked at instead).
+        due = [boot_due(node) for node in nodes if node.state == Node.State.BOOTING]
+        due += [node.up_at + dt.timedelta(seconds=node.host.join_seconds) for node in nodes
+                if node.state == Node.State.UP and node.up_at is not None and node.host.fault != HostFault.NEVER_JOINS]
+        if any(node.state in (Node.State.JOINED, Node.State.INSTALLING) for node in nodes):
+            due += [cluster.status_changed_at + dt.timedelta(seconds=node.host.install_seconds) for node in nodes
+                    if node.state in (Node.State.JOINED, Node.State.INSTALLING)]
+        return min((at for at in due if at is not None), default=NO_NEWS)
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         if settings.SIMULATED_JOIN_WORK_SECONDS:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from accounts.models import Membership
@@ -54,6 +57,21 @@ def test_the_key_works_and_records_when_it_was_last_used(owner_client):
     assert status == 200
     assert ApiKey.objects.get().last_used_at is not None
     assert "never" not in owner_client.get(reverse("api:keys")).content.decode().split("<tbody>")[1]
+
+
+def test_a_key_used_again_within_the_minute_sends_no_statement_about_its_use(owner_client):
+    raw = make_key_on_page(owner_client)
+    assert ApiClient(raw).get("/gpu-types")[0] == 200
+    first = ApiKey.objects.get().last_used_at
+    assert first is not None
+    with CaptureQueriesContext(connection) as queries:
+        assert ApiClient(raw).get("/gpu-types")[0] == 200
+    assert not [q["sql"] for q in queries.captured_queries if "last_used_at" in q["sql"] and "UPDATE" in q["sql"]]
+    assert ApiKey.objects.get().last_used_at == first
+    ApiKey.objects.update(last_used_at=first - dt.timedelta(minutes=2))
+    assert ApiClient(raw).get("/gpu-types")[0] == 200
+    latest = ApiKey.objects.get().last_used_at
+    assert latest is not None and latest > first
 
 
 def test_a_deactivated_key_answers_401_until_reactivated(owner_client):

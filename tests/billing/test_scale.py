@@ -7,7 +7,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -15,7 +15,7 @@ from django.utils import timezone
 from api.keys import create_api_key
 from billing import queries
 from billing import services as billing
-from billing.models import MachineUsage, UsageMonth
+from billing.models import LedgerEntry, MachineUsage, UsageMonth
 from billing.months import month_start
 from billing.views import USAGE_LINES_PER_PAGE
 from clusters.models import Cluster, Node, Status
@@ -180,6 +180,7 @@ def test_the_usage_api_pages_in_the_database(owner, workspace, environment, mach
     url = "/api/v1/billing/usage?month=2026-03&limit=50"
     billed_clusters(environment, machine_type, 60)
     billing.meter_usage(at(3600))
+    client.get(url, **headers)  # the key's first use of the minute is noted (api.keys.touch_last_used)
     few, few_size, _ = measure(client, url, **headers)
     few_rows, few_rows_size, _ = measure(client, url + "&rows=true", **headers)
     billed_clusters(environment, machine_type, 240)
@@ -209,6 +210,7 @@ def test_one_usage_line_reads_only_its_own_machines(owner, workspace, environmen
     cluster = billed_clusters(environment, machine_type, 20)[7]
     billing.meter_usage(at(3600))
     url = f"/api/v1/billing/usage/{cluster.pk}?month=2026-03"
+    client.get(url, **headers)  # the key's first use of the minute is noted (api.keys.touch_last_used)
     few, _, _ = measure(client, url, **headers)
     billed_clusters(environment, machine_type, 100)
     billing.meter_usage(at(7200))
@@ -275,3 +277,32 @@ def test_the_migration_fills_the_months_the_services_would_have_written(environm
     UsageMonth.objects.all().delete()
     importlib.import_module("billing.migrations.0005_usage_months").fill_usage_months(apps, None)
     assert set(UsageMonth.objects.values_list("cluster_id", "workspace_id", "environment_id", "period")) == written
+
+
+def test_the_checklist_reads_credits_through_the_index_that_leaves_usage_out(workspace, environment):
+    def entry(kind: str, amount: str, key: str) -> None:
+        LedgerEntry.objects.create(workspace=workspace, environment=environment, kind=kind, amount=Decimal(amount),
+                                   idempotency_key=key, description=key)
+
+    for i in range(20):
+        entry(LedgerEntry.Kind.USAGE, "-1.00", f"usage-{i}")
+    assert not queries.credits_received(workspace.pk).exists()
+    entry(LedgerEntry.Kind.DEPOSIT, "50.00", "deposit")
+    assert queries.credits_received(workspace.pk).exists()
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The tables are small here: without this PostgreSQL reads them whole whatever the indexes.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = queries.credits_received(workspace.pk).explain()
+    assert "ledger_credits_by_date" in plan, plan
+
+
+def test_the_billing_page_reads_the_months_usage_entries_once(owner_client, environment, machine_type):
+    for i in range(3):
+        running_cluster(environment, machine_type, name=f"c{i}")
+    billing.meter_usage(timezone.now())
+    with CaptureQueriesContext(connection) as queries_run:
+        assert owner_client.get(reverse("billing:overview")).status_code == 200
+    month_reads = [q["sql"] for q in queries_run.captured_queries
+                   if "billing_ledgerentry" in q["sql"] and "'usage'" in q["sql"] and "NOT (" not in q["sql"]
+                   and '"cluster_id" IN' not in q["sql"]]
+    assert len(month_reads) == 1, month_reads

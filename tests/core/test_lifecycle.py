@@ -169,7 +169,7 @@ def test_advancing_a_ready_cluster_again_changes_nothing(environment, machine_ty
     cluster = create(environment, machine_type)
     cluster.refresh_from_db()
     events = cluster.events.count()
-    assert lifecycle.advance(cluster.pk) is False
+    assert lifecycle.advance(cluster.pk) is None
     assert cluster.events.count() == events
 
 
@@ -178,11 +178,11 @@ def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
     cluster = create(environment, machine_type)
     lease = claim_lease(cluster.pk)
     assert lease is not None
-    assert lifecycle.advance(cluster.pk) is False
+    assert lifecycle.advance(cluster.pk) is None
     # The refused pass asked the holder to look again before letting go.
     assert release_lease(lease) is False
     assert release_lease(lease) is True
-    assert lifecycle.advance(cluster.pk) is True
+    assert lifecycle.advance(cluster.pk) is not None
 
 
 def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environment, machine_type):
@@ -195,7 +195,7 @@ def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environme
     assert current is not None
     release_lease(stale)
     assert Cluster.objects.get(pk=cluster.pk).lease_expires_at == current.expires_at
-    assert lifecycle.advance(cluster.pk) is False
+    assert lifecycle.advance(cluster.pk) is None
 
 
 def test_the_sweep_redrives_stuck_clusters(environment, machine_type):
@@ -287,7 +287,7 @@ def test_a_provider_error_is_shown_once_and_retried(environment, machine_type, m
 
     monkeypatch.setattr(SimulatedProvider, "boot", broken)
     cluster = create(environment, machine_type)
-    assert lifecycle.advance(cluster.pk) is True
+    assert lifecycle.advance(cluster.pk) is not None
     errors = cluster.events.filter(event="step_error")
     assert errors.count() == 1 and "power controller unreachable" in errors.get().message
     assert errors.get().reason == Reason.PROVIDER_ERROR

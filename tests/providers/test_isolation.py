@@ -736,3 +736,14 @@ def test_a_nodes_inotify_instances_stop_at_its_own_limit_and_never_starve_this_c
         assert mine >= 0, os.strerror(ctypes.get_errno())
         os.close(mine)
         assert realnodes.run_in(neighbour, ["python3", "-c", MAKE_INOTIFY_INSTANCES, "8"], input="").stdout.strip() == "8"
+
+
+def test_a_released_run_leaves_no_folder_in_the_guard_registry(tmp_path):
+    """Every run of the product holds a guard route for its own subnet; the last one out takes
+    the route and its holders' folder away, so runs that come and go leave nothing behind."""
+    nodes = Run(tmp_path / "run")
+    nodes.boot("a")
+    folder = realnodes.HOST_REGISTRY / "guards" / str(realnodes.Underlay(nodes.path).subnet).replace("/", "_")
+    assert folder.is_dir()
+    nodes.close()
+    assert not folder.exists()

@@ -489,6 +489,25 @@ def test_a_join_names_exactly_the_pairs_that_cannot_reach_each_other(tmp_path):
         assert not joined.joined
 
 
+def test_a_pair_is_proven_by_its_wireguard_handshake_not_an_echo_and_an_unreachable_peer_is_still_caught(tmp_path):
+    """The join reads WireGuard's own evidence (a completed handshake) instead of pinging:
+    nodes that answer no echo at all still join, and the pairs through a cut link still fail,
+    from the checking end and from the answering end."""
+
+    def no_echoes_and_cut_links_to_node_3(handles):
+        for handle in handles:
+            subprocess.run(["nsenter", "-t", str(handle.pid), "-n", "sysctl", "-qw", "net.ipv4.icmp_echo_ignore_all=1"],
+                           check=True)
+        for source in (0, 1):
+            subprocess.run(["nsenter", "-t", str(handles[source].pid), "-n", "ip", "neigh", "replace",
+                            handles[3].address, "lladdr", "02:00:00:00:00:01", "dev", "eth0", "nud", "permanent"],
+                           check=True)
+
+    with joined_nodes(tmp_path, 4, wait_seconds=4, before_join=no_echoes_and_cut_links_to_node_3) as joined:
+        assert joined.failed_pairs == [("node-0", "node-3"), ("node-1", "node-3")]
+        assert set(joined.rounds) == {"up", "reach"}
+
+
 def test_forty_real_nodes_join_every_pair_at_once(tmp_path):
     """Above 32 nodes on one bridge, ARP for 40 × 39 pairs used to drop WireGuard handshakes
     (wireguard-go's socket out of send buffer behind unresolved neighbours): the join must

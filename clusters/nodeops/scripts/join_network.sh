@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # join_network: write this node's WireGuard config for the 10.77.0.0/24 mesh (every other
 # node is a peer), bring wg0 up (real machines only), then check this node's share of the
-# pairs BY NAME (see "reach-peers"). Prints "REACH ok <peers…>" and "REACH fail <peers…>"
+# pairs by their WireGuard handshakes (see "reach-peers"). Prints "REACH ok <peers…>" and "REACH fail <peers…>"
 # for the peers it checked; the control plane puts the nodes' shares together. Exit status
 # is 0 whenever the checks ran.
 #
@@ -74,25 +74,30 @@ fi
 
 
 step "reach-peers"
-# Each pair is checked from one end: an echo that comes back has crossed the link both ways.
+# Each pair is checked from one end: a handshake completed with the peer has crossed the
+# link both ways (below).
 # The checks go round the ring, so every node checks about half of the others by name: node
 # p checks the next ⌊(N-1)/2⌋ nodes after it in the list (wrapping), and with an even N the
 # node opposite it as well when p is in the first half. Only the checking end sends, so only
 # it starts the pair's handshake: when both ends start one at the same instant, both are
 # dropped (each side's handshake state is overwritten by the other's initiation) and
 # WireGuard tries again only after its 5-second REKEY_TIMEOUT. Checking every pair from both
-# ends doubled the echoes, and waiting for the other end's handshake before answering it made
+# ends doubled the work, and waiting for the other end's handshake before answering it made
 # every node poll `wg show` (a dump of every peer) until the last of them had greeted: at 64
 # nodes the reach round spent more CPU on that than on the handshakes themselves.
-checked=()
+checked=() address_of=()
 for ((position = 0; position < NODE_COUNT; position++)); do
     [ "${CLUSTER_NODES[position]%% *}" = "$NODE_NAME" ] && break
 done
+check() {
+    local entry="${CLUSTER_NODES[$1]}"
+    checked+=("${entry%% *}") address_of+=("${entry#* }")
+}
 for ((hop = 1; hop <= (NODE_COUNT - 1) / 2; hop++)); do
-    checked+=("${CLUSTER_NODES[(position + hop) % NODE_COUNT]%% *}")
+    check $(((position + hop) % NODE_COUNT))
 done
 if ((NODE_COUNT % 2 == 0 && position < NODE_COUNT / 2)); then
-    checked+=("${CLUSTER_NODES[position + NODE_COUNT / 2]%% *}")
+    check $((position + NODE_COUNT / 2))
 fi
 declare -A reached=()
 if has_fault never_joins; then
@@ -100,21 +105,43 @@ if has_fault never_joins; then
 elif is_sandbox; then
     standin_reach_peers "${checked[@]}"  # the stand-in overlay: a sandbox has no wg0 to ping across
 elif [ "${#checked[@]}" -gt 0 ]; then
-    # One fping for every checked peer, by name, printing those that answered. An echo waits
-    # 1 s, each retry half as long again, for the whole wait: every tunnel is up, so the
-    # first echo is held by WireGuard until the handshake is done and then delivered. Echoes
-    # resent every 0.2 s doubled wireguard-go's CPU in a 64-node round.
-    retries=0
-    for ((timeout = 1000, total = 1000; total < WAIT * 1000; retries++)); do
-        timeout=$((timeout * 3 / 2)) total=$((total + timeout))
+    # The proof is WireGuard's own evidence: a completed handshake with the peer's key needs
+    # this node's greeting to reach the machine holding that key at the peer's endpoint and
+    # its answer to come back, so it proves the pair both ways. One datagram to each checked
+    # peer's private address over wg0 starts its handshake (bash's /dev/udp: no process per
+    # peer); WireGuard greets again every 5 s (REKEY_TIMEOUT) while the datagram waits. Then
+    # `wg show wg0 latest-handshakes` is read, backing off, until every checked peer has one
+    # or the wait is over: one `wg` a read. An echo to every peer and back (fping, with its
+    # retries) cost wireguard-go a packet each way per peer on top of the handshake.
+    read_wg_peers
+    started=$(printf '%(%s)T' -1)
+    for address in "${address_of[@]}"; do
+        { printf 'runcrate join\n' >"/dev/udp/$address/9"; } 2>/dev/null || true
     done
-    while read -r name; do
-        [ -z "$name" ] || reached[$name]=ok
-    done < <(fping -a -q -B 1.5 -i 1 -t 1000 -r "$retries" "${checked[@]}" 2>/dev/null || true)
+    # A handshake counts if it is fresh: one within 3 minutes of the start (a session kept
+    # alive from an earlier join, re-keyed every 2 minutes, is one), none at all is not.
+    declare -A key_wanted=()
+    for name in "${checked[@]}"; do key_wanted[${WG_KEY_OF[$name]:-none}]=$name; done
+    # A read before the first pause would find no handshake done yet, and each read makes
+    # wireguard-go write out every peer: the pauses come first and grow from 100 ms to 1 s;
+    # `read -t` on a pipe nobody writes waits without a `sleep` process per pause.
+    exec {pause_fd}<> <(:)
+    pause=100 waited=0
+    while ((${#reached[@]} < ${#checked[@]} && waited < WAIT * 1000)); do
+        printf -v seconds '%d.%03d' $((pause / 1000)) $((pause % 1000))
+        read -r -t "$seconds" -u "$pause_fd" _ || true
+        waited=$((waited + pause)) pause=$((pause * 2 > 1000 ? 1000 : pause * 2))
+        while read -r key stamp; do
+            name="${key_wanted[$key]:-}"
+            if [ -n "$name" ] && [ "$stamp" -gt 0 ] && [ "$stamp" -ge $((started - 180)) ]; then
+                reached[$name]=ok
+            fi
+        done < <(wg show wg0 latest-handshakes 2>/dev/null || true)
+    done
+    exec {pause_fd}>&-
     # The pairs this node checked have a session now: keep them alive (PersistentKeepalive,
     # as wg0.conf says). The pairs the other end checks are kept alive from there: turning it
     # on here could greet a peer whose own check is starting its handshake.
-    read_wg_peers
     keepalive=()
     for name in "${!reached[@]}"; do
         keepalive+=(peer "${WG_KEY_OF[$name]}" persistent-keepalive 25)

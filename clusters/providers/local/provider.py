@@ -39,16 +39,18 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from clusters.models import Node
 from clusters.nodeops import operations
 from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
-from clusters.providers.base import BootReport, BootState, StepOutcome
+from clusters.providers.base import BootReport, BootState, StepOutcome, boot_due
 from clusters.providers.fabric import FabricProvider
 from clusters.providers.local import realnodes, sandbox
+from clusters.services.progress import SETTLED_NODE_STATES
 from offers.models import HostFault
 
 if TYPE_CHECKING:
-    from clusters.models import Cluster, Node
+    from clusters.models import Cluster
     from clusters.nodeops.targets import ClusterSpec
     from clusters.providers.base import OutputCallback
     from offers.models import Host, MachineType
@@ -355,6 +357,16 @@ class LocalProvider(FabricProvider):
         if not self._running(host):
             return BootReport(BootState.FAILED, detail=f"{host.name}'s SSH server exited; see {self._dir(host) / 'ssh.log'}")
         return super().boot_status(node)
+
+    def news_at(self, cluster: Cluster, nodes: list[Node]) -> dt.datetime | None:
+        # A host's boot delay is known; past it, a machine's sshd coming up, a join settling
+        # or a readiness check have no instant of their own: poll them.
+        now = timezone.now()
+        waiting = [node for node in nodes if node.state not in SETTLED_NODE_STATES]
+        due = [boot_due(node) for node in waiting if node.state == Node.State.BOOTING]
+        if not due or len(due) < len(waiting) or any(at is None or at <= now for at in due):
+            return None
+        return min(at for at in due if at is not None)
 
     def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
         if not self.real or len(nodes) < 2:

@@ -296,6 +296,16 @@ class GuardRoutes:
                     (holders / run_id).unlink()
                 if not holders.exists() or not any(holders.iterdir()):
                     _ip("route", "del", "blackhole", network, check=False)
+                    # The folder goes with its last holder: runs come and go, each with a
+                    # subnet of its own, and empty folders would pile up for every one.
+                    with contextlib.suppress(FileNotFoundError):
+                        holders.rmdir()
+
+    @classmethod
+    def left_empty(cls, network: str) -> bool:
+        """The network's folder is there with nobody holding its route."""
+        holders = cls._holders(network)
+        return holders.is_dir() and not any(holders.iterdir())
 
 
 class GatewayAddresses:
@@ -1335,7 +1345,7 @@ def gateway_serves(handle: NodeHandle, timeout: float = 5.0) -> bool:
 
 def leftovers(run_dir: Path) -> list[str]:
     """What of this run is still on the computer: namespaces, processes, cgroups, uid
-    ranges (tests)."""
+    ranges, its guard route's folder (tests)."""
     run_dir = run_dir.resolve()
     found = []
     names = set(os.listdir("/run/netns")) if Path("/run/netns").exists() else set()
@@ -1352,8 +1362,11 @@ def leftovers(run_dir: Path) -> list[str]:
             continue
         if str(run_dir) in command_line:
             found.append(f"process {proc.name}: {command_line[:120]}")
-    run_id = Underlay(run_dir).run_id
+    underlay = Underlay(run_dir)
+    run_id = underlay.run_id
     found += [f"disks {folder}" for folder in DISKS_DIR.glob(f"{run_id}-*")]
+    if GuardRoutes.left_empty(str(underlay.subnet)):
+        found.append(f"guard folder {GuardRoutes._holders(str(underlay.subnet))}")
     for path in _cgroup_dirs(f"{run_id}-*"):
         found += [f"cgroup {match}" for match in path.parent.glob(path.name)]
     uids = UidRanges._dir()
