@@ -558,9 +558,12 @@ def setup_shared(
     """vm/bare_metal: /shared exported from the head and mounted on every worker, with
     the hostfiles and runcrate.env in it. container: no shared folder; each node gets its
     own copy of those files in /etc/runcrate. Every node: /etc/runcrate/node.env."""
+    # Where a worker without a kernel NFS client mounts the head's /shared with sshfs: the
+    # address the head's WireGuard peers send to, not wg0 (docs/nodeops.md "/shared").
+    extra_env = {} if spec.sandbox else {"RUNCRATE_HEAD_ENDPOINT": spec.head.wireguard_endpoint}
     with _Session(runner) as session:
         if spec.has_shared_folder:
-            results = _head_then_workers(spec, "setup_shared.sh", "setup_shared", session, on_output)
+            results = _head_then_workers(spec, "setup_shared.sh", "setup_shared", session, on_output, extra_env)
         else:
             results = _run(spec, spec.nodes, "setup_shared.sh", "setup_shared", session, on_output)
     return StepResult("setup_shared", results, detail="shared" if spec.has_shared_folder else "no shared folder")

@@ -433,6 +433,18 @@ def test_each_real_node_has_its_own_shared_folder_and_disk_not_the_hosts(tmp_pat
     assert realnodes.leftovers(tmp_path) == []
 
 
+def real_spec(tmp_path, handles, cluster_id: str):
+    """A cluster of these booted nodes, no software, as the local provider describes it."""
+    from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
+
+    return ClusterSpec(
+        cluster_id=cluster_id, software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
+        nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
+                               key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
+                               proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
+    )
+
+
 @contextlib.contextmanager
 def joined_nodes(tmp_path, count: int, *, wait_seconds: int, before_join=lambda handles: None):
     """`count` real nodes booted at once and joined as the local provider joins them (names,
@@ -442,7 +454,6 @@ def joined_nodes(tmp_path, count: int, *, wait_seconds: int, before_join=lambda 
 
     from clusters.nodeops import operations
     from clusters.nodeops.runner import NodeRunner, RetryPolicy
-    from clusters.nodeops.targets import ClusterSpec, NodeTarget, private_ip
     from clusters.providers.local.sandbox import write_ed25519_keypair
 
     public = write_ed25519_keypair(tmp_path / "client", "join")
@@ -453,12 +464,7 @@ def joined_nodes(tmp_path, count: int, *, wait_seconds: int, before_join=lambda 
                 tmp_path, state, key=state.name, hostname=state.name, authorized_keys=public + "\n"), states))
         realnodes.pin_neighbours(handles)
         before_join(handles)
-        spec = ClusterSpec(
-            cluster_id=f"join-{count}", software="none", machine_kind="vm", gpus_per_machine=1, sandbox=False,
-            nodes=tuple(NodeTarget(name=f"node-{i}", index=i, host=handle.address, port=22, user="root",
-                                   key_filename=str(tmp_path / "client"), root="", private_ip=private_ip(i),
-                                   proxy_command=handle.proxy_command) for i, handle in enumerate(handles)),
-        )
+        spec = real_spec(tmp_path, handles, f"join-{count}")
         secrets = operations.generate_secrets(spec)
         with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
             assert operations.set_names(spec, secrets=secrets, runner=runner).ok
@@ -616,3 +622,43 @@ def test_every_node_of_two_clusters_filling_memory_shm_and_processes_leaves_the_
     newcomer = drive(newcomer, SETTLED, timeout=180)
     assert newcomer.status == Status.READY, story(newcomer)
     assert all(full(found) for found in handles), ("the fill held while the new cluster started", [fill(h) for h in handles])
+
+
+def test_a_file_written_in_shared_on_a_worker_reads_back_on_the_head_and_another_worker_without_crossing_wg0(tmp_path):
+    """Workers mount the head's /shared with sshfs over SSH to the head's underlay address
+    (docs/nodeops.md "/shared"): userspace WireGuard would hold it to a fraction of the head's
+    disk speed. What one worker writes, the head and the other worker read, byte for byte."""
+    from clusters.nodeops import operations
+    from clusters.nodeops.runner import NodeRunner, RetryPolicy
+    from clusters.providers.local.sandbox import write_ed25519_keypair
+
+    public = write_ed25519_keypair(tmp_path / "client", "shared")
+    states = [tmp_path / f"m{i}" for i in range(3)]
+    try:
+        handles = [realnodes.boot(tmp_path, state, key=state.name, hostname=state.name, authorized_keys=public + "\n")
+                   for state in states]
+        realnodes.pin_neighbours(handles)
+        spec = real_spec(tmp_path, handles, "shared-3")
+        secrets = operations.generate_secrets(spec)
+        with NodeRunner(RetryPolicy(connect_timeout=10, attempts=5, backoff=0.2), keep_connections=True) as runner:
+            assert operations.set_names(spec, secrets=secrets, runner=runner).ok
+            assert operations.join_network(spec, secrets=secrets, runner=runner, wait_seconds=20).joined
+            shared = operations.setup_shared(spec, runner=runner)
+            assert shared.ok, shared.summary()
+
+        def run(handle, command: str) -> str:
+            result = realnodes.run_in(handle, ["bash", "-c", command], timeout=120)
+            assert result.returncode == 0, result.stderr
+            return result.stdout.strip()
+
+        received = "wg show wg0 transfer | awk '{s += $2} END {print s}'"
+        before = int(run(handles[0], received))
+        written = run(handles[1], "head -c 33554432 /dev/urandom >/shared/from-node-1 && sha256sum </shared/from-node-1")
+        assert run(handles[0], "sha256sum </shared/from-node-1") == written
+        assert run(handles[2], "sha256sum </shared/from-node-1") == written
+        assert int(run(handles[0], received)) - before < 4 << 20, "the 32 MiB did not travel over wg0"
+    finally:
+        for state in states:
+            realnodes.release(tmp_path, state)
+        realnodes.Underlay(tmp_path).teardown()
+    assert realnodes.leftovers(tmp_path) == []
