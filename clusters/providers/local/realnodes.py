@@ -920,8 +920,11 @@ def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: s
         try:
             _plug(handle, underlay, drop_wireguard=drop_wireguard)
         except RuntimeError as error:
-            release(run_dir, state_dir)
-            raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
+            # A PID 1 that ended before it was wired (sshd refused to start) is a boot that
+            # failed: its own words say why, below.
+            if _is_node_init(pid, state_dir):
+                release(run_dir, state_dir)
+                raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
     delay = 0.02
     while (time.monotonic() < deadline and pid and not output.booted and not output.over_cap
            and _is_node_init(pid, state_dir)):
@@ -999,7 +1002,9 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
     facts = [f"launcher exited with status {status}" if status is not None else "launcher still running"]
     if output.over_cap:
         facts.append(f"stopped reading its output at {BOOT_OUTPUT_CAP} bytes")
-    if not pid:
+    if not pid and status is not None:
+        facts.append("PID 1 was not seen running before the launcher exited")
+    elif not pid:
         facts.append("PID 1 never started")
     elif not _is_node_init(pid, state_dir):
         facts.append(f"PID 1 ({pid}) exited")
