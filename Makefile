@@ -4,12 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROVIDER ?= local
-# Ray for real nodes on this computer: one virtualenv every node sees (install_ray.sh
-# installs it itself on a machine that lacks it). The release is the one node images ship.
-RAY_VENV ?= /opt/ray
-RAY_VERSION ?= $(shell sed -n 's/^RAY_VERSION = "\(.*\)"/\1/p' clusters/providers/local/images.py)
 
-.PHONY: run test venv bench check clean ray host images
+.PHONY: run test venv bench check clean host images
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,26 +20,18 @@ venv: $(STAMP)
 host:
 	@bin/host-setup
 
-# Only where real nodes can run (root); elsewhere the local provider uses sandboxes.
-ray: host
-	@if [ "$$(id -u)" = 0 ] && [ ! -x $(RAY_VENV)/bin/ray ]; then \
-		echo "Installing Ray $(RAY_VERSION) into $(RAY_VENV) for real nodes"; \
-		/usr/bin/python3 -m venv $(RAY_VENV) && $(RAY_VENV)/bin/pip install --quiet "ray==$(RAY_VERSION)"; \
-	fi
-
-# The machine image (docs/nodeops.md, "Images"): built with mmdebstrap the first time (a few
-# minutes; it says so), then taken from this computer's cache until its recipe changes. Only
-# where real nodes can run (root). The tests build it; nodes do not boot from it yet, so
-# `make run` does not.
+# The machine image every real node boots from (docs/nodeops.md, "Images"): built with
+# mmdebstrap the first time (a few minutes; it says so), then taken from this computer's cache
+# until its recipe changes. Only where real nodes can run (root).
 images: $(STAMP) host
 	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusters.providers.local.images build base; fi
 
-run: $(STAMP) host ray
+run: $(STAMP) host images
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
 
-test: $(STAMP) host ray images
+test: $(STAMP) host images
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Lint, types and Django's own checks: CI runs this before the tests.
@@ -57,7 +45,7 @@ check: $(STAMP)
 # shared helpers), each in a PostgreSQL database of its own made from DATABASE_URL's server.
 BENCHES := $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 
-bench: $(STAMP) host ray
+bench: $(STAMP) host images
 	@status=0; for script in $(BENCHES); do \
 		echo "== $$script"; DEBUG=1 $(PY) $$script || status=1; \
 	done; exit $$status

@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
-    parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (needs /opt/ray; ~1 GB)")
+    parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (~1 GB)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="boot and join each size this many times on fresh machines; prints how many failed")
     args = parser.parse_args()
@@ -134,7 +134,7 @@ def main() -> None:
         print(f"real nodes bench: skipped ({why})")
         return
     runs = [(int(n), software) for software in args.software.split(",") for n in args.sizes.split(",")]
-    if args.ray and Path("/opt/ray/bin/ray").exists():
+    if args.ray:
         runs.append((2, "ray"))
     print(f"real nodes bench: boot to ready on this computer ({why})")
     print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'per node':>8} | memory per node (PSS, MiB): head, workers")

@@ -204,3 +204,89 @@ def test_an_unchanged_recipe_is_not_built_again_and_a_changed_one_is_a_new_image
     assert changed.digest(suite) != recipe.digest(suite)
     assert images.Recipe(name="base", packages=tuple(reversed(recipe.packages)), venvs=recipe.venvs).digest(suite) \
         == recipe.digest(suite)
+
+
+# -- real nodes boot from the image -----------------------------------------------------------
+
+
+@pytest.fixture
+def node_run(tmp_path: Path) -> Iterator[Path]:
+    """A run of real nodes (realnodes.boot), every one released and checked gone at the end."""
+    run = tmp_path / "run"
+    run.mkdir()
+    yield run
+    for state in run.iterdir():
+        if (state / "node.json").exists():
+            realnodes.release(run, state)
+    realnodes.Underlay(run).teardown()
+    assert realnodes.leftovers(run) == []
+
+
+def boot_node(run: Path, name: str, segment: str = "cluster-a") -> realnodes.NodeHandle:
+    return realnodes.boot(run, run / name, key=name, hostname=name, authorized_keys="", segment=segment)
+
+
+def in_node(handle: realnodes.NodeHandle, script: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return realnodes.run_in(handle, ["bash", "-c", script], timeout=120, **kwargs)
+
+
+def copy_into(handle: realnodes.NodeHandle, source: Path, target: str) -> None:
+    """A file copied into the node as its root would receive it (scp's part)."""
+    import base64
+
+    copied = in_node(handle, f"base64 -d > {shlex.quote(target)}", input=base64.b64encode(source.read_bytes()).decode())
+    assert copied.returncode == 0, copied.stderr
+
+
+def test_root_on_a_node_installs_anywhere_and_no_other_node_the_next_cluster_or_the_image_sees_it(
+        base_image, node_run, tmp_path):
+    before = images.digest_tree(base_image)
+    node0, node1 = boot_node(node_run, "node-0"), boot_node(node_run, "node-1")
+    copy_into(node0, local_deb(tmp_path), "/root/rc-probe.deb")
+    copy_into(node0, local_wheel(tmp_path), "/root/rcprobe-1.0-py3-none-any.whl")
+
+    wrote = in_node(node0, r"""
+set -e
+dpkg -i /root/rc-probe.deb >/dev/null
+dpkg-query -W -f='${Status}\n' rc-probe
+printf '#!/bin/sh\necho x ran\n' > /usr/bin/x && chmod 755 /usr/bin/x && x
+cd /root && python3 -m venv v && v/bin/pip install --quiet --no-index /root/rcprobe-1.0-py3-none-any.whl
+v/bin/python -c 'import rcprobe; print("rcprobe", rcprobe.ANSWER)'
+""")
+    assert wrote.returncode == 0, wrote.stderr
+    assert wrote.stdout.splitlines() == ["install ok installed", "x ran", "rcprobe 42"], wrote.stdout
+    assert not Path("/usr/bin/x").exists() and not Path("/usr/share/rc-probe").exists()
+
+    unseen = r"""
+test -e /usr/bin/x && echo "sees /usr/bin/x"
+test -e /usr/share/rc-probe && echo "sees rc-probe's files"
+dpkg-query -W rc-probe >/dev/null 2>&1 && echo "sees rc-probe"
+test -e /root/v && echo "sees the venv"
+echo checked
+"""
+    assert in_node(node1, unseen).stdout.splitlines() == ["checked"]
+    # The next cluster on the same machine slot: node-0's layer went with it.
+    realnodes.release(node_run, node_run / "node-0")
+    again = boot_node(node_run, "node-0", segment="cluster-b")
+    assert in_node(again, unseen).stdout.splitlines() == ["checked"]
+    assert images.digest_tree(base_image) == before
+
+
+def test_a_node_runs_the_images_software_and_sees_nothing_of_this_computers(base_image, node_run):
+    only_here = Path("/usr/share") / f"rc-host-only-{os.getpid()}"
+    only_here.write_text("this computer's\n")
+    try:
+        node = boot_node(node_run, "node-0")
+        seen = in_node(node, f"""
+test -e {only_here} && echo "sees {only_here}"
+cat /etc/debian_version
+readlink /proc/$(cat /run/sshd.pid)/exe
+/opt/ray/bin/python -c 'import ray.dashboard, ray.job_submission; print("ray[default]")'
+""")
+    finally:
+        only_here.unlink()
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.splitlines() == [(base_image / "etc/debian_version").read_text().strip(), "/usr/sbin/sshd",
+                                        "ray[default]"], seen.stdout
+    # Its root is the image under the node's layer, on the node's own disk.
+    assert in_node(node, "findmnt -n -o FSTYPE /").stdout.strip() == "overlay"

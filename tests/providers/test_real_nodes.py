@@ -283,8 +283,6 @@ def test_a_machine_that_fails_to_boot_fails_the_cluster_and_no_node_is_left(envi
 
 
 def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_a_replaced_node(environment, real_machines):
-    if not (realnodes.Path("/opt/ray/bin/ray").exists()):
-        pytest.skip("Ray is not installed in /opt/ray (make ray)")
     machine_type = real_machine_type(4)
     cluster = create_cluster(
         environment=environment, name="tune", machine_type=machine_type, machine_count=2, software="ray"

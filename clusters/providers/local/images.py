@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 IMAGES_DIR = Path(os.environ.get("RUNCRATE_IMAGES_DIR", "/var/lib/runcrate-nodes/images"))
-# The Ray every image ships (`ray[default]`: job submission and the dashboard); the Makefile's
-# RAY_VERSION and install_ray.sh's default name the same release.
+# The Ray every image ships (`ray[default]`: job submission and the dashboard); install_ray.sh's
+# default names the same release.
 RAY_VERSION = "2.60.0"
 # Bump when the build steps below change in a way the recipe's fields do not show.
 BUILD_STEPS_VERSION = 3

@@ -8,14 +8,13 @@ one (docs/nodeops.md, "Isolated machines"). A node is:
   is owned by that range's first uid, not this computer's root, and sits in an outer one
   (owned by the same uid) that holds the node's per-user kernel limits (`userns.py`):
   namespaces and inotify instances the node makes count against its own uid and limits;
-- **its own root filesystem**: its disk, an ext4 filesystem in a sparse file of the disk's
-  size on this computer's disk (not in its memory), that the node `pivot_root`s into and whose old root is detached, so nothing
-  of this computer's tree is reachable, `mount` tricks included. Into it go read-only binds of
-  the software this computer installed (`/usr`, dpkg's database, the Ray virtualenv), a copy
-  of the host's `/etc` *as the node's root can read it* (the kernel leaves out shadow files
-  and private keys), the node's own `/usr/local`, `/opt`, `/var`, `/root`, `/tmp`, `/run`, a
-  private `/dev` with only null, zero, random, tty, `net/tun` and `fuse`, a `/dev/shm` of half
-  its memory, and `/shared`, a second such disk;
+- **its own root filesystem**: the machine image (images.py), mounted read-only and idmapped
+  to the node's uid range, under a writable overlay layer on its disk, an ext4 filesystem in a
+  sparse file of the disk's size on this computer's disk (not in its memory). The node
+  `pivot_root`s into it and its old root is detached, so nothing of this computer's tree is
+  reachable, `mount` tricks included, and nothing of this computer's software is in it: sshd,
+  WireGuard, Slurm and Ray are the image's. A private `/dev` with only null, zero, random, tty,
+  `net/tun` and `fuse`, a `/dev/shm` of half its memory, and `/shared`, a second such disk;
 - **its own network, UTS, IPC, mount and PID namespaces**, owned by its user namespace (so
   wireguard-go, `ip` and fping work inside); `eth0` is one end of a veth whose other end is
   on its *cluster's* bridge (`Underlay.bridge`) inside a switch namespace with no link to the
@@ -66,6 +65,7 @@ import paramiko
 
 from clusters.nodeops.targets import PRIVATE_NETWORK
 
+from . import images
 from .sandbox import find_sshd, write_ed25519_keypair
 
 TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping", "losetup", "mkfs.ext4")
@@ -91,16 +91,13 @@ SUBID_LINE = f"root:{FIRST_UID}:{RANGE_SIZE * RANGES}"
 # Gateways: 127.64.0.0/10, one address per machine ever booted here, port 2222.
 GATEWAY_NETWORK = ipaddress.IPv4Network("127.64.0.0/10")
 GATEWAY_PORT = 2222
-# Read-only binds of what this computer installed: the node runs the same packages.
-SOFTWARE_BINDS = ("/usr", "/var/lib/dpkg", "/opt/ray")
+# The image every node boots from (images.py): its root filesystem is the node's, under a
+# writable layer of the node's own.
+NODE_IMAGE = "base"
+IMAGES_HELPER = Path(__file__).with_name("images.py")
 # Device nodes a node may open: name, major, minor.
 DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0),
            ("net/tun", 10, 200), ("fuse", 10, 229))
-# The node's own tree, created empty at boot (owned by its root).
-NODE_TREE = (
-    "etc", "usr", "var/lib/runcrate/usr-local", "opt", "opt/ray", "var/lib/dpkg", "var/log", "var/tmp", "var/spool", "var/cache",
-    "var/lib/misc", "root", "home", "srv", "mnt/runcrate-volume", "shared", "tmp", "run", "proc", "sys", "dev",
-)
 # Node-local state of the daemons the scripts start; made at boot, as a package would.
 NODE_DIRS = (
     "/etc/runcrate", "/etc/wireguard", "/etc/slurm", "/etc/munge", "/var/lib/munge", "/var/log/munge",
@@ -164,6 +161,8 @@ def capability() -> tuple[bool, str]:
         return False, "missing " + ", ".join(missing)
     if not os.path.exists("/dev/net/tun"):
         return False, "no /dev/net/tun for WireGuard"
+    if images.cached(NODE_IMAGE) is None:
+        return False, f"the machine image {NODE_IMAGE!r} is not built (make images)"
     if not os.path.exists("/dev/loop-control"):
         return False, "no /dev/loop-control for the machines' disks"
     if not Path("/sys/module/wireguard").exists() and shutil.which("wireguard-go") is None:
@@ -495,12 +494,36 @@ def _is_node_init(pid: int, state_dir: Path) -> bool:
 
 
 def _root_dir(node: str) -> Path:
+    """Where the node's directory is (`_node_dir` makes it)."""
+    return HOST_REGISTRY / "roots" / node
+
+
+def _node_dir(node: str) -> Path:
+    """The node's directory of this computer, where stage one mounts (in the node's own mount
+    namespace) its disks, the idmapped image and its root; only empty mount points are ever
+    seen here from this computer's namespace. Every directory on the way is searchable by the
+    node's root, nothing in them listable."""
     roots = HOST_REGISTRY / "roots"
     if not roots.is_dir():
         roots.mkdir(parents=True, exist_ok=True)
         for path in (HOST_REGISTRY, roots):
             path.chmod(0o711)
-    return roots / node
+    folder = _root_dir(node)
+    _remove_node_dir(node)
+    folder.mkdir(mode=0o711)
+    folder.chmod(0o711)
+    return folder
+
+
+def _remove_node_dir(node: str) -> None:
+    """The node's directory and its mount points, once its mount namespace is gone. Only
+    `rmdir`: a directory that is not empty (a mount still there) is left alone."""
+    folder = _root_dir(node)
+    if not folder.is_dir():
+        return
+    for directory, _, _ in os.walk(folder, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 def _in_own_namespaces(pid: int) -> bool:
@@ -672,16 +695,18 @@ LogLevel ERROR
 Subsystem sftp internal-sftp
 """
 
-# Stage one, as this computer's root in a mount namespace of its own: the node's disks (an
-# ext4 filesystem in a sparse file each, of its sizes, owned by the node's root: its root, then
-# /shared) with what boot() seeded, then every mount the node gets from the host. The fstab
-# is one `mount` process. Then the node's user namespaces (userns.py: owned by the node's uid,
-# not this computer's root, under an outer one holding the node's per-user limits) and, from
+# Stage one, as this computer's root in a mount namespace of its own, in the node's directory
+# (`_node_dir`): the node's disks (an ext4 filesystem in a sparse file each, of its sizes,
+# owned by the node's root: its root's writable layer, then /shared), the layer seeded with
+# what boot() wrote, the image mounted read-only and idmapped to the node's uid range
+# (images.py attach), then every mount the node gets from this computer (`fstab.host`, one
+# `mount` process). Then the node's user namespaces (userns.py: owned by the node's uid, not
+# this computer's root, under an outer one holding the node's per-user limits) and, from
 # inside them, its other namespaces and PID 1.
 HOST_STAGE = r"""#!/bin/bash
 set -euo pipefail
 trap 'echo "boot stage one stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
-STATE="$1" BASE="$2" NODE_HOSTNAME="$3" SSHD="$4" ROOT="$5" INIT_NAME="$6"
+STATE="$1" BASE="$2" NODE_HOSTNAME="$3" NODE_DIR="$4" INIT_NAME="$5" IMAGE="$6"
 # No journal: the disk lives and dies with the node, nothing is ever recovered from it.
 # Direct I/O: the file's blocks are not cached a second time in this computer's memory.
 # discard: what the node deletes is given back to this computer's disk. `losetup -d` on a
@@ -695,40 +720,41 @@ while IFS=$'\t' read -r image size target; do
     losetup -d "$loop"
     rmdir "$target/lost+found"
 done < "$STATE/disks"
-cp -a "$STATE/seed/." "$ROOT/"
-chown -R "$BASE:$BASE" "$ROOT"
+mkdir -p "$NODE_DIR/layer/upper" "$NODE_DIR/layer/work" "$NODE_DIR/image" "$NODE_DIR/root"
+cp -a "$STATE/seed/." "$NODE_DIR/layer/upper/"
+chown -R "$BASE:$BASE" "$NODE_DIR/layer"
+%(python)s -I -S %(images)s attach "$IMAGE" "$NODE_DIR/image" --base "$BASE" --size %(range)d
 mount -a -T "$STATE/fstab.host"
 # The node's /dev: device nodes made by this computer's root (a user namespace cannot mknod),
 # readable and writable by everyone in the node as on any Linux machine, and the usual links
 # (boot's _write_devices); nothing else of the host's /dev is there.
-cp -a "$STATE/dev-seed/dev/." "$ROOT/dev/"
-# The node's root reads PID 1's command line and environment: they name no path of this
-# computer (PID 1 starts in the node's root directory) and hold nothing of the control
-# plane's environment, where its secrets are.
-cd "$ROOT"
+cp -a "$STATE/dev-seed/dev/." "$NODE_DIR/dev/"
+# The node's root reads PID 1's command line and environment: they hold nothing of the
+# control plane's environment, where its secrets are.
+cd "$NODE_DIR"
 exec env -i %(environment)s \
     %(python)s -I -S %(userns)s "$BASE" %(range)d %(user_limits)s -- \
     unshare --net --mount --uts --ipc --pid --fork --propagation private \
-    bash -c "$(cat "$STATE/node.sh")" "$INIT_NAME" "$NODE_HOSTNAME" "$SSHD"
+    bash -c "$(cat "$STATE/node.sh")" "$INIT_NAME" "$NODE_HOSTNAME"
 """
 
-# Stage two, PID 1 of the node, as the node's root (an unprivileged uid on this computer).
-# The host's /etc is copied as this root can read it: the kernel refuses shadow files and
-# private keys to it. Then pivot_root and the old root detached: nothing of the host's tree
-# is left to mount again. Then reap orphans forever; release kills it (it ignores SIGTERM).
+# Stage two, PID 1 of the node, as the node's root (an unprivileged uid on this computer): its
+# root is an overlay of the idmapped image under the layer on its disk, mounted here, inside
+# the node's user namespace (`userxattr`: overlay keeps its records in user.* attributes, the
+# only ones the node's root may write). Then the node's /dev, /shared and volumes bound in,
+# pivot_root, and the old root detached: nothing of the host's tree is left to mount again.
+# Then reap orphans forever; release kills it (it ignores SIGTERM).
 NODE_STAGE = r"""set -euo pipefail
 trap 'echo "boot stage two stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
-ROOT="$PWD" NODE_HOSTNAME="$1" SSHD="$2"
-cp -rn --preserve=timestamps,links /etc/. "$ROOT/etc/" 2>/dev/null || true
-rm -rf "$ROOT/etc/netns" "$ROOT/etc/subuid" "$ROOT/etc/subgid" \
-    "$ROOT"/etc/ssh/ssh_host_rsa_key.pub "$ROOT"/etc/ssh/ssh_host_ecdsa_key.pub "$ROOT"/etc/ssh/ssh_host_dsa_key.pub
-# The node's own shadow files (the host's are not readable here): no passwords, none locked
-# (sshd refuses key logins to an account without a shadow entry).
-awk -F: -v shadow="$ROOT/etc/shadow" -v gshadow="$ROOT/etc/gshadow" '
-    FNR == NR { print $1 ":*:20000:0:99999:7:::" > shadow; next }
-    { print $1 ":*::" > gshadow }' "$ROOT/etc/passwd" "$ROOT/etc/group"
-chmod 0640 "$ROOT/etc/shadow" "$ROOT/etc/gshadow"
-mount --rbind "$ROOT" "$ROOT"
+NODE_DIR="$PWD" NODE_HOSTNAME="$1"
+ROOT="$NODE_DIR/root"
+# Paths relative to the node's directory (PID 1's working directory here): nothing of this
+# computer's paths is in PID 1's command line.
+mount -t overlay node-root -o lowerdir=image,upperdir=layer/upper,workdir=layer/work,userxattr root
+mount --rbind "$NODE_DIR/dev" "$ROOT/dev"
+mkdir -p "$ROOT/shared"
+mount --bind "$NODE_DIR/shared" "$ROOT/shared"
+%(binds)s
 cd "$ROOT"
 mkdir -p .host
 pivot_root . .host
@@ -740,20 +766,20 @@ mount -t proc -o nosuid,nodev,noexec proc /proc
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys
 mount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
 controllers=()
-for controller in /run/cgroup/*; do
+for controller in "/.host$NODE_DIR/cgroup"/*; do
     [ -d "$controller" ] && controllers+=("${controller##*/}")
 done
 if [ "${#controllers[@]}" -gt 0 ]; then
     mkdir -p "${controllers[@]/#//sys/fs/cgroup/}"
     for controller in "${controllers[@]}"; do
-        mount --bind "/run/cgroup/$controller" "/sys/fs/cgroup/$controller"
+        mount --bind "/.host$NODE_DIR/cgroup/$controller" "/sys/fs/cgroup/$controller"
     done
 fi
 umount -l /.host
 rmdir /.host
 mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
-mkdir -p /run/sshd /run/munge /run/wireguard /run/lock \
-    /usr/local/bin /usr/local/sbin /usr/local/lib /usr/local/include /usr/local/share /usr/local/src /usr/local/etc
+mkdir -p /run/sshd /run/munge /run/wireguard /run/lock %(node_dirs)s
+echo "$NODE_HOSTNAME" > /etc/hostname
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
 hostname "$NODE_HOSTNAME"
 ip link set lo up
@@ -762,7 +788,7 @@ if [ -f /etc/runcrate/boot-fault ]; then
 else
     # -r: no re-exec per connection (~10 ms of CPU each, and a step opens one per node).
     # Its stdio are the node's own from the start: a daemon keeps what it was started with.
-    "$SSHD" -r -f /etc/ssh/sshd_config -E /var/log/sshd.log </dev/null >/dev/null 2>>/var/log/sshd.log \
+    /usr/sbin/sshd -r -f /etc/ssh/sshd_config -E /var/log/sshd.log </dev/null >/dev/null 2>>/var/log/sshd.log \
         || { tail -n 5 /var/log/sshd.log >&2; exit 1; }
 fi
 echo "%(booted)s"
@@ -817,6 +843,10 @@ def boot(
         return existing
     if existing:
         release(run_dir, state_dir)
+    image = images.cached(NODE_IMAGE)
+    if image is None:
+        raise RuntimeError(f"node {hostname} did not boot: the machine image {NODE_IMAGE!r} is not built "
+                           f"(python -m clusters.providers.local.images build {NODE_IMAGE})")
     limits = limits or NodeLimits()
     underlay = Underlay(run_dir)
     bridge = underlay.ensure(segment)
@@ -830,7 +860,7 @@ def boot(
     state_dir.mkdir(parents=True)
     (state_dir / "claimed").touch()
     base = UidRanges.claim(state_dir)
-    host_key = _write_seed(state_dir / "seed", hostname=hostname, authorized_keys=authorized_keys,
+    host_key = _write_seed(state_dir / "seed", image, hostname=hostname, authorized_keys=authorized_keys,
                            boot_fails=boot_fails, files=files or {})
     for host_path in (binds or {}).values():
         Path(host_path).mkdir(parents=True, exist_ok=True)
@@ -838,19 +868,24 @@ def boot(
         # takes it over on its attach).
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
     _write_devices(state_dir / "dev-seed", base)
+    # The node's root is mounted (in a mount namespace of the node's own) in a directory of
+    # this computer that its root may walk to: the state directory may sit in a folder only
+    # this computer's root can enter (a test's tmp_path).
+    node_dir = _node_dir(cgroup)
     environment = " ".join(f"{name}={value}" for name, value in NODE_ENVIRONMENT.items())
     (state_dir / "init.sh").write_text(HOST_STAGE % {
         "range": RANGE_SIZE, "environment": environment, "python": shlex.quote(sys.executable),
-        "userns": shlex.quote(str(USERNS_HELPER)),
+        "userns": shlex.quote(str(USERNS_HELPER)), "images": shlex.quote(str(IMAGES_HELPER)),
         "user_limits": " ".join(f"{name}={value}" for name, value in _user_limits(limits).items()),
     })
-    (state_dir / "node.sh").write_text(NODE_STAGE % {"booted": BOOTED})
-    # The node's root is mounted (in a mount namespace of the node's own) on an empty
-    # directory of this computer that its root may walk to: the state directory may sit in a
-    # folder only this computer's root can enter (a test's tmp_path).
-    root = _root_dir(cgroup)
-    root.mkdir(parents=True, exist_ok=True)
-    _write_mounts(state_dir, root, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
+    volumes = "".join(f'mkdir -p "$ROOT"{shlex.quote(node_path)}\n'
+                      f'mount --bind "$NODE_DIR/volumes/{index}" "$ROOT"{shlex.quote(node_path)}\n'
+                      for index, node_path in enumerate(binds or {}))
+    (state_dir / "node.sh").write_text(NODE_STAGE % {
+        "booted": BOOTED,
+        "binds": volumes, "node_dirs": " ".join(NODE_DIRS),
+    })
+    _write_mounts(state_dir, node_dir, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
 
     dirs = _make_cgroup(cgroup, limits)
     # Stage one's and PID 1's stdout and stderr are a pipe read here, never a file of this
@@ -858,8 +893,7 @@ def boot(
     # and a host file would be this computer's disk to fill.
     launcher = subprocess.Popen(
         _in_cgroup(dirs, ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"),
-                          str(state_dir), str(base), hostname, find_sshd() or "/usr/sbin/sshd", str(root),
-                          _init_name(state_dir)]),
+                          str(state_dir), str(base), hostname, str(node_dir), _init_name(state_dir), str(image)]),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
@@ -896,8 +930,11 @@ def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: s
         try:
             _plug(handle, underlay, drop_wireguard=drop_wireguard)
         except RuntimeError as error:
-            release(run_dir, state_dir)
-            raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
+            # A PID 1 that ended before it was wired (sshd refused to start) is a boot that
+            # failed: its own words say why, below.
+            if _is_node_init(pid, state_dir):
+                release(run_dir, state_dir)
+                raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
     delay = 0.02
     while (time.monotonic() < deadline and pid and not output.booted and not output.over_cap
            and _is_node_init(pid, state_dir)):
@@ -975,7 +1012,9 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
     facts = [f"launcher exited with status {status}" if status is not None else "launcher still running"]
     if output.over_cap:
         facts.append(f"stopped reading its output at {BOOT_OUTPUT_CAP} bytes")
-    if not pid:
+    if not pid and status is not None:
+        facts.append("PID 1 was not seen running before the launcher exited")
+    elif not pid:
         facts.append("PID 1 never started")
     elif not _is_node_init(pid, state_dir):
         facts.append(f"PID 1 ({pid}) exited")
@@ -992,34 +1031,32 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
     return ", ".join(facts)
 
 
-def _write_seed(seed: Path, *, hostname: str, authorized_keys: str, boot_fails: bool, files: dict[str, str]) -> str:
-    """What the node's disk starts with (stage one copies it onto the node's disk): the tree
-    of a Debian machine, its sshd with a host key made now, fault files. Returns the public key."""
-    for path in (*NODE_TREE, *(directory.lstrip("/") for directory in NODE_DIRS)):
-        (seed / path).mkdir(parents=True, exist_ok=True)
-    for link in ("bin", "sbin", "lib", "lib64"):
-        if Path("/", link).is_symlink():
-            (seed / link).symlink_to(os.readlink(Path("/", link)))
-    (seed / "var/run").symlink_to("/run")
-    (seed / "var/lock").symlink_to("/run/lock")
-    for directory in ("tmp", "var/tmp"):
-        (seed / directory).chmod(0o1777)
-    (seed / "root").chmod(0o700)
-    for name in (".bashrc", ".profile"):
-        if Path("/etc/skel", name).exists():
-            shutil.copy(Path("/etc/skel", name), seed / "root" / name)
+def _write_seed(seed: Path, image: Path, *, hostname: str, authorized_keys: str, boot_fails: bool,
+                files: dict[str, str]) -> str:
+    """What the node's writable layer starts with over the image (stage one copies it there):
+    its sshd's configuration with a host key made now, the control plane's key, fault files.
+    Returns the public key."""
     ssh_dir = seed / "etc/ssh"
-    ssh_dir.mkdir(parents=True, exist_ok=True)
+    ssh_dir.mkdir(parents=True)
     host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
     (ssh_dir / "runcrate_control_plane_keys").write_text(control_plane_keys(authorized_keys))
     if boot_fails:
+        (seed / "etc/runcrate").mkdir()
         (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
     for path, text in files.items():
         if not path.startswith(("/etc/", "/var/")):
             raise ValueError(f"{path} is not under /etc or /var")
         (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (seed / path.lstrip("/")).write_text(text)
+    # A directory of the layer stands for the image's own in the node (overlay shows the upper
+    # one's mode): keep the image's.
+    for directory, _, _ in os.walk(seed):
+        relative = os.path.relpath(directory, seed)
+        try:
+            os.chmod(directory, stat.S_IMODE(os.stat(image / relative).st_mode))
+        except FileNotFoundError:
+            os.chmod(directory, 0o755)
     return host_key
 
 
@@ -1062,37 +1099,37 @@ def _write_devices(seed: Path, base: int) -> None:
     os.chmod(dev, 0o755)
 
 
-def _write_mounts(state_dir: Path, root: Path, *, base: int, limits: NodeLimits, cgroup: str,
+def _write_mounts(state_dir: Path, node_dir: Path, *, base: int, limits: NodeLimits, cgroup: str,
                   binds: dict[str, str]) -> None:
-    """What stage one mounts: the node's disks (`disks`: image, size in MiB, mount point, a
-    line each, its root first), then everything it gets from this computer (`fstab.host`).
+    """What stage one mounts in the node's directory: the node's disks (`disks`: image, size
+    in MiB, mount point, a line each: its root's writable layer, then /shared), then
+    everything it gets from this computer (`fstab.host`), which stage two binds into its root.
 
     The disks are on this computer's disk, not in its memory: an ext4 filesystem in a sparse
-    file of the machine's size (its root, then /shared), so the node's memory limit is its
-    machine's memory alone and a full disk stops at the machine's size. The files are in the
-    state directory, which release removes."""
+    file of the machine's size, so the node's memory limit is its machine's memory alone and a
+    full disk stops at the machine's size. The files are in the node's disks folder, which
+    release removes."""
     ids = f"uid={base},gid={base}"
     disks = _disks_dir(cgroup)
     (state_dir / "disks").write_text("".join(
         f"{disks / image}\t{size}\t{target}\n"
-        for image, size, target in (("disk.img", limits.disk_mb, root), ("shared.img", limits.shared_mb, root / "shared"))
+        for image, size, target in (("disk.img", limits.disk_mb, node_dir / "layer"),
+                                    ("shared.img", limits.shared_mb, node_dir / "shared"))
     ))
     _write_fstab(state_dir / "fstab.host", [
-        *((path, f"{root}{path}", "none", "bind,ro,nosuid,nodev") for path in SOFTWARE_BINDS if Path(path).is_dir()),
-        # Over the host's /usr/local (inside the /usr bind): the node's own, on its disk.
-        (f"{root}/var/lib/runcrate/usr-local", f"{root}/usr/local", "none", "bind"),
         # The node's own cgroups, read-only (it cannot raise its limits), where the node's
-        # PID 1 finds them to put under its /sys/fs/cgroup (then its /run covers them).
-        *((str(path), f"{root}/run/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
+        # PID 1 finds them to put under its /sys/fs/cgroup.
+        *((str(path), f"{node_dir}/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
           for path in _cgroup_dirs(cgroup) if not _cgroup_v2()),
-        ("node-dev", f"{root}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids}"),
-        ("node-dev-net", f"{root}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
+        ("node-dev", f"{node_dir}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids},X-mount.mkdir"),
+        ("node-dev-net", f"{node_dir}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
         # Sized (half the machine's memory) and mounted from here, so the node's root cannot
         # remount it larger; only the node's processes reach it, so its pages are charged to
         # the node's memory cgroup (they outlive the process that wrote them, not the node).
-        ("node-shm", f"{root}/dev/shm", "tmpfs", f"mode=1777,nosuid,nodev,size={limits.shm_mb}m,{ids},X-mount.mkdir"),
-        *((host_path, f"{root}{node_path}", "none", "bind,nosuid,nodev,X-mount.mkdir")
-          for node_path, host_path in binds.items()),
+        ("node-shm", f"{node_dir}/dev/shm", "tmpfs",
+         f"mode=1777,nosuid,nodev,size={limits.shm_mb}m,{ids},X-mount.mkdir"),
+        *((host_path, f"{node_dir}/volumes/{index}", "none", "bind,nosuid,nodev,X-mount.mkdir")
+          for index, host_path in enumerate(binds.values())),
     ])
 
 
@@ -1213,8 +1250,7 @@ def release(run_dir: Path, state_dir: Path) -> None:
         if handle.uid_base:
             UidRanges.free(state_dir, handle.uid_base)
         if handle.cgroup:
-            with contextlib.suppress(OSError):
-                _root_dir(handle.cgroup).rmdir()
+            _remove_node_dir(handle.cgroup)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
