@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0006_environment_idle_notice_hours'),
+        ('accounts', '0007_environment_idle_notice_hours_in_parts'),
     ]
 
     operations = [
