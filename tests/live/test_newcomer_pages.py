@@ -8,6 +8,7 @@ import re
 from decimal import Decimal
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from accounts.models import Role
 from clusters.models import Cluster, Status
@@ -71,7 +72,15 @@ def shot(page, name: str, selector: str | None = None) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
     if selector:
-        page.locator(selector).first.screenshot(path=str(SCREENSHOTS / name.replace(".png", "-part.png")))
+        # A push may swap the part while it is taken (the live cost does, every few seconds):
+        # the next try finds the new one.
+        for attempt in range(3):
+            try:
+                page.locator(selector).first.screenshot(path=str(SCREENSHOTS / name.replace(".png", "-part.png")))
+                return
+            except PlaywrightError:
+                if attempt == 2:
+                    raise
 
 
 def create_in_browser(page, machine_type_id: int, machines: int, name: str, software: str = "none") -> int:
