@@ -87,6 +87,8 @@ class Cluster(models.Model):
     machine_type = models.ForeignKey(MachineType, on_delete=models.PROTECT, related_name="clusters")
     machine_count = models.PositiveSmallIntegerField()
     software = models.CharField(max_length=20, choices=Software.choices, default=Software.NONE)
+    # The machine image every node boots from (docs/nodeops.md, "Images"); fixed at create.
+    image = models.CharField(max_length=32, default="base")
     volume = models.ForeignKey(Volume, null=True, blank=True, on_delete=models.PROTECT, related_name="clusters")
     ssh_keys = models.ManyToManyField(SSHKey, blank=True, related_name="clusters")
     # The price is fixed when the cluster is created: a catalogue change never reprices it.

@@ -260,7 +260,7 @@ class LocalProvider(FabricProvider):
                 segment=f"cluster-{node.cluster_id}", limits=node_limits(host.machine_type),
                 boot_fails=host.fault == HostFault.BOOT_FAILS,
                 drop_wireguard=host.fault == HostFault.NEVER_JOINS,
-                files=files, binds=binds,
+                files=files, binds=binds, image_name=node.cluster.image,
             )
         except RuntimeError as error:
             # boot_status reports the machine as not running: the cluster fails as one.

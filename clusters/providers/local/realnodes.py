@@ -831,22 +831,24 @@ def boot(
     drop_wireguard: bool = False,
     files: dict[str, str] | None = None,
     binds: dict[str, str] | None = None,
+    image_name: str = NODE_IMAGE,
 ) -> NodeHandle:
     """Start one node (idempotent: an already running node is returned as it is).
 
     `segment` names the node's network: nodes of one segment (a cluster) share a bridge,
     nodes of different segments share nothing. `files` are written into the node's /etc or
     /var before it boots (a fault file); `binds` maps a node path to a host directory mounted
-    there (an attached volume: handed to the node's root)."""
+    there (an attached volume: handed to the node's root). `image_name` is the machine image
+    (images.IMAGES) the node's root filesystem comes from."""
     existing = NodeHandle.load(state_dir)
     if existing and _is_node_init(existing.pid, state_dir):
         return existing
     if existing:
         release(run_dir, state_dir)
-    image = images.cached(NODE_IMAGE)
+    image = images.cached(image_name)
     if image is None:
-        raise RuntimeError(f"node {hostname} did not boot: the machine image {NODE_IMAGE!r} is not built "
-                           f"(python -m clusters.providers.local.images build {NODE_IMAGE})")
+        raise RuntimeError(f"node {hostname} did not boot: the machine image {image_name!r} is not built "
+                           f"(python -m clusters.providers.local.images build {image_name})")
     limits = limits or NodeLimits()
     underlay = Underlay(run_dir)
     bridge = underlay.ensure(segment)
