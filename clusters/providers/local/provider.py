@@ -91,6 +91,8 @@ def node_limits(machine_type: MachineType) -> realnodes.NodeLimits:
         inotify_instances=settings.LOCAL_NODE_INOTIFY_INSTANCES,
         # CPU time is shared by weight: a 32-vCPU machine weighs twice a 16-vCPU one.
         cpu_shares=max(2, 1024 * machine_type.vcpus // 16),
+        # Its vCPUs, where this computer has more: `nproc` in the node says how many it has.
+        cpus=machine_type.vcpus if machine_type.vcpus < (os.cpu_count() or 1) else 0,
         reserve=realnodes.HostReserve(memory_mb=settings.LOCAL_NODES_MEMORY_RESERVE_MB,
                                       pids=settings.LOCAL_NODES_PIDS_RESERVE),
     )
@@ -285,6 +287,8 @@ class LocalProvider(FabricProvider):
         machine stopped" instead of asking a dead namespace over SSH."""
         if not self.real:
             return set()
+        # LXCFS serves every node's /proc figures: a health round brings a dead one back.
+        realnodes.keep_lxcfs()
         return {node.name for node in nodes if realnodes.running(self._dir(node.host)) is None}
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:

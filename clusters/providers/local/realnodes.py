@@ -65,7 +65,7 @@ import paramiko
 
 from clusters.nodeops.targets import PRIVATE_NETWORK
 
-from . import images
+from . import egress, images, lxcfs
 from .sandbox import find_sshd, write_ed25519_keypair
 
 TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping", "losetup", "mkfs.ext4")
@@ -103,7 +103,7 @@ NODE_DIRS = (
     "/etc/runcrate", "/etc/wireguard", "/etc/slurm", "/etc/munge", "/var/lib/munge", "/var/log/munge",
     "/var/spool/slurmd", "/var/spool/slurmctld", "/var/log/slurm",
 )
-CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "systemd")
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "systemd")
 WIREGUARD_PORT = 51820
 # What a node's PID 1 prints once sshd is started.
 BOOTED = "runcrate: node booted"
@@ -126,6 +126,9 @@ class NodeLimits:
     memory_mb: int = 4096
     pids: int = 4096
     cpu_shares: int = 1024
+    # How many of this computer's CPUs the node may run on (its cpuset: `nproc`, and /proc/cpuinfo
+    # through LXCFS, show this many); 0 for all of them.
+    cpus: int = 0
     disk_mb: int = 4096
     shared_mb: int = 2048
     # What the kernel counts per user: namespaces the node may make of each kind, and its
@@ -280,11 +283,16 @@ class GuardRoutes:
     @classmethod
     def hold(cls, run_id: str, networks: tuple[str, ...]) -> None:
         with _locked(HOST_REGISTRY / ".guards.lock"):
-            for network in networks:
-                holders = cls._holders(network)
-                holders.mkdir(parents=True, exist_ok=True)
-                (holders / run_id).touch()
-                _ip("route", "replace", "blackhole", network, check=False)
+            cls.hold_locked(run_id, networks)
+
+    @classmethod
+    def hold_locked(cls, run_id: str, networks: tuple[str, ...]) -> None:
+        """`hold`, for a caller that holds the guards' lock."""
+        for network in networks:
+            holders = cls._holders(network)
+            holders.mkdir(parents=True, exist_ok=True)
+            (holders / run_id).touch()
+            _ip("route", "replace", "blackhole", network, check=False)
 
     @classmethod
     def release(cls, run_id: str, networks: tuple[str, ...]) -> None:
@@ -347,8 +355,35 @@ class Underlay:
 
     @property
     def subnet(self) -> ipaddress.IPv4Network:
-        value = int(self.run_id, 16)
+        """The run's subnet: drawn from its id, then the next one along that no other run of
+        this computer holds (`_choose_subnet`): every node address is routed back to its own
+        cluster's uplink from this computer's namespace (egress.py), so two runs never share one."""
+        with contextlib.suppress(OSError, ValueError):
+            return ipaddress.IPv4Network((self.run_dir / "underlay-subnet").read_text().strip())
+        return self._drawn(0)
+
+    def _drawn(self, step: int) -> ipaddress.IPv4Network:
+        value = (int(self.run_id, 16) + step) % 4096
         return ipaddress.IPv4Network(f"172.{16 + value % 16}.{(value // 16) % 256}.0/24")
+
+    def _choose_subnet(self) -> None:
+        """Pick the run's subnet (under the guard routes' lock: what other runs hold is read there)."""
+        chosen = self.run_dir / "underlay-subnet"
+        if chosen.exists():
+            return
+        guards = HOST_REGISTRY / "guards"
+        for step in range(4096):
+            candidate = self._drawn(step)
+            holders = guards / str(candidate).replace("/", "_")
+            if not holders.is_dir() or not any(h.name != self.run_id for h in holders.iterdir()):
+                chosen.write_text(str(candidate))
+                return
+        raise RuntimeError("every underlay subnet of this computer is held by another run")
+
+    @property
+    def gateway(self) -> str:
+        """The address of every cluster's uplink, as its nodes see it: their default route."""
+        return str(self.subnet.network_address + 1)
 
     @property
     def guarded(self) -> tuple[str, ...]:
@@ -365,16 +400,51 @@ class Underlay:
         and from nodes booting at once. Returns the bridge."""
         bridge = self.bridge(segment)
         with _locked(self.run_dir / ".underlay.lock"):
-            if not _netns_exists(self.switch):
-                _ip("netns", "add", self.switch)
-            if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode != 0:
-                _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
-                _ip("-n", self.switch, "link", "set", bridge, "up")
             guards = self.run_dir / "guard-routes.json"
             if not guards.exists():
-                GuardRoutes.hold(self.run_id, self.guarded)
+                with _locked(HOST_REGISTRY / ".guards.lock"):
+                    self._choose_subnet()
+                    GuardRoutes.hold_locked(self.run_id, self.guarded)
                 guards.write_text(json.dumps(self.guarded))
+            if not _netns_exists(self.switch):
+                _ip("netns", "add", self.switch)
+            self._make_bridge(bridge)
         return bridge
+
+    def _make_bridge(self, bridge: str) -> None:
+        """The segment's bridge, with its uplink to this computer (the nodes' way out) where this
+        computer can give one; under the run's lock."""
+        if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode == 0:
+            return
+        _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
+        _ip("-n", self.switch, "link", "set", bridge, "up")
+        if not egress.available()[0]:
+            return
+        link, port = self.uplink(bridge)
+        _ip("link", "del", link, check=False)  # what a killed run left of this name
+        _ip("link", "add", link, "type", "veth", "peer", "name", port, "netns", self.switch)
+        _ip("-n", self.switch, "link", "set", port, "master", bridge, "up")
+        _ip("addr", "add", f"{self.gateway}/32", "dev", link)
+        _ip("link", "set", link, "up")
+        egress.open_link(link)
+
+    @staticmethod
+    def uplink(bridge: str) -> tuple[str, str]:
+        """The segment's uplink: its end in this computer's namespace (a node link, holding the
+        gateway address) and its port on the bridge."""
+        return f"rcu{bridge[3:]}", f"rcg{bridge[3:]}"
+
+    def route(self, address: str, bridge: str) -> None:
+        """This computer's route back to a node of the segment, through the segment's uplink
+        (replies to what it sent out). `add`, never `replace`: an address routed elsewhere
+        would be another run's node, and stays its own."""
+        link, _ = self.uplink(bridge)
+        if Path("/sys/class/net", link).exists():
+            _ip("route", "add", f"{address}/32", "dev", link, "src", self.gateway)
+
+    def unroute(self, address: str, bridge: str) -> None:
+        link, _ = self.uplink(bridge)
+        _ip("route", "del", f"{address}/32", "dev", link, check=False)
 
     def attach(self, veth: str, bridge: str, *, up: bool = True) -> None:
         """A node's port onto its segment's bridge (and up, unless told not to); under the
@@ -384,9 +454,7 @@ class Underlay:
         with _locked(self.run_dir / ".underlay.lock"):
             if _ip(*port, check=False).returncode == 0:
                 return
-            if _ip("-n", self.switch, "link", "show", bridge, check=False).returncode != 0:
-                _ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
-                _ip("-n", self.switch, "link", "set", bridge, "up")
+            self._make_bridge(bridge)
             _ip(*port)
 
     def slot_for(self, node_key: str) -> int:
@@ -407,8 +475,12 @@ class Underlay:
             if _netns_exists(self.switch):
                 _ip("-n", self.switch, "link", "del", veth, check=False)
                 ports = _ip("-n", self.switch, "-j", "link", "show", "master", bridge, check=False)
-                if ports.returncode == 0 and not json.loads(ports.stdout or "[]"):
+                link, uplink_port = self.uplink(bridge)
+                if ports.returncode == 0 and not [port for port in json.loads(ports.stdout or "[]")
+                                                  if port.get("ifname") != uplink_port]:
+                    _ip("link", "del", link, check=False)  # its pair, the bridge's port, with it
                     _ip("-n", self.switch, "link", "del", bridge, check=False)
+                    egress.close_links([link])
             slots = json.loads(slots_file.read_text()) if slots_file.exists() else {}
             slots.pop(node_key, None)
             slots_file.write_text(json.dumps(slots))
@@ -420,7 +492,13 @@ class Underlay:
         if slots_file.exists() and json.loads(slots_file.read_text()):
             return
         if _netns_exists(self.switch):
+            links = [self.uplink(port["ifname"])[0] for port in json.loads(
+                _ip("-n", self.switch, "-j", "link", "show", "type", "bridge", check=False).stdout or "[]")]
+            for link in links:
+                _ip("link", "del", link, check=False)
             _ip("netns", "del", self.switch, check=False)
+            if links:
+                egress.close_links(links)
         guards = self.run_dir / "guard-routes.json"
         if guards.exists():
             GuardRoutes.release(self.run_id, tuple(json.loads(guards.read_text())))
@@ -590,7 +668,25 @@ def _write_limits(path: Path, settings: dict[str, str], *, strict: bool = True) 
             print(f"runcrate: {path / file} stays at {(path / file).read_text().strip()}: {error}", file=sys.stderr)
 
 
-def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
+def _cpu_list(text: str) -> list[int]:
+    """"0-3,6" → [0, 1, 2, 3, 6] (the kernel's CPU list format)."""
+    cpus: list[int] = []
+    for part in filter(None, text.strip().split(",")):
+        first, _, last = part.partition("-")
+        cpus += range(int(first), int(last or first) + 1)
+    return cpus
+
+
+def _node_cpus(available: list[int], limits: NodeLimits, spread: int) -> str:
+    """The CPUs of a node limited to `limits.cpus` of them: consecutive ones, starting where
+    `spread` (its uid range's index) puts it, so that small nodes land on different CPUs."""
+    if not limits.cpus or limits.cpus >= len(available):
+        return ",".join(map(str, available))
+    start = spread * limits.cpus % len(available)
+    return ",".join(str(available[(start + i) % len(available)]) for i in range(limits.cpus))
+
+
+def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0) -> list[Path]:
     """The node's cgroup under every controller, with its limits written before any of its
     processes start, in the parent every node of this computer shares (`runcrate/`), whose
     limits leave this computer its reserve (`host_share`). Every boot writes the parent's
@@ -604,8 +700,12 @@ def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
             (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu")
         _write_limits(parent, {"memory.max": str(shared_memory), "memory.swap.max": "0", "pids.max": str(shared_pids)},
                       strict=False)
+        with contextlib.suppress(OSError):
+            (parent / "cgroup.subtree_control").write_text("+cpuset")
+        available = _cpu_list(Path("/sys/fs/cgroup/cpuset.cpus.effective").read_text())
         settings = {"memory.max": memory, "memory.swap.max": "0", "pids.max": str(limits.pids),
-                    "cpu.weight": str(max(1, min(10_000, limits.cpu_shares * 100 // 1024)))}
+                    "cpu.weight": str(max(1, min(10_000, limits.cpu_shares * 100 // 1024))),
+                    "cpuset.cpus": _node_cpus(available, limits, spread)}
     else:
         # v1: the memory hierarchy is always hierarchical on this kernel (use_hierarchy is
         # 1 and fixed since Linux 5.11), so the parent's limit counts every node's pages.
@@ -614,8 +714,19 @@ def _make_cgroup(name: str, limits: NodeLimits) -> list[Path]:
             _write_limits(path, {"memory.limit_in_bytes": str(shared_memory),
                                  "memory.memsw.limit_in_bytes": str(shared_memory), "pids.max": str(shared_pids)},
                           strict=False)
+        # v1's cpuset: a new cgroup has no CPU and no memory node until given some, and
+        # nothing can join it before.
+        cpuset = Path("/sys/fs/cgroup/cpuset")
+        available = _cpu_list((cpuset / "cpuset.cpus").read_text()) if cpuset.is_dir() else []
+        if available:
+            (cpuset / "runcrate").mkdir(exist_ok=True)
+            for file in ("cpuset.cpus", "cpuset.mems"):
+                if not (cpuset / "runcrate" / file).read_text().strip():
+                    (cpuset / "runcrate" / file).write_text((cpuset / file).read_text())
         settings = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
-                    "pids.max": str(limits.pids), "cpu.shares": str(limits.cpu_shares)}
+                    "pids.max": str(limits.pids), "cpu.shares": str(limits.cpu_shares),
+                    **({"cpuset.cpus": _node_cpus(available, limits, spread),
+                        "cpuset.mems": (cpuset / "runcrate" / "cpuset.mems").read_text().strip()} if available else {})}
     dirs = _cgroup_dirs(name)
     for path in dirs:
         path.mkdir(parents=True, exist_ok=True)
@@ -764,7 +875,8 @@ unset OLDPWD
 # fully visible: before the old root goes.
 mount -t proc -o nosuid,nodev,noexec proc /proc
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys
-mount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
+# The node's own size and load in /proc and /sys/devices/system/cpu (lxcfs.py).
+%(lxcfs)smount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
 controllers=()
 for controller in "/.host$NODE_DIR/cgroup"/*; do
     [ -d "$controller" ] && controllers+=("${controller##*/}")
@@ -884,12 +996,12 @@ def boot(
                       f'mount --bind "$NODE_DIR/volumes/{index}" "$ROOT"{shlex.quote(node_path)}\n'
                       for index, node_path in enumerate(binds or {}))
     (state_dir / "node.sh").write_text(NODE_STAGE % {
-        "booted": BOOTED,
+        "booted": BOOTED, "lxcfs": lxcfs.node_binds("/.host") if keep_lxcfs() is not None else "",
         "binds": volumes, "node_dirs": " ".join(NODE_DIRS),
     })
     _write_mounts(state_dir, node_dir, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
 
-    dirs = _make_cgroup(cgroup, limits)
+    dirs = _make_cgroup(cgroup, limits, spread=(base - FIRST_UID) // RANGE_SIZE)
     # Stage one's and PID 1's stdout and stderr are a pipe read here, never a file of this
     # computer: a node's root can take a copy of any descriptor its PID 1 holds (pidfd_getfd),
     # and a host file would be this computer's disk to fill.
@@ -1046,9 +1158,11 @@ def _write_seed(seed: Path, image: Path, *, hostname: str, authorized_keys: str,
     if boot_fails:
         (seed / "etc/runcrate").mkdir()
         (seed / "etc/runcrate/boot-fault").write_text("boot_fails\n")
-    for path, text in files.items():
+    for path in files:
         if not path.startswith(("/etc/", "/var/")):
             raise ValueError(f"{path} is not under /etc or /var")
+    # The way out: this computer's resolvers, proxy and added certificate authorities (egress.py).
+    for path, text in {**egress.node_files(image), **files}.items():
         (seed / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (seed / path.lstrip("/")).write_text(text)
     # A directory of the layer stands for the image's own in the node (overlay shows the upper
@@ -1146,8 +1260,12 @@ def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> No
     # Routing rules cannot do it: wireguard-go pins the outgoing interface, and the kernel
     # then sends even where the routing table says blackhole.
     underlay.attach(handle.veth, handle.bridge, up=not drop_wireguard)
+    # The default route: the segment's uplink, where this computer lets the node out (egress.py).
+    way_out = f"route add default via {underlay.gateway} dev eth0\n" if egress.available()[0] else ""
     _ip("-n", handle.netns, batch=f"addr add {handle.address}/{underlay.subnet.prefixlen} dev eth0\n"
-                                  "link set eth0 up\n")
+                                  f"link set eth0 up\n{way_out}")
+    if way_out:
+        underlay.route(handle.address, handle.bridge)
 
 
 def _write_fstab(path: Path, entries: list[tuple[str, str, str, str]]) -> None:
@@ -1173,6 +1291,27 @@ def pin_neighbours(handles: list[NodeHandle]) -> None:
                         for address, mac in macs.items() if address != handle.address)
         if handle.address in macs and lines:
             subprocess.run(["ip", "-n", handle.netns, "-batch", "-"], input=lines, capture_output=True, text=True)
+
+
+LXCFS_HELPER = Path(__file__).with_name("lxcfs.py")
+
+
+def keep_lxcfs() -> bool | None:
+    """LXCFS alive on this computer (lxcfs.py): started if it is not running, and if it had to
+    be started while nodes ran, its files bound again into each of them (a dead daemon's files
+    answer ENOTCONN). None where LXCFS is not installed (nodes then read this computer's
+    figures); else whether it was started now. Every boot and every health round call it."""
+    if not lxcfs.available():
+        return None
+    if not lxcfs.ensure(HOST_REGISTRY):
+        return False
+    for slot in UidRanges._dir().iterdir() if UidRanges._dir().is_dir() else ():
+        with contextlib.suppress(OSError):
+            handle = running(Path(slot.read_text()))
+            if handle is not None:
+                subprocess.run([sys.executable, "-I", "-S", str(LXCFS_HELPER), "rebind", str(handle.pid)],
+                               capture_output=True, timeout=30)
+    return True
 
 
 def running(state_dir: Path) -> NodeHandle | None:
@@ -1245,6 +1384,7 @@ def release(run_dir: Path, state_dir: Path) -> None:
             _kill_cgroup(handle.cgroup)
         if _netns_exists(handle.netns):
             _ip("netns", "del", handle.netns, check=False)
+        Underlay(run_dir).unroute(handle.address, handle.bridge)
         Underlay(run_dir).leave(handle.key, handle.veth, handle.bridge)
         if handle.cgroup:
             _remove_cgroup(handle.cgroup)
@@ -1403,6 +1543,13 @@ def leftovers(run_dir: Path) -> list[str]:
     underlay = Underlay(run_dir)
     run_id = underlay.run_id
     found += [f"disks {folder}" for folder in DISKS_DIR.glob(f"{run_id}-*")]
+    # The way out: a route back to one of its nodes, an uplink of its bridges (egress.py).
+    routes = _ip("-j", "-4", "route", "show", "root", str(underlay.subnet), check=False).stdout
+    found += [f"route {route['dst']} dev {route.get('dev')}" for route in json.loads(routes or "[]")
+              if route.get("type") != "blackhole"]
+    found += [f"uplink {link}" for link in egress.links() if Path("/sys/class/net", link).exists()
+              and _ip("-j", "-4", "addr", "show", "dev", link, "to", str(underlay.subnet), check=False).stdout.strip()
+              not in ("", "[]", "[{}]")]
     if GuardRoutes.left_empty(str(underlay.subnet)):
         found.append(f"guard folder {GuardRoutes._holders(str(underlay.subnet))}")
     for path in _cgroup_dirs(f"{run_id}-*"):
