@@ -104,8 +104,10 @@ elif ! port="$(exporter_port)"; then
 elif body="$(fetch "$port")" && [ -n "$body" ]; then
     report "exporter 127.0.0.1:$port up"
     printf '::begin-exposition::\n'
-    # A container machine (a node whose memory cgroup is smaller than the computer it runs on)
-    # reads the computer's /proc: its own CPU time and memory are its cgroup's.
+    # A container machine (a node whose memory cgroup is no larger than the computer it runs
+    # on): its CPU time and memory are its cgroup's, exact, whether its /proc shows the
+    # computer's figures or, through LXCFS, its own (then MemTotal is the cgroup's limit). Its
+    # load is the exporter's: its own through LXCFS.
     cg_cpu="" cg_limit="" cg_used=""
     if limit="$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null)" \
         && usage="$(cat /sys/fs/cgroup/memory/memory.usage_in_bytes 2>/dev/null)" \
@@ -121,7 +123,7 @@ elif body="$(fetch "$port")" && [ -n "$body" ]; then
         /^node_load1 / { print }
         /^node_network_(receive|transmit)_bytes_total\{device="wg0"\} / { print }
         END {
-            if (cg_limit != "" && cg_limit + 0 < total + 0) {
+            if (cg_limit != "" && cg_limit + 0 <= total + 0) {
                 # The node used cg_cpu of every CPU-second this computer had: the rest is idle to it.
                 all = 0; for (mode in cpu) all += cpu[mode]
                 printf "node_cpu_seconds_total{mode=\"user\"} %.2f\n", cg_cpu / 1e9
