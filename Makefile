@@ -20,11 +20,13 @@ venv: $(STAMP)
 host:
 	@bin/host-setup
 
-# The machine image every real node boots from (docs/nodeops.md, "Images"): built with
-# mmdebstrap the first time (a few minutes; it says so), then taken from this computer's cache
-# until its recipe changes. Only where real nodes can run (root).
+# The machine images real nodes boot from (docs/nodeops.md, "Images"): `base`, and `pytorch`
+# (base plus PyTorch), each built with mmdebstrap the first time (a few minutes each; it says
+# so), then taken from this computer's cache until its recipe changes. Only where real nodes
+# can run (root).
 images: $(STAMP) host
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusters.providers.local.images build base; fi
+	@if [ "$$(id -u)" = 0 ]; then for image in base pytorch; do \
+		$(PY) -m clusters.providers.local.images build $$image || exit 1; done; fi
 
 run: $(STAMP) host images
 	DEBUG=1 $(PY) manage.py migrate --noinput

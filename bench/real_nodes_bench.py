@@ -8,6 +8,10 @@ size (PSS) of every process in the node's PID namespace once it is ready. Prints
 asserts nothing; skipped where this computer cannot run namespaces.
 
     .venv/bin/python bench/real_nodes_bench.py [--sizes 2,4,8] [--software none,slurm] [--ray] [--repeat 30]
+        [--images base,pytorch]
+
+`--images`: the machine images the nodes boot from (each must be built: `make images`); the
+boot phase per node shows what an image costs a boot.
 
 `--repeat N` boots and joins each size N times, each on fresh machines, and prints how many
 runs failed (a join that named a pair, a node that never came up) with the times' spread.
@@ -49,7 +53,7 @@ def pss_kib(pids: list[int]) -> int:
     return total
 
 
-def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int], dict[str, tuple[float, float, float]], float]:
+def one_run(count: int, software: str, workdir: Path, image: str = realnodes.NODE_IMAGE) -> tuple[float, list[int], dict[str, tuple[float, float, float]], float]:
     run = workdir / f"{software}-{count}"
     run.mkdir(parents=True)
     public = write_ed25519_keypair(run / "client", "bench-control-plane")
@@ -70,7 +74,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
         with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, count)) as pool:
             handles = list(pool.map(
                 lambda state: realnodes.boot(run, state, key=state.name, hostname=state.name,
-                                             authorized_keys=public + "\n"),
+                                             authorized_keys=public + "\n", image_name=image),
                 states,
             ))
         # As the local provider joins them: every machine's neighbours known to the switch.
@@ -126,6 +130,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
     parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (~1 GB)")
+    parser.add_argument("--images", default=realnodes.NODE_IMAGE, help="comma-separated machine images to boot from")
     parser.add_argument("--repeat", type=int, default=1,
                         help="boot and join each size this many times on fresh machines; prints how many failed")
     args = parser.parse_args()
@@ -133,20 +138,22 @@ def main() -> None:
     if not can:
         print(f"real nodes bench: skipped ({why})")
         return
-    runs = [(int(n), software) for software in args.software.split(",") for n in args.sizes.split(",")]
+    runs = [(int(n), software, image) for image in args.images.split(",") for software in args.software.split(",")
+            for n in args.sizes.split(",")]
     if args.ray:
-        runs.append((2, "ray"))
+        runs.append((2, "ray", realnodes.NODE_IMAGE))
     print(f"real nodes bench: boot to ready on this computer ({why})")
-    print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'per node':>8} | memory per node (PSS, MiB): head, workers")
-    print("-" * 86)
+    print(f"{'image':>7} | {'software':>8} | {'N':>2} | {'to ready':>8} | {'per node':>8} | {'boot/node':>9} | "
+          "memory per node (PSS, MiB): head, workers")
+    print("-" * 106)
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as workdir:
-        for count, software in runs:
+        for count, software, image in runs:
             times, joins, failures = [], [], []
             for attempt in range(args.repeat):
                 try:
-                    seconds, memory, phases, control_plane_cpu = one_run(count, software, Path(workdir) / str(attempt))
+                    seconds, memory, phases, control_plane_cpu = one_run(count, software, Path(workdir) / f"{image}-{attempt}", image)
                 except RuntimeError as error:
-                    print(f"{software:>8} | {count:>2} | failed: {error}")
+                    print(f"{image:>7} | {software:>8} | {count:>2} | failed: {error}")
                     failures.append(str(error))
                     continue
                 times.append(seconds)
@@ -155,14 +162,14 @@ def main() -> None:
                     continue
                 mib = [m / 1024 for m in memory]
                 workers = sum(mib[1:]) / max(1, len(mib) - 1)
-                print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
-                      f"head {mib[0]:.0f}, workers {workers:.0f} (mean)")
+                print(f"{image:>7} | {software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / count:7.2f}s | "
+                      f"{phases['boot'][0] / count:8.2f}s | head {mib[0]:.0f}, workers {workers:.0f} (mean)")
                 print(" " * 11 + "phases (wall / this computer's CPU / of it this process's): "
                       + ", ".join(f"{name} {wall:.1f}s / {cpu:.1f}s / {own:.1f}s"
                                   for name, (wall, cpu, own) in phases.items() if wall >= 0.05)
                       + f"; control plane CPU {control_plane_cpu:.1f}s")
             if args.repeat > 1 and times:
-                print(f"{software:>8} | {count:>2} | {args.repeat} runs on fresh machines: {len(times)} ready, "
+                print(f"{image:>7} | {software:>8} | {count:>2} | {args.repeat} runs on fresh machines: {len(times)} ready, "
                       f"{len(failures)} failed; to ready median {statistics.median(times):.1f}s "
                       f"({min(times):.1f}–{max(times):.1f}s), join median {statistics.median(joins):.1f}s "
                       f"(max {max(joins):.1f}s)")

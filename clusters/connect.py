@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from clusters.models import Cluster, Node, Status
+from clusters.providers.local import images
 
 NODE_DOMAIN = "nodes.runcrate.example"
 PRIVATE_INTERFACE = "wg0"
 MASTER_PORT = 29500
+RAY_DASHBOARD_PORT = 8265
+# Every node has it (setup_shared.sh): runs its command as one rank of an Open MPI job with the
+# variables torch.distributed's env:// reads (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE)
+# taken from Open MPI's own (OMPI_COMM_WORLD_RANK, ...): docs/nodeops.md, "Launch lines".
+MPI_RANK_WRAPPER = "mpi-rank-env"
 # The Connect card shows once every machine is up and joined.
 CONNECTABLE = (Status.READY, Status.DEGRADED)
 
@@ -169,11 +173,18 @@ def launch_lines(cluster: Cluster, nodes: int | None = None) -> dict[str, str]:
     return {line.key: line.command for line in launch_commands(cluster, nodes)}
 
 
+def image_tools(image: str) -> frozenset[str]:
+    """The launchers an image ships beyond Open MPI, Python and the picked software (torchrun,
+    deepspeed, all_reduce_perf): the Connect card shows a line only when what it runs is on the
+    nodes, so it runs as pasted. `pytorch` ships torchrun; `base` none of them; an image this
+    computer has no recipe for is taken to ship none."""
+    recipe = images.IMAGES.get(image)
+    return frozenset(recipe.launchers) if recipe else frozenset()
+
+
 def node_tools(cluster: Cluster) -> frozenset[str]:
-    """The launchers the nodes' image ships beyond Open MPI, Python and the picked software
-    (settings.NODE_IMAGE_TOOLS): a line is only shown when what it runs is on the nodes, so it
-    runs as pasted. Today's images ship none of torchrun, deepspeed or nccl-tests."""
-    return frozenset(settings.NODE_IMAGE_TOOLS)
+    """The launchers the cluster's nodes have: those of the image they boot from."""
+    return image_tools(cluster.image)
 
 
 def _to_every_worker(cluster: Cluster, file: str) -> str:
@@ -212,8 +223,8 @@ def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLi
                                 f"{source}cd {workdir} && {torchrun}"))
     lines.append(LaunchLine("mpirun", f"mpirun (from {head}; train.py in {where})", (
         f"{'' if shared else _to_every_worker(cluster, 'train.py')}"
-        f"{source}mpirun -np {world} --hostfile {hostfile} --wdir {workdir} {forward} "
-        f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} python train.py"
+        f"{source}mpirun -np {world} --hostfile {hostfile} --wdir {workdir} {forward} -x PATH "
+        f"-x MASTER_ADDR={head} -x MASTER_PORT={MASTER_PORT} {MPI_RANK_WRAPPER} python train.py"
     )))
     if "deepspeed" in tools:
         lines.append(LaunchLine("deepspeed", f"DeepSpeed (from {head}; train.py in {workdir})", (
@@ -241,6 +252,11 @@ def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLi
         lines.append(LaunchLine("ray_job", f"Ray job (from {head})", (
             # Ray's own virtualenv has ray; RAY_ADDRESS (every shell) points ray.init() at the head.
             "/opt/ray/bin/python job.py"
+        )))
+        lines.append(LaunchLine("ray_submit", f"Ray job submission (job.py in {where})", (
+            # The head's job server (the dashboard's port): the driver runs on the head, with
+            # Ray's own Python, its output streamed back until it ends.
+            f"ray job submit --address http://{head}:{RAY_DASHBOARD_PORT} -- python {workdir}/job.py"
         )))
     return lines
 

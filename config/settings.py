@@ -408,10 +408,6 @@ EMAIL_BACKEND = env_str(
 EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Runcrate Clusters <clusters@runcrate.example>")
 SALES_EMAIL = env_str("SALES_EMAIL", "sales@runcrate.example")
-# Launchers the nodes' image ships beyond Open MPI and Python (comma-separated: torchrun,
-# deepspeed, all_reduce_perf): the Connect card shows a launch line only when what it runs is
-# there. Today's node images ship none of them.
-NODE_IMAGE_TOOLS = [t.strip() for t in env_str("NODE_IMAGE_TOOLS", "").split(",") if t.strip()]
 # Who hears that a host was taken out of sale (besides every active staff user with an
 # address): comma-separated.
 OPERATOR_EMAILS = [a.strip() for a in env_str("OPERATOR_EMAILS", "").split(",") if a.strip()]

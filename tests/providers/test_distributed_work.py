@@ -1,7 +1,8 @@
 """Distributed work on real nodes, as a customer does it: SSH by name between nodes, the job
 environment in every shell, Slurm sized to the machine, and every launch line the Connect card
-shows, run exactly as shown (torch, DeepSpeed and nccl-tests cannot be installed here: tiny
-stand-ins in tests/providers/data take the same command line and variables).
+shows, run exactly as shown: on the `base` image with a program that all-reduces with mpi4py
+(tests/providers/data/mpi_train.py), on the `pytorch` image a real DDP all-reduce with the
+image's own PyTorch (gloo on the CPU), and `ray job submit` on a Ray cluster.
 
 Everything runs over the customer's own SSH session to node-0 (the Connect card's line, their
 key, the host keys the API gives), never by reading back a file the code wrote.
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from clusters import connect
-from clusters.models import Node, Status
+from clusters.models import Cluster, Node, Status
 from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
@@ -40,8 +41,26 @@ pytestmark = [
     pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}"),
 ]
 DATA = Path(__file__).parent / "data"
-STANDINS = {"torchrun": "standin_torchrun.py", "deepspeed": "standin_deepspeed.py",
-            "all_reduce_perf": "standin_all_reduce_perf.py"}
+# A real DDP step: every rank a different batch, DDP's backward all-reduces (averages) the
+# gradients over gloo, then an explicit all-reduce of the ranks. With N ranks the averaged
+# gradient of each weight is 2 * (1 + ... + N) / N = N + 1 and the ranks sum to N(N-1)/2.
+DDP_TRAIN = """\
+import os, socket
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Linear(4, 1))
+model(torch.full((2, 4), float(rank + 1))).sum().backward()
+ranks = torch.tensor([float(rank)])
+dist.all_reduce(ranks)
+print(f"ddp rank {rank}/{world} local {os.environ['LOCAL_RANK']} on {socket.gethostname()} "
+      f"grad={model.module.weight.grad[0, 0].item():.1f} ranks={int(ranks.item())} torch={torch.__version__}", flush=True)
+dist.destroy_process_group()
+"""
 
 
 def known_hosts_ssh(tmp_path: Path, cluster, key: str, node: str, command: str) -> subprocess.CompletedProcess:
@@ -60,11 +79,20 @@ def known_hosts_ssh(tmp_path: Path, cluster, key: str, node: str, command: str) 
                               capture_output=True, text=True, timeout=180, stdin=stdin)
 
 
-def install_standins(real_machines, nodes: list[Node]) -> None:
-    for node in nodes:
-        for name, source in STANDINS.items():
-            text = (DATA / source).read_text()
-            on_node(real_machines, node, f"cat >/usr/local/bin/{name} <<'EOF'\n{text}EOF\nchmod 755 /usr/local/bin/{name}")
+@pytest.fixture
+def pytorch_image(monkeypatch):
+    """Clusters created in the test boot from the `pytorch` image (the image a customer picks)."""
+    import sys
+
+    from clusters.providers.local import images
+
+    images.ensure("pytorch", say=lambda line: print(line, file=sys.stderr, flush=True))  # `make images` built it
+    monkeypatch.setattr(Cluster._meta.get_field("image"), "default", "pytorch")
+
+
+def ddp_ranks(output: str) -> list[tuple[str, str, str]]:
+    """(rank/world, host, result) of each rank's line of DDP_TRAIN."""
+    return sorted(re.findall(r"ddp rank (\d+/\d+) local 0 on (node-\d+) (grad=\S+ ranks=\S+)", output))
 
 
 def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_every_launch_line_runs(
@@ -117,8 +145,8 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     launch = connect.launch_commands(cluster)
     assert {line.key: "train.py in /shared" in line.label or "task.py in /shared" in line.label for line in launch} == {
         "mpirun": True, "sbatch_array": True,
-    }, "only what the nodes have: no torchrun, DeepSpeed or nccl-tests on these images"
-    on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{(DATA / 'standin_train.py').read_text()}EOF\n"
+    }, "only what the nodes have: no torchrun, DeepSpeed or nccl-tests on the base image"
+    on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{(DATA / 'mpi_train.py').read_text()}EOF\n"
                                      f"cat >/shared/task.py <<'EOF'\n{(DATA / 'standin_task.py').read_text()}EOF\n")
     lines = connect.launch_lines(cluster)
     assert on_head("pwd").stdout.strip() == "/root"
@@ -126,6 +154,8 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     session = on_head(lines["mpirun"])
     assert session.returncode == 0, session.stdout + session.stderr
     assert session.stdout.count("sum=3") == 3 and "NCCL_SOCKET_IFNAME=wg0" in session.stdout
+    # Each rank has its Open MPI rank as RANK (mpi-rank-env), as a PyTorch program reads it.
+    assert sorted(re.findall(r"mpi rank (\d)/3 .* RANK=(\d) WORLD_SIZE=3", session.stdout)) == [(r, r) for r in "012"]
 
     session = on_head(lines["sbatch_array"])
     job = re.search(r"Submitted batch job (\d+)", session.stdout)
@@ -135,27 +165,6 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert outputs, on_head(f"squeue; ls /shared/logs; cat /shared/logs/{job[1]}_*.out").stdout
     ran_on = on_head(f"cat /shared/logs/{job[1]}_*.out").stdout
     assert {f"on node-{i} NODE_RANK={i}" for i in range(3)} <= {line.split(" ", 2)[2] for line in ran_on.splitlines()}
-
-    # An image that ships the launchers (stand-ins here: the same command line and variables)
-    # shows their lines too, and they run as pasted from the home directory as well.
-    settings.NODE_IMAGE_TOOLS = ["torchrun", "deepspeed", "all_reduce_perf"]
-    install_standins(real_machines, nodes)
-    lines = connect.launch_lines(cluster)
-    assert set(lines) == {"torchrun", "mpirun", "deepspeed", "nccl", "sbatch_array", "srun_torchrun"}
-
-    session = on_head(lines["nccl"])
-    assert session.returncode == 0 and "# Avg bus bandwidth" in session.stdout, session.stderr
-
-    session = on_head(lines["deepspeed"])
-    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
-
-    every_node = " ".join(f"ssh {n.name} {_quote(lines['torchrun'])} &" for n in nodes)
-    session = on_head(f"{every_node} wait")
-    assert "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
-    assert session.stdout.count("reported to rank 0") == 2
-
-    session = on_head(lines["srun_torchrun"])
-    assert session.returncode == 0 and "gathered [0, 1, 2]" in session.stdout, session.stdout + session.stderr
 
     # A worker added: everyone knows it by name at once, it knows everyone.
     add_workers(cluster, 1, actor="alice")
@@ -198,6 +207,79 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
         pytest.fail(f"{session.stdout}\n{session.stderr}\nthe head's Slurm logs:\n{logs}")
     # The customer's terminal trusts the new machine under the node's name (the refreshed known_hosts).
     assert known_hosts_ssh(tmp_path, cluster, key, "node-2", "hostname").stdout.strip() == "node-2"
+
+
+def test_a_pytorch_cluster_runs_real_ddp_from_the_connect_cards_torchrun_and_mpirun_lines_and_mpi4py_under_srun(
+    environment, owner, real_machines, tmp_path, pytorch_image
+):
+    from accounts.services import add_ssh_key
+
+    key, public = customer_key(tmp_path, "alice")
+    ssh_key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=public)
+    cluster = create_cluster(
+        environment=environment, name="ddp", machine_type=real_machine_type(3), machine_count=3, software="slurm",
+        ssh_keys=[ssh_key],
+    )
+    cluster = drive(cluster, SETTLED, timeout=150)
+    assert cluster.status == Status.READY and cluster.image == "pytorch", story(cluster)
+
+    def on_head(command: str) -> subprocess.CompletedProcess:
+        return known_hosts_ssh(tmp_path, cluster, key, "node-0", command)
+
+    # PyTorch is the system Python's, for root, with torchrun on PATH, on every node.
+    session = on_head("for h in node-0 node-1 node-2; do ssh $h 'python3 -c \"import torch; print(torch.__version__)\" "
+                      "&& command -v torchrun'; done")
+    assert session.returncode == 0, session.stderr
+    assert session.stdout.split() == ["2.13.0+cpu", "/usr/local/bin/torchrun"] * 3
+
+    # The card shows what this image runs: torchrun's lines, no DeepSpeed (the image has none).
+    launch = connect.launch_lines(cluster)
+    assert set(launch) == {"torchrun", "mpirun", "sbatch_array", "srun_torchrun"}
+    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
+    on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{DDP_TRAIN}EOF\n")
+    every_rank = [(f"{rank}/3", f"node-{rank}", "grad=4.0 ranks=3") for rank in range(3)]
+
+    # torchrun: the same line pasted on every node (here from node-0's shell over ssh).
+    every_node = " ".join(f"ssh {n.name} {_quote(launch['torchrun'])} &" for n in nodes)
+    session = on_head(f"{every_node} wait")
+    assert ddp_ranks(session.stdout) == every_rank, session.stdout + session.stderr
+
+    # mpirun from node-0: Open MPI's ranks become RANK/LOCAL_RANK/WORLD_SIZE (mpi-rank-env).
+    session = on_head(launch["mpirun"])
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert ddp_ranks(session.stdout) == every_rank, session.stdout + session.stderr
+
+    # Slurm's torchrun template, and MPI programs under srun with PMIx.
+    session = on_head(launch["srun_torchrun"])
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert ddp_ranks(session.stdout) == every_rank, session.stdout + session.stderr
+    session = on_head("srun -N3 --ntasks-per-node=1 --mpi=pmix python3 -c 'from mpi4py import MPI; c = MPI.COMM_WORLD; "
+                      "print(c.Get_rank(), c.Get_size(), MPI.Get_processor_name(), c.allreduce(c.Get_rank()))'")
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert sorted(session.stdout.splitlines()) == [f"{rank} 3 node-{rank} 3" for rank in range(3)]
+
+
+def test_ray_job_submit_runs_a_job_on_a_ray_cluster_from_the_connect_cards_line(environment, owner, real_machines, tmp_path):
+    from accounts.services import add_ssh_key
+
+    key, public = customer_key(tmp_path, "alice")
+    ssh_key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=public)
+    cluster = create_cluster(
+        environment=environment, name="tune", machine_type=real_machine_type(2), machine_count=2, software="ray",
+        ssh_keys=[ssh_key],
+    )
+    cluster = drive(cluster, SETTLED, timeout=150)
+    assert cluster.status == Status.READY, story(cluster)
+    launch = connect.launch_lines(cluster)
+    node = cluster.nodes.select_related("host").get(index=0)
+    job = ("import ray, socket\nray.init()\n@ray.remote\ndef where():\n    return socket.gethostname()\n"
+           "print('ray job ran on', sorted({h for h in ray.get([where.remote() for _ in range(40)])}), "
+           "int(ray.cluster_resources()['CPU']))\n")
+    on_node(real_machines, node, f"cat >/shared/job.py <<'EOF'\n{job}EOF\n")
+    session = known_hosts_ssh(tmp_path, cluster, key, "node-0", launch["ray_submit"])
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert re.search(r"ray job ran on \['node-[01]'.*\] \d+", session.stdout), session.stdout
+    assert "succeeded" in session.stdout, session.stdout
 
 
 def _quote(text: str) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from clusters import connect
+from clusters.models import Cluster
 from clusters.services.create import create_cluster
 from offers.models import Location
 from tests.factories import machine_type_with_hosts
@@ -10,11 +11,11 @@ from tests.factories import machine_type_with_hosts
 pytestmark = pytest.mark.django_db
 
 
-def test_ssh_goes_through_the_sites_gateway_where_machines_have_no_public_address(environment, settings):
-    settings.NODE_IMAGE_TOOLS = ["torchrun"]
+def test_ssh_goes_through_the_sites_gateway_where_machines_have_no_public_address(environment):
     machine_type = machine_type_with_hosts(2)
     Location.objects.filter(pk=machine_type.location_id).update(gateway_host="gw.eu-north-1.runcrate.example")
     cluster = create_cluster(environment=environment, name="gw", machine_type=machine_type, machine_count=2)
+    Cluster.objects.filter(pk=cluster.pk).update(image="pytorch")
     cluster.refresh_from_db()
     commands = [ep.ssh_command for ep in connect.endpoints(cluster)]
     assert all(c.startswith("ssh -J gw.eu-north-1.runcrate.example ") for c in commands)
@@ -36,3 +37,21 @@ def test_launch_lines_show_only_what_the_nodes_have_and_containers_copy_the_prog
         "for h in $(tail -n +2 /etc/runcrate/hostfile | cut -d' ' -f1); do scp -q ~/task.py $h:; done && sbatch "
     )
     assert "--chdir=/root" in array.command
+
+
+def test_the_launch_lines_follow_the_clusters_image_and_mpirun_maps_open_mpis_ranks(environment):
+    assert connect.image_tools("pytorch") == {"torchrun"}
+    assert connect.image_tools("base") == frozenset() and connect.image_tools("no-such-image") == frozenset()
+    machine_type = machine_type_with_hosts(3)
+    cluster = create_cluster(environment=environment, name="p", machine_type=machine_type, machine_count=3, software="slurm")
+    cluster.refresh_from_db()
+    assert set(connect.launch_lines(cluster)) == {"mpirun", "sbatch_array"}, "base ships no torchrun"
+    Cluster.objects.filter(pk=cluster.pk).update(image="pytorch")
+    cluster.refresh_from_db()
+    lines = connect.launch_lines(cluster)
+    assert set(lines) == {"torchrun", "mpirun", "sbatch_array", "srun_torchrun"}, "no image here ships DeepSpeed"
+    # The rank variables come from Open MPI's through the wrapper every node has; the caller's
+    # PATH (an activated virtualenv) goes to every rank.
+    assert lines["mpirun"].endswith(
+        "-x PATH -x MASTER_ADDR=node-0 -x MASTER_PORT=29500 mpi-rank-env python train.py"
+    ), lines["mpirun"]

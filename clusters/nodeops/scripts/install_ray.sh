@@ -42,12 +42,15 @@ rm -f /etc/profile.d/ray.sh
 
 step "start"
 # Ray finds the machine's GPUs itself. Never `ray stop` here: a node that already runs Ray keeps its jobs.
+# Ray's processes run with Ray's Python first on PATH: a submitted job's `python job.py` (`ray job
+# submit`) and a task's subprocess find the Python that has ray, as in an activated virtualenv.
+export PATH="/opt/ray/bin:$PATH"
 if is_head; then
     if /opt/ray/bin/ray status --address="$HEAD_IP:6379" >/dev/null 2>&1; then
         log "ray head already running"
     else
         /opt/ray/bin/ray start --head --node-ip-address="$HEAD_IP" --port=6379 \
-            --include-dashboard=false --disable-usage-stats
+            --include-dashboard=true --dashboard-host="$HEAD_IP" --dashboard-port=8265 --disable-usage-stats
     fi
 else
     if pgrep -x raylet >/dev/null; then

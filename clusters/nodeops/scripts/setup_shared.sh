@@ -198,6 +198,26 @@ if ! is_sandbox; then
     apt_install "${packages[@]}"
 fi
 
+# mpi-rank-env COMMAND...: the Connect card's mpirun line starts each rank through it, so a
+# PyTorch program's env:// rendezvous finds the variables torchrun would have set, taken from
+# Open MPI's own (docs/nodeops.md, "Launch lines").
+step "mpi-rank-env"
+write_file "$ROOT/usr/local/bin/mpi-rank-env" 0755 <<'WRAPPER'
+#!/bin/sh
+# Written by Runcrate: runs COMMAND as one rank of an Open MPI job (`mpirun ... mpi-rank-env
+# python train.py`) with the variables torch.distributed's env:// rendezvous reads, taken from
+# Open MPI's: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE. MASTER_ADDR and MASTER_PORT come
+# from mpirun's -x (or the node's environment).
+if [ -z "${OMPI_COMM_WORLD_RANK:-}" ]; then
+    echo "mpi-rank-env: not started by Open MPI's mpirun (no OMPI_COMM_WORLD_RANK)" >&2
+    exit 2
+fi
+[ "$#" -gt 0 ] || { echo "usage: mpirun ... mpi-rank-env COMMAND [ARGS...]" >&2; exit 2; }
+export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE"
+export LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"
+exec "$@"
+WRAPPER
+
 case "$KIND" in
     container)
         step "local-files"

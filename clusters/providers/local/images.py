@@ -53,16 +53,25 @@ BUILD_STEPS_VERSION = 3
 @dataclass(frozen=True)
 class Recipe:
     """What an image is: Debian packages, and Python virtualenvs (path → requirements) made
-    with the image's own python3 after the packages are in."""
+    with the image's own python3 after the packages are in. `system_python`: requirements
+    installed into the image's own python3 (under /usr/local, root's `python3` and its scripts
+    on PATH), taken from this computer's pip index (`_system_python_wheels`). `launchers`: the
+    commands the image ships that launch lines run (clusters.connect.image_tools)."""
 
     name: str
     packages: tuple[str, ...]
     venvs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    system_python: tuple[str, ...] = ()
+    launchers: tuple[str, ...] = ()
 
     def digest(self, suite: str) -> str:
-        text = json.dumps({"name": self.name, "suite": suite, "packages": sorted(self.packages),
-                           "venvs": {path: list(reqs) for path, reqs in sorted(self.venvs.items())},
-                           "steps": BUILD_STEPS_VERSION}, sort_keys=True)
+        fields = {"name": self.name, "suite": suite, "packages": sorted(self.packages),
+                  "venvs": {path: list(reqs) for path, reqs in sorted(self.venvs.items())},
+                  "steps": BUILD_STEPS_VERSION}
+        if self.system_python:
+            # A GPU host's build is another image (CUDA wheels) than a CPU host's.
+            fields |= {"system_python": list(self.system_python), "accelerator": host_accelerator()}
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -93,6 +102,17 @@ IMAGES = {
     ),
 }
 
+# `base` plus PyTorch in the system's Python (`python3 -c "import torch"`, `torchrun` on PATH),
+# from this computer's pip index: its CPU build where this computer's pip has it (a CPU host's
+# local wheel or the CPU wheel index it is configured with), PyPI's CUDA build on a GPU host.
+IMAGES["pytorch"] = Recipe(
+    name="pytorch",
+    packages=IMAGES["base"].packages,
+    venvs=IMAGES["base"].venvs,
+    system_python=("torch==2.13.0", "numpy"),
+    launchers=("torchrun",),
+)
+
 # Files a package's install leaves that must be each node's own, not one copy shared by every
 # node booted from the image: SSH host keys (boot writes one per node), munge's key (the
 # cluster's is written at install).
@@ -116,6 +136,12 @@ def host_suite() -> str:
     if fields.get("ID") != "debian" or not fields.get("VERSION_CODENAME"):
         raise ImageError("images are built from Debian's packages of this computer's release; this is not Debian")
     return fields["VERSION_CODENAME"]
+
+
+def host_accelerator() -> str:
+    """"cuda" on a computer with NVIDIA's driver (nvidia-smi), else "cpu": which PyTorch build an
+    image's Python gets."""
+    return "cuda" if shutil.which("nvidia-smi") else "cpu"
 
 
 def host_sources(suite: str) -> list[Path]:
@@ -190,6 +216,11 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
     say(f"image {recipe.name}: building {target.name} from Debian {suite} with mmdebstrap "
         f"({len(recipe.packages)} packages{', ' + ', '.join(recipe.venvs) if recipe.venvs else ''}); once per recipe")
     hooks = [_venv_hook(path, requirements) for path, requirements in recipe.venvs.items()]
+    wheels = None
+    if recipe.system_python:
+        wheels = target.with_name(f".{target.name}.wheels")
+        _system_python_wheels(recipe, wheels, say, started)
+        hooks.append(_system_python_hook(wheels, recipe.system_python))
     # Per node, not per image: written by each node's boot or the cluster's install.
     hooks.append("rm -f " + " ".join(f'"$1"/{pattern}' for pattern in (*NODE_SECRETS, *BUILD_HOST_FILES))
                  + ' && : > "$1/etc/machine-id" && echo localhost > "$1/etc/hostname" && : > "$1/etc/resolv.conf"'
@@ -213,6 +244,9 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
             process.wait()
             shutil.rmtree(temporary, ignore_errors=True)
             raise
+        finally:
+            if wheels is not None:
+                shutil.rmtree(wheels, ignore_errors=True)
     if process.returncode != 0:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
         shutil.rmtree(temporary, ignore_errors=True)
@@ -248,6 +282,66 @@ def _venv_hook(path: str, requirements: tuple[str, ...]) -> str:
         f'PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 '
         f'{shlex.quote(pip)} install --progress-bar off --cert /tmp/runcrate-build-ca.crt {quoted} && '
         'rm -f "$1/tmp/runcrate-build-ca.crt"'
+    )
+
+
+def image_python_version(suite: str) -> str:
+    """The image's python3 as "3.11": Debian's python3 of this computer's release, which is the
+    image's release (bookworm ships 3.11, trixie 3.13)."""
+    known = {"bookworm": "3.11", "trixie": "3.13"}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    if suite not in known:
+        raise ImageError(f"cannot tell which Python Debian {suite} ships (no /usr/bin/python3 here)")
+    return known[suite]
+
+
+def _system_python_wheels(recipe: Recipe, wheels: Path, say: Callable[[str], None], started: float) -> None:
+    """Wheels of the recipe's `system_python` and everything they need, for the image's Python,
+    fetched by this computer's pip with its own configuration (its indexes, local wheel folders,
+    constraints, certificate and proxy): the image gets the build this computer's pip is set up
+    to give, a CPU host's CPU build where it has one. The image's own pip then installs them
+    with no index at all (`_system_python_hook`)."""
+    version = image_python_version(host_suite())
+    tag = version.replace(".", "")
+    shutil.rmtree(wheels, ignore_errors=True)
+    wheels.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(wheels),
+               "--only-binary=:all:", "--implementation", "cp", "--python-version", version, "--abi", f"cp{tag}",
+               *recipe.system_python]
+    say(f"image {recipe.name}: fetching {', '.join(recipe.system_python)} for Python {version} "
+        f"({host_accelerator()} build) with this computer's pip")
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    output = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        output.append(line.rstrip())
+        if line.startswith(("Collecting ", "Saved ", "Successfully downloaded", "ERROR")):
+            say(f"image {recipe.name}: [{time.monotonic() - started:5.0f} s] {line.rstrip()[:157]}")
+    if process.wait() != 0:
+        shutil.rmtree(wheels, ignore_errors=True)
+        raise ImageError(f"image {recipe.name}: pip could not fetch {', '.join(recipe.system_python)} "
+                         f"(status {process.returncode}):\n" + "\n".join(output[-15:]))
+
+
+def _system_python_hook(wheels: Path, requirements: tuple[str, ...]) -> str:
+    """A customize hook: the fetched wheels installed by the image's own pip into its system
+    Python (Debian's pip puts root's installs under /usr/local; --break-system-packages because
+    the image's Python is "externally managed", PEP 668), from the wheel folder only: nothing of
+    this computer's pip configuration stays in the image."""
+    quoted = " ".join(shlex.quote(requirement) for requirement in requirements)
+    return (
+        'mkdir -p "$1/tmp/runcrate-wheels" && '
+        f'cp -a {shlex.quote(str(wheels))}/. "$1/tmp/runcrate-wheels/" && '
+        'chroot "$1" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 '
+        'PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore '
+        '/usr/bin/python3 -m pip install --progress-bar off --break-system-packages --no-index '
+        f'--find-links /tmp/runcrate-wheels {quoted} && '
+        'rm -rf "$1/tmp/runcrate-wheels"'
     )
 
 
