@@ -15,10 +15,10 @@ from pathlib import Path
 
 from clusters.images import ImageFacts
 
-# Where an image's Python packages can be: the system's (Debian's and pip's), and virtualenvs
-# under /opt (Ray's).
+# Where the system Python's packages are (pip's and Debian's): what `python3` imports on a node.
+# A virtualenv's (Ray's under /opt) are not the system's.
 SITE_PACKAGES = ("usr/local/lib/python3*/dist-packages", "usr/lib/python3/dist-packages",
-                 "usr/local/lib/python3*/site-packages", "opt/*/lib/python3*/site-packages")
+                 "usr/local/lib/python3*/site-packages", "usr/lib/python3*/site-packages")
 
 
 @functools.cache
