@@ -144,7 +144,7 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
             "failure_reason": cluster.failure_reason or None,
             "environment": cluster.environment.name, "environment_id": cluster.environment_id,
             "workspace_id": cluster.workspace_id,
-            "machines": cluster.machine_count, "software": cluster.software,
+            "machines": cluster.machine_count, "software": cluster.software, "image": cluster.image or None,
             "offer": {
                 "id": machine_type.pk, "gpu": machine_type.gpu.slug, "gpus_per_machine": machine_type.gpus_per_machine,
                 "machine_kind": machine_type.kind, "location": machine_type.location.code,

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from clusters import connect, network_tests
+from clusters.images import default_image, offer_images
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
 from offers.inventory import Offer as PricedOffer
@@ -230,6 +231,19 @@ class OfferSummary(Schema):
         return _machine_type(obj).community
 
 
+class Image(Schema):
+    """A machine image an offer's machines can start (docs/nodeops.md, "Images on every surface")."""
+
+    name: str = Field(description="Pass as `image` to create or plan a cluster.")
+    os: str = Field(description='The operating system, e.g. "Debian 12 (bookworm)".')
+    python: str | None = Field(description="The system Python's version.")
+    pytorch: str | None = Field(description="The PyTorch release in the system Python; null: no PyTorch.")
+    cuda: str | None = Field(description="The CUDA PyTorch was built for, on machines with GPUs; null: a CPU build "
+                                         "or no PyTorch.")
+    description: str
+    summary: str = Field(description="The facts in one line, as the dashboard shows them.")
+
+
 class Offer(OfferSummary):
     """An offers.inventory.Offer: a machine type priced for a cluster size."""
 
@@ -241,7 +255,21 @@ class Offer(OfferSummary):
     price_per_machine_hour: Money
     price_per_cluster_hour: Money = Field(description="price_per_machine_hour × machines.")
     software: list[Annotated[str, enum(Software.values)]]
+    images: list[Image] | None = Field(
+        description="The machine images this offer can start now; a cluster names one as `image`. null: its machines "
+                    "run their operator's own system and start no image.")
+    default_image: str | None = Field(description="The image a create that names none gets: pytorch where offered, "
+                                                  "else the first; null when the offer starts no image.")
     warning: str | None
+
+    @staticmethod
+    def resolve_images(offer: Any) -> list[dict[str, Any]] | None:
+        found = offer_images(offer.machine_type)
+        return None if found is None else [image.as_dict() for image in found]
+
+    @staticmethod
+    def resolve_default_image(offer: Any) -> str | None:
+        return default_image(offer_images(offer.machine_type)) or None
 
     @staticmethod
     def resolve_vcpus(offer: Any) -> int:
@@ -374,6 +402,8 @@ class ClusterSummary(Schema):
     workspace_id: int
     machines: int
     software: Annotated[str, enum(Software.values)]
+    image: str | None = Field(description="The machine image every node boots from (an offer's `images`); null on "
+                                          "machines that run their operator's own system.")
     offer: OfferSummary
     volume_id: int | None
     price_per_machine_hour: Money
@@ -394,6 +424,10 @@ class ClusterSummary(Schema):
     @staticmethod
     def resolve_failure_reason(cluster: Any) -> str | None:
         return cluster.failure_reason or None
+
+    @staticmethod
+    def resolve_image(cluster: Any) -> str | None:
+        return cluster.image or None
 
     @staticmethod
     def resolve_environment(cluster: Any) -> str:
@@ -473,6 +507,8 @@ class CreateCluster(Body):
     machines: WholeNumber = Field(json_schema_extra={"minimum": MIN_MACHINES, "maximum": MAX_MACHINES})
     software: Annotated[Text, Field(max_length=20, description="Kubernetes only on vm and bare_metal offers.",
                    json_schema_extra={"enum": list(Software.values)})] = Software.NONE.value
+    image: Annotated[Text, Field(max_length=32, description="A machine image of the offer's `images`. Omitted: the "
+                                                            "offer's `default_image` (pytorch where offered).")] | None = None
     volume_id: Id | None = Field(None, description="Not on community offers.")
     ssh_key_ids: list[Id] | None = Field(
         None, description="The SSH keys every node accepts for root. Omitted: every key of the workspace, as the "
@@ -482,6 +518,8 @@ class CreateCluster(Body):
     @model_validator(mode="after")
     def _distinct_keys(self) -> "CreateCluster":
         self.software = self.software.lower()
+        if self.image is not None:
+            self.image = self.image.lower()
         if self.ssh_key_ids is not None:
             self.ssh_key_ids = list(dict.fromkeys(self.ssh_key_ids))
         return self
@@ -648,6 +686,8 @@ class ClusterPlan(Schema):
     offer: OfferSummary | None
     machines: int | None
     software: str
+    image: str | None = Field(description="The image a create would boot: the one asked for, or the offer's default.")
+    images: list[Image] | None = Field(description="Every image the offer can start now (null: none, or no such offer).")
     available_machines: int
     price_per_machine_hour: Money
     price_per_hour: Money = Field(description="The whole cluster per hour.")

@@ -92,6 +92,9 @@ class CreateClusterForm(forms.Form):
         error_messages={key: MACHINE_COUNT_MESSAGES[key] for key in ("min_value", "max_value", "invalid", "required")},
     )
     software = forms.ChoiceField(choices=Software.choices, initial=Software.NONE, widget=SoftwareSelect)
+    # The picked offer's images are radios the page draws from the plan (clusters.views
+    # .create_plan); whether the offer can start the one sent is the service's rule.
+    image = forms.CharField(max_length=32, required=False)
     volume = forms.ModelChoiceField(queryset=Volume.objects.none(), required=False, empty_label="No volume")
     ssh_keys = forms.ModelMultipleChoiceField(
         queryset=SSHKey.objects.none(), required=False, widget=forms.CheckboxSelectMultiple, label="SSH keys"

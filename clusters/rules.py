@@ -7,6 +7,7 @@ the bounds from here instead of restating them.
 - Kubernetes only on `vm` and `bare_metal` machines, and on real machines (the `ssh`
   provider) only once the operator has pinned what its install fetches;
 - no volume on community hosts;
+- the image is one the offer's machines can start now (clusters.images; none named: the default);
 - to start (or grow) a cluster the balance covers one hour of the whole cluster, and never
   less than settings.MINIMUM_CREATE_BALANCE ($10) — billing.services.required_balance.
 """
@@ -23,6 +24,7 @@ from django.conf import settings
 from accounts.models import Environment
 from billing.services import required_balance
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
+from clusters.images import image_problem, offer_images
 from clusters.models import Cluster, Software, Volume
 from clusters.providers import kubernetes_unpinned
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, PRIVATE_NETWORK_MIN_GBPS, MachineType
@@ -38,7 +40,7 @@ def minimum_balance() -> Decimal:
 
 def request_problems(
     *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None, software: str,
-    volume: Volume | None,
+    volume: Volume | None, image: str | None = None,
 ) -> Iterator[ClusterError]:
     """Every refusal of a cluster request that needs no lock, in the order a person fixes them."""
     if not NAME_RE.match(name or ""):
@@ -56,6 +58,8 @@ def request_problems(
     if software not in Software.values:
         yield ClusterError("invalid_software", "Pick None, Slurm, Kubernetes or Ray.", field="software")
     elif software == Software.KUBERNETES and (problem := kubernetes_problem(machine_type)) is not None:
+        yield problem
+    if (problem := image_problem(offer_images(machine_type), image)) is not None:
         yield problem
     if volume is not None:
         if machine_type.community:

@@ -19,6 +19,7 @@ from accounts.tenancy import require_tenancy
 from clusters import connect, queries, rules
 from clusters.access import get_cluster_for_user
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
+from clusters.images import offer_images
 from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
 from clusters.queries import workspace_instance, workspace_instances
 from clusters.quotas import quota_rows
@@ -80,6 +81,11 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any, 
     volume_value = str(values.get("volume") or "")
     volume = Volume.objects.filter(pk=int(volume_value), environment=environment).first() if is_id(volume_value) else None
     name = str(values.get("name") or "").strip()
+    image = str(values.get("image") or "").strip() or None
+    offered = offer_images(machine_type) if machine_type is not None and machine_type.active else None
+    if not form.is_bound and image and image not in {found.name for found in offered or []}:
+        # Another offer was picked: its default, not a refusal of the image the last one had.
+        image = None
 
     kubernetes = rules.kubernetes_problem(machine_type) if machine_type is not None else None
     cast(SoftwareSelect, form.fields["software"].widget).disabled_values = {Software.KUBERNETES} if kubernetes else set()
@@ -92,7 +98,7 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any, 
             form.fields["volume"].disabled = True
     plan = plan_cluster(
         environment=environment, name=name, machine_type=machine_type, machine_count=machines, software=software,
-        volume=volume, created_by_id=user_id,
+        volume=volume, created_by_id=user_id, image=image,
     )
     keys = cast(forms.ModelMultipleChoiceField, form.fields["ssh_keys"]).queryset
     return {
@@ -111,7 +117,7 @@ def create_plan(environment: Environment, form: CreateClusterForm, values: Any, 
 def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenancy = require_tenancy(request)
     initial: dict[str, Any] = {
-        key: request.GET[key] for key in ("offer", "machines", "software", "name", "volume", "include_community")
+        key: request.GET[key] for key in ("offer", "machines", "software", "image", "name", "volume", "include_community")
         if key in request.GET
     }
     refresh = bool(request.htmx) and request.GET.get("partial") == "plan"
@@ -134,6 +140,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
                 environment=tenancy.environment, name=cleaned["name"], machine_type=cleaned["offer"],
                 machine_count=cleaned["machines"], software=cleaned["software"], volume=cleaned["volume"],
                 ssh_keys=cleaned["ssh_keys"], created_by=request.user, actor=actor_label(request),
+                image=cleaned["image"] or None,
             )
         except DomainError as error:
             add_to_form(form, error)

@@ -73,7 +73,7 @@ class Clusters(Resource):
         """Every item of list(), following the pages."""
         return list(self._transport.iterate("/clusters", {"status": status}))
 
-    def create(self, *, name: str, offer_id: int | str, machines: int, software: str | None = None, volume_id: int | str | None = None, ssh_key_ids: builtins.list[int | str] | None = None, idempotency_key: str | None = None) -> Record:
+    def create(self, *, name: str, offer_id: int | str, machines: int, software: str | None = None, image: str | None = None, volume_id: int | str | None = None, ssh_key_ids: builtins.list[int | str] | None = None, idempotency_key: str | None = None) -> Record:
         """Create a cluster.
 
         Reserves every machine at once, or none. With an `Idempotency-Key` header, a retry with the
@@ -82,9 +82,9 @@ class Clusters(Resource):
 
         POST /clusters (createCluster)
         """
-        return self._transport.data("POST", "/clusters", json=_body({"name": name, "offer_id": offer_id, "machines": machines, "software": software, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids}), headers={"Idempotency-Key": idempotency_key})
+        return self._transport.data("POST", "/clusters", json=_body({"name": name, "offer_id": offer_id, "machines": machines, "software": software, "image": image, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids}), headers={"Idempotency-Key": idempotency_key})
 
-    def plan(self, *, name: str, offer_id: int | str, machines: int, software: str | None = None, volume_id: int | str | None = None, ssh_key_ids: builtins.list[int | str] | None = None) -> Record:
+    def plan(self, *, name: str, offer_id: int | str, machines: int, software: str | None = None, image: str | None = None, volume_id: int | str | None = None, ssh_key_ids: builtins.list[int | str] | None = None) -> Record:
         """Check and price a cluster without creating it.
 
         The same checks as POST /clusters with the same body, and nothing reserved: the price per
@@ -94,7 +94,7 @@ class Clusters(Resource):
 
         POST /clusters/plan (planCluster)
         """
-        return self._transport.data("POST", "/clusters/plan", json=_body({"name": name, "offer_id": offer_id, "machines": machines, "software": software, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids}))
+        return self._transport.data("POST", "/clusters/plan", json=_body({"name": name, "offer_id": offer_id, "machines": machines, "software": software, "image": image, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids}))
 
     def get(self, cluster_id: int | str) -> Record:
         """A cluster and its nodes.

@@ -49,7 +49,7 @@ from runcrate_client.client import Client
 
 DEFAULT_TOKEN_TTL = 600.0
 TOKEN_PREFIX = "rcplan1"
-PLAN_FIELDS = ("offer_id", "machines", "software", "name", "volume_id", "ssh_key_ids")
+PLAN_FIELDS = ("offer_id", "machines", "software", "image", "name", "volume_id", "ssh_key_ids")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,6 +145,9 @@ def normalize(key: str, value: Any) -> Any:
         return sorted(str(v) for v in value) if value else []
     if key == "machines":
         return int(value) if value is not None else None
+    if key == "image":
+        # Not named is the offer's default: one spelling in the token.
+        return str(value).strip() or None if value else None
     if key in ("volume_id", "offer_id"):
         # Ids arrive as numbers or strings (the API takes both): one spelling in the token.
         return str(value) if value else None

@@ -100,7 +100,7 @@ def create_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> Any:
             cluster = create.create_cluster(
                 environment=ctx.environment, name=payload.name, machine_type=machine_type,
                 machine_count=payload.machines, software=payload.software, volume=volume, ssh_keys=ssh_keys,
-                created_by=ctx.api_key.created_by, actor=ctx.actor,
+                created_by=ctx.api_key.created_by, actor=ctx.actor, image=payload.image,
             )
             if idempotency_key:
                 response_body = CLUSTER.model_validate(ok(fresh(cluster))).model_dump(mode="json")
@@ -157,7 +157,7 @@ def _check_create(
     problems = [
         problem for problem in rules.request_problems(
             environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
-            software=payload.software, volume=volume,
+            software=payload.software, volume=volume, image=payload.image,
         )
         if not (machine_type is None and problem.field == "offer")  # said once, above
     ]
@@ -180,6 +180,8 @@ def _plan_data(plan: create.ClusterPlan, problems: list[ClusterError]) -> dict[s
         "offer": plan.machine_type,
         "machines": plan.machines,
         "software": plan.software,
+        "image": plan.image or None,
+        "images": None if plan.images is None else [image.as_dict() for image in plan.images],
         "available_machines": plan.available_machines,
         "price_per_machine_hour": plan.price_per_machine_hour,
         "price_per_hour": plan.price_per_hour,
@@ -225,7 +227,7 @@ def plan_cluster(request: HttpRequest, payload: schemas.CreateCluster) -> dict[s
                  for i in missing]
     plan = create.plan_cluster(
         environment=ctx.environment, name=payload.name, machine_type=machine_type, machine_count=payload.machines,
-        software=payload.software, volume=volume, created_by_id=ctx.api_key.created_by_id,
+        software=payload.software, volume=volume, created_by_id=ctx.api_key.created_by_id, image=payload.image,
     )
     data = _plan_data(plan, problems)
     if not ssh_keys and not missing:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from clusters.images import ImageFacts
     from clusters.models import Cluster, Node
     from clusters.nodeops.metrics import MetricsRound
     from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult
+    from offers.models import MachineType
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,12 @@ class Provider(abc.ABC):
     # Steps whose outcome arrives later (simulated delays) need the reconciler to look again.
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         self.on_output: OutputCallback = on_output or (lambda node, step, text: None)
+
+    def images(self, machine_type: MachineType) -> list[ImageFacts] | None:
+        """The machine images this driver's machines of `machine_type` can start now, with their
+        facts (clusters.images). None: its machines run their operator's own system and start
+        no image."""
+        return None
 
     def session(self) -> contextlib.AbstractContextManager[object]:
         """Steps called inside it (one pass of the lifecycle) may share what the provider keeps

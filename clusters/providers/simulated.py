@@ -16,12 +16,22 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
+from clusters.images import ImageFacts
 from clusters.models import Node
 from clusters.providers.base import NO_NEWS, BootReport, BootState, NodeHealthReport, Provider, StepOutcome, boot_due
 from offers.models import HostFault
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
+    from offers.models import MachineType
+
+# What the simulated machines say they start: the images a real host of the product builds
+# (Debian 12, its Python, a PyTorch release), fixed. Its machines have no GPUs (offers.models
+# .MachineType.gives_gpus), so PyTorch is a CPU build.
+SIMULATED_IMAGES = (
+    ImageFacts(name="base", os="Debian 12 (bookworm)", python="3.11.2"),
+    ImageFacts(name="pytorch", os="Debian 12 (bookworm)", python="3.11.2", pytorch="2.13.0"),
+)
 
 
 def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
@@ -30,6 +40,9 @@ def _elapsed(since: dt.datetime | None, seconds: float) -> bool:
 
 class SimulatedProvider(Provider):
     name = "simulated"
+
+    def images(self, machine_type: MachineType) -> list[ImageFacts]:
+        return list(SIMULATED_IMAGES)
 
     def boot(self, node: Node) -> None:
         self.on_output(node.name, "boot", f"boot requested on {node.host.name}")

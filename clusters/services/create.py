@@ -18,6 +18,7 @@ from billing import services as billing
 from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
+from clusters.images import ImageFacts, default_image, offer_images
 from clusters.models import Cluster, Node, Software, Status, Volume
 from clusters.queries import committed_rate
 from clusters.quotas import QuotaUse, check_quotas, membership_of, quota_uses
@@ -41,6 +42,10 @@ class ClusterPlan:
     machine_type: MachineType | None
     machines: int | None
     software: str
+    # The image a create would boot (the one asked for, or the offer's default), and every
+    # image the offer can start.
+    image: str
+    images: list[ImageFacts] | None
     price_per_machine_hour: Decimal
     price_per_hour: Decimal
     required_balance: Decimal
@@ -119,14 +124,17 @@ class ClusterPlan:
 def plan_cluster(
     *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
     software: str = Software.NONE, volume: Volume | None = None, created_by_id: int | None = None,
+    image: str | None = None,
 ) -> ClusterPlan:
     """create_cluster's checks without the locks or the reservation, every refusal collected.
-    `created_by_id`: the user who would create it, whose quotas bind it."""
+    `created_by_id`: the user who would create it, whose quotas bind it; `image` None: the
+    offer's default."""
     workspace = Workspace.objects.get(pk=environment.workspace_id)
     problems = list(rules.request_problems(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
-        software=software, volume=volume,
+        software=software, volume=volume, image=image,
     ))
+    images = offer_images(machine_type) if machine_type is not None and machine_type.active else None
     count = machine_count or 0
     per_machine = machine_type.price_per_machine_hour if machine_type is not None else Decimal(0)
     price = machine_type.price_for(count) if machine_type is not None else Decimal(0)
@@ -147,7 +155,8 @@ def plan_cluster(
     quotas = quota_uses(environment, membership_of(environment, created_by_id), adding_gpus=gpus, adding_per_hour=price)
     problems += [refusal for use in quotas if (refusal := use.problem()) is not None]
     return ClusterPlan(
-        machine_type=machine_type, machines=machine_count, software=software, price_per_machine_hour=per_machine,
+        machine_type=machine_type, machines=machine_count, software=software,
+        image=image or default_image(images), images=images, price_per_machine_hour=per_machine,
         price_per_hour=price, required_balance=required_balance(price), balance=workspace.credit_balance,
         available_machines=available, monthly_budget=environment.monthly_budget,
         budget_spent=month_to_date_spend([environment.pk])[environment.pk],
@@ -159,14 +168,16 @@ def plan_cluster(
 def create_cluster(
     *, environment: Environment, name: str, machine_type: MachineType | None, machine_count: int | None,
     software: str = Software.NONE, volume: Volume | None = None, ssh_keys: Iterable[SSHKey] = (),
-    created_by: User | None = None, actor: str = SYSTEM,
+    created_by: User | None = None, actor: str = SYSTEM, image: str | None = None,
 ) -> Cluster:
+    """`image`: one the offer's machines can start (clusters.images); None, the offer's default."""
     # The checks that need no lock; the money and inventory ones are repeated under locks.
     rules.check_request(
         environment=environment, name=name, machine_type=machine_type, machine_count=machine_count,
-        software=software, volume=volume,
+        software=software, volume=volume, image=image,
     )
     assert machine_type is not None and machine_count is not None
+    image = image or default_image(offer_images(machine_type))
     try:
         with transaction.atomic():
             # Lock the workspace so two creates cannot both spend the same balance check.
@@ -187,7 +198,7 @@ def create_cluster(
             now = timezone.now()
             cluster = Cluster.objects.create(
                 workspace=workspace, environment=environment, name=name, machine_type=machine_type,
-                machine_count=machine_count, software=software, volume=volume,
+                machine_count=machine_count, software=software, image=image, volume=volume,
                 price_per_machine_hour=machine_type.price_per_machine_hour, provider=machine_type.provider,
                 status=Status.PROVISIONING, status_changed_at=now, created_by=created_by,
                 deadline_at=now + dt.timedelta(minutes=machine_type.boot_deadline_minutes),
@@ -197,9 +208,10 @@ def create_cluster(
             record_event(
                 cluster, "created",
                 f"Reserved {machine_count} machines ({machine_type}) at ${cluster.price_per_hour:,.2f}/h; software: "
-                f"{cluster.get_software_display()}.",
+                f"{cluster.get_software_display()}{f'; image: {image}' if image else ''}.",
                 actor=actor, audit=Action("cluster.create", after={
                     "name": name, "offer": machine_type.pk, "machines": machine_count, "software": software,
+                    "image": image,
                     "volume": volume.pk if volume else None, "environment": environment.name}),
             )
             after_commit_changed(cluster.pk, advance=True)
@@ -217,7 +229,7 @@ def create_cluster(
 
 def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, created_by: User | None = None, actor: str = SYSTEM) -> Cluster:
     """The customer's choice on a failed cluster's page: the same cluster (name, size,
-    software, SSH keys, volume) on an offer that can start it now. Nothing is retried
+    software, image, SSH keys, volume) on an offer that can start it now. Nothing is retried
     without this choice."""
     if failed.status != Status.FAILED:
         raise Conflict("not_failed", f"{failed.name} did not fail; only a failed cluster is created again.")
@@ -232,7 +244,7 @@ def recreate_cluster(failed: Cluster, machine_type: MachineType | None, *, creat
     return create_cluster(
         environment=failed.environment, name=failed.name, machine_type=machine_type,
         machine_count=failed.machine_count, software=failed.software, volume=failed.volume,
-        ssh_keys=list(failed.ssh_keys.all()), created_by=created_by, actor=actor,
+        image=failed.image or None, ssh_keys=list(failed.ssh_keys.all()), created_by=created_by, actor=actor,
     )
 
 

@@ -77,6 +77,9 @@ def clusters_offers(
         size = f" for {machines} machines" if machines else ""
         return click.echo(f"No offers can start now{size}. Try fewer machines, another GPU, or `runcrate quote`.")
     click.echo(offers_table(items))
+    facts = image_lines(items)
+    if facts:
+        click.echo("\nImages (* the default; pick one with `clusters create --image`):\n" + "\n".join(f"  {line}" for line in facts))
     if offers.meta.get("network_caveat"):
         # INTERCONNECT is each machine's own link; between machines it is the private network.
         click.echo("\n" + str(offers.meta["network_caveat"]))
@@ -98,11 +101,31 @@ def offers_table(items: list[Record]) -> str:
             format_money(item.get("price_per_cluster_hour")) + "/h",
             format_money(item.get("price_per_machine_hour")) + "/h",
             item.get("software"),
+            image_names(item),
             "! community" if item.get("community") else "",
         ])
     headers = ["ID", "GPU", "GPUS/MACHINE", "KIND", "LOCATION", "INTERCONNECT", "AVAILABLE",
-               "CLUSTER", "PER MACHINE", "SOFTWARE", ""]
+               "CLUSTER", "PER MACHINE", "SOFTWARE", "IMAGES", ""]
     return render_table(headers, rows, right={2, 6, 7, 8})
+
+
+def image_names(offer: Record) -> str:
+    """The offer's images, its default marked: "base, pytorch*"; "-" when it starts none."""
+    images = offer.get("images")
+    if not images:
+        return "-"
+    default = offer.get("default_image")
+    return ", ".join(f"{image.get('name')}*" if image.get("name") == default else str(image.get("name"))
+                     for image in images)
+
+
+def image_lines(offers: list[Record]) -> list[str]:
+    """Each image's facts once, as the offers list them (OS, Python, PyTorch, CUDA)."""
+    seen: dict[str, str] = {}
+    for offer in offers:
+        for image in offer.get("images") or []:
+            seen.setdefault(f"{image.get('name')}: {image.get('summary')}", "")
+    return list(seen)
 
 
 @clusters.command("create")
@@ -111,6 +134,8 @@ def offers_table(items: list[Record]) -> str:
 @click.option("--machines", required=True, type=int, help="How many machines (the server checks the size).")
 @click.option("--software", type=click.Choice(SOFTWARE_CHOICES, case_sensitive=False), default="none",
               show_default=True, help="Software to install on every node.")
+@click.option("--image", help="Machine image every node boots from (the offer's IMAGES in `clusters offers`). "
+                              "Default: pytorch where the offer has it, else the offer's first.")
 @click.option("--volume", "volume_id", help="Volume id to sync into /shared/volume on the head node.")
 @click.option("--ssh-key", "ssh_key_ids", multiple=True,
               help="SSH key id to install (repeatable). Default: every key of the workspace.")
@@ -121,7 +146,7 @@ def offers_table(items: list[Record]) -> str:
 @quiet_option
 @pass_state
 def clusters_create(
-    state: State, name: str, offer_id: str, machines: int, software: str, volume_id: str | None,
+    state: State, name: str, offer_id: str, machines: int, software: str, image: str | None, volume_id: str | None,
     ssh_key_ids: tuple[str, ...], idempotency_key: str | None, then_watch: bool, dry_run: bool, as_json: bool,
     quiet: bool,
 ) -> None:
@@ -132,7 +157,7 @@ def clusters_create(
     """
     if dry_run:
         plan = state.client().clusters.plan(name=name, offer_id=offer_id, machines=machines, software=software.lower(),
-                                           volume_id=volume_id, ssh_key_ids=list(ssh_key_ids) or None)
+                                           image=image, volume_id=volume_id, ssh_key_ids=list(ssh_key_ids) or None)
         if as_json:
             print_json(plan)
         else:
@@ -141,7 +166,7 @@ def clusters_create(
     key = idempotency_key or str(uuid.uuid4())
     try:
         cluster = state.client().clusters.create(
-            name=name, offer_id=offer_id, machines=machines, software=software.lower(),
+            name=name, offer_id=offer_id, machines=machines, software=software.lower(), image=image,
             volume_id=volume_id, ssh_key_ids=list(ssh_key_ids) or None, idempotency_key=key,
         )
     except TransportError as error:
@@ -153,8 +178,8 @@ def clusters_create(
         click.echo(cluster.get("id"))
     else:
         click.echo(
-            f"Created cluster {cluster.get('id')} ({cluster.get('name')}): {machines} machines, "
-            f"status {cluster.get('status')}, {format_money(cluster.get('price_per_hour'))}/h once every machine is up."
+            f"Created cluster {cluster.get('id')} ({cluster.get('name')}): {machines} machines"
+            f"{', image ' + str(cluster['image']) if cluster.get('image') else ''}, status {cluster.get('status')}, {format_money(cluster.get('price_per_hour'))}/h once every machine is up."
         )
         if not then_watch:
             click.echo(f"Follow it with: runcrate clusters watch {cluster.get('id')}")
@@ -185,6 +210,15 @@ def quota_line(quota: Record) -> str:
     return "; ".join(parts)
 
 
+def plan_image(plan: Record) -> str:
+    """The image a create would boot, with its facts where the offer lists it."""
+    name = plan.get("image")
+    if not name:
+        return "-"
+    facts = next((image for image in plan.get("images") or [] if image.get("name") == name), None)
+    return f"{name} ({facts.get('summary')})" if facts else str(name)
+
+
 def plan_summary(plan: Record) -> str:
     offer = plan.get("offer") or {}
     balance, budget, runway = plan.get("balance") or {}, plan.get("budget") or {}, plan.get("runway") or {}
@@ -194,6 +228,7 @@ def plan_summary(plan: Record) -> str:
                   f"{offer.get('location')}" if offer else "-"),
         ("Machines", f"{plan.get('machines')} ({plan.get('available_machines')} free now)"),
         ("Software", plan.get("software")),
+        ("Image", plan_image(plan)),
         ("SSH keys", f"{', '.join(str(i) for i in plan['ssh_key_ids']) or 'none'} on every node"
                      if "ssh_key_ids" in plan else "-"),
         ("Price", f"{format_money(plan.get('price_per_hour'))}/h for the whole cluster "
@@ -290,6 +325,7 @@ def cluster_summary(cluster: Record) -> str:
         pairs.append(("Offer", offer))
     pairs += [
         ("Software", cluster.get("software")),
+        ("Image", cluster.get("image") or "-"),
         ("Price", format_money(cluster.get("price_per_hour")) + "/h"),
         ("Billing started", format_time(cluster.get("billing_started_at"))),
         ("Created", format_time(cluster.get("created_at"))),

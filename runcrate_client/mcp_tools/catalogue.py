@@ -24,7 +24,9 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
 
         Each offer has an `id` (pass it to plan_cluster), `price_per_cluster_hour` (whole cluster, what
         gets billed) and `price_per_machine_hour`, the `software` it supports (none, slurm, kubernetes,
-        ray), location, interconnect and machine kind. Prices are per machine, never per GPU.
+        ray), the machine `images` it can start (name, os, python, pytorch, cuda; pass a name as `image`
+        to plan_cluster, or leave it out for `default_image`), location, interconnect and machine kind.
+        Prices are per machine, never per GPU.
         Community offers (independent operators' hosts) are left out unless include_community is true;
         only use them if the user accepts that secrets must stay off them, and no volume can be attached.
         """

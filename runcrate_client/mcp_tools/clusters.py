@@ -42,9 +42,9 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def list_clusters() -> dict[str, Any]:
-        """List the clusters in this environment (id, name, status, price_per_hour, machines). Use
+        """List the clusters in this environment (id, name, status, price_per_hour, machines, image). Use
         cluster_status for a cluster's nodes and events."""
-        keep = ("id", "name", "status", "machines", "software", "price_per_hour", "billing_started_at",
+        keep = ("id", "name", "status", "machines", "software", "image", "price_per_hour", "billing_started_at",
                 "termination_reason", "created_at")
         items = [{k: c.get(k) for k in keep if k in c} for c in client.clusters.list_all()]
         return {"clusters": items, "count": len(items)}

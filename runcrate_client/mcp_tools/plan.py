@@ -20,22 +20,25 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors_as_tool_errors
     def plan_cluster(
-        offer_id: int | str, machines: int, name: str, software: str = "none",
+        offer_id: int | str, machines: int, name: str, software: str = "none", image: str | None = None,
         volume_id: int | str | None = None, ssh_key_ids: list[int | str] | None = None,
     ) -> dict[str, Any]:
         """Price a cluster before creating it; REQUIRED before create_cluster. Creates nothing, costs nothing.
 
         The server runs exactly the checks a create would (machine count, offer free now, software on
-        this machine kind, volume, the balance rule, the environment's budget) and answers the price per
-        hour, the runway of everything the workspace runs once this cluster runs too, warnings, and every
+        this machine kind, the machine image, volume, the balance rule, the environment's budget) and
+        answers the image the nodes would boot (`image`: the one named, or the offer's default, pytorch
+        where offered; `images` lists what the offer can start, with OS, Python, PyTorch and CUDA), the
+        price per hour, the runway of everything the workspace runs once this cluster runs too, warnings, and every
         refusal in `problems`. When it can be created you get a `confirmation_token` valid for a few
         minutes: show the user the price, then call create_cluster with exactly the same arguments and
         that token. If `can_create` is false, read `problems` and do not call create_cluster.
         """
         plan = {"offer_id": offer_id, "machines": machines, "software": normalize("software", software),
-                "name": name, "volume_id": volume_id, "ssh_key_ids": ssh_key_ids or []}
+                "image": normalize("image", image), "name": name, "volume_id": volume_id,
+                "ssh_key_ids": ssh_key_ids or []}
         server_plan = client.clusters.plan(name=name, offer_id=offer_id, machines=machines, software=plan["software"],
-                                          volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
+                                          image=plan["image"], volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
         offer = server_plan.get("offer") or {}
         per_hour = server_plan.get("price_per_hour")
         result: dict[str, Any] = {
@@ -45,6 +48,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
             "warnings": server_plan.get("warnings") or [],
             "summary": (f"{name}: {machines} x {offer.get('gpus_per_machine')}x {offer.get('gpu')} "
                         f"({offer.get('machine_kind')}, {offer.get('location')}), software {plan['software']}, "
+                        f"image {server_plan.get('image') or 'none (the machines run their own system)'}, "
                         f"{format_money(per_hour)}/h for the whole cluster "
                         f"({format_money(server_plan.get('price_per_machine_hour'))}/h per machine), billed from the "
                         "moment every machine has joined until deleted."),
@@ -52,7 +56,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         if result["can_create"]:
             signer.offer(result, plan, str(per_hour), scope_of(server_plan), next_step=(
                 "Tell the user the price, then call create_cluster with the same offer_id, machines, software, "
-                "name (and volume_id/ssh_key_ids) and this confirmation_token."))
+                "image, name (and volume_id/ssh_key_ids) and this confirmation_token."))
         return result
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
@@ -60,7 +64,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
     @api_errors_as_tool_errors
     def create_cluster(
         offer_id: int | str, machines: int, name: str, confirmation_token: str, software: str = "none",
-        volume_id: int | str | None = None, ssh_key_ids: list[int | str] | None = None,
+        image: str | None = None, volume_id: int | str | None = None, ssh_key_ids: list[int | str] | None = None,
     ) -> dict[str, Any]:
         """Create (and start paying for) a cluster that plan_cluster priced. Spends money.
 
@@ -69,12 +73,13 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
         token returns the same cluster instead of creating another. The cluster starts `provisioning`;
         poll cluster_status until `ready` (or `failed`/`degraded`). It is billed until delete_cluster.
         """
-        request = {"offer_id": offer_id, "machines": machines, "software": software, "name": name,
+        request = {"offer_id": offer_id, "machines": machines, "software": software, "image": image, "name": name,
                    "volume_id": volume_id, "ssh_key_ids": ssh_key_ids or []}
         # The server plans again: the token must have been planned in the workspace and environment
         # it answers now, and the price the user agreed to must still hold.
         replan = client.clusters.plan(name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
-                                     volume_id=volume_id, ssh_key_ids=ssh_key_ids or None)
+                                     image=normalize("image", image), volume_id=volume_id,
+                                     ssh_key_ids=ssh_key_ids or None)
         payload = signer.verify(confirmation_token, request, scope_of(replan))
         nonce = payload["nonce"]
         if nonce in signer.spent:
@@ -86,7 +91,7 @@ def register(mcp: MCPServer, tools: ToolContext) -> None:
                             "since the plan: call plan_cluster again and confirm the new price with the user")
         cluster = client.clusters.create(
             name=name, offer_id=offer_id, machines=machines, software=normalize("software", software),
-            volume_id=volume_id, ssh_key_ids=ssh_key_ids or None, idempotency_key=nonce,
+            image=normalize("image", image), volume_id=volume_id, ssh_key_ids=ssh_key_ids or None, idempotency_key=nonce,
         )
         signer.spent[nonce] = str(cluster.get("id"))
         return {

@@ -189,3 +189,30 @@ def test_the_check_notices_a_missing_surface(mcp_tools):
     assert cli_command("members set-role") is not None
     assert cli_command("members promote") is None
     assert "remove_member" in mcp_tools and "remove_everyone" not in mcp_tools
+
+
+# What a create takes, by its dashboard field: the API body's name for it (the CLI's option and
+# the MCP tools' arguments are named as the API's).
+CREATE_FIELDS = {"name": "name", "offer": "offer_id", "machines": "machines", "software": "software",
+                 "image": "image", "volume": "volume_id", "ssh_keys": "ssh_key_ids"}
+
+
+def test_every_field_of_the_create_form_is_taken_by_the_api_the_cli_and_mcp(mcp_tools):
+    from api.pages import schema
+    from clusters.forms import CreateClusterForm
+
+    form_fields = set(CreateClusterForm.base_fields)
+    assert form_fields == set(CREATE_FIELDS), "map the create form's new field to the API body's name for it"
+    wanted = set(CREATE_FIELDS.values())
+    document = schema()
+    body = set(document["components"]["schemas"]["CreateCluster"]["properties"])
+    assert wanted <= body, f"POST /clusters lacks {sorted(wanted - body)}"
+    command = cli_command("clusters create")
+    assert command is not None
+    options = {param.name for param in command.params}
+    assert wanted <= options, f"`runcrate clusters create` lacks {sorted(wanted - options)}"
+    server = build_server(ClientConfig(api_key="rc_live_parity", api_url="http://127.0.0.1:9", environment=None))
+    tools = {tool.name: tool for tool in asyncio.run(server.list_tools())}
+    for name in ("plan_cluster", "create_cluster"):
+        arguments = set(tools[name].input_schema["properties"])
+        assert wanted <= arguments, f"MCP {name} lacks {sorted(wanted - arguments)}"

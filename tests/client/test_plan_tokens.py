@@ -36,6 +36,13 @@ def test_a_token_verifies_for_the_plan_it_was_issued_for(signer: PlanSigner) -> 
     assert expires_at == 1_000_600.0
 
 
+def test_a_token_planned_for_the_default_image_verifies_without_one_and_not_for_a_named_one(signer: PlanSigner) -> None:
+    token, _ = signer.issue({**PLAN, "image": None}, "78.40", HERE)
+    signer.verify(token, {**PLAN, "image": ""}, HERE)
+    with pytest.raises(PlanTokenError, match="image"):
+        signer.verify(token, {**PLAN, "image": "pytorch"}, HERE)
+
+
 def test_it_expires(signer: PlanSigner, clock: Clock) -> None:
     token, _ = signer.issue(PLAN, "78.40", HERE)
     clock.now += 601
@@ -44,7 +51,7 @@ def test_it_expires(signer: PlanSigner, clock: Clock) -> None:
 
 
 @pytest.mark.parametrize("change", [{"machines": 8}, {"offer_id": "off_2"}, {"software": "ray"}, {"name": "other"},
-                                    {"volume_id": "vol_1"}, {"ssh_key_ids": []}])
+                                    {"volume_id": "vol_1"}, {"ssh_key_ids": []}, {"image": "base"}])
 def test_it_refuses_other_arguments(signer: PlanSigner, change: dict) -> None:
     token, _ = signer.issue(PLAN, "78.40", HERE)
     with pytest.raises(PlanTokenError, match="differ from the plan"):

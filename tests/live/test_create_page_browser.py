@@ -113,3 +113,56 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
         finally:
             browser.close()
     assert violations == []
+
+
+def test_on_a_phone_the_image_is_picked_from_the_offers_images_and_the_cluster_boots_it(owner, stack):
+    from playwright.sync_api import sync_playwright
+
+    from clusters.models import Cluster
+
+    vm = machine_type_with_hosts(6)
+    violations: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(
+                base_url=stack.url, viewport={"width": PHONE_WIDTH, "height": 844}, device_scale_factor=2,
+                is_mobile=True, has_touch=True,
+            )
+            watch_policy(context, violations)
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            page.goto("/login/")
+            page.fill("#id_login", "rita")
+            page.fill("#id_password", "pw")
+            page.click("button[type=submit]")
+            page.wait_for_url("**/clusters/")
+
+            page.goto(f"/clusters/new/?offer={vm.pk}&machines=2")
+            field = page.locator("#image-field")
+            assert page.locator("input[name=image][value=pytorch]").is_checked()
+            assert "PyTorch 2.13.0 (CPU)" in field.locator("label:has(input[value=pytorch])").inner_text()
+            # Each image's line is its touch target and fits the phone.
+            for label in field.locator("label.choice").all():
+                box = label.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE_WIDTH, box
+            field.locator("label:has(input[value=base])").tap()
+            # The server's plan comes back with the tapped image still picked.
+            page.wait_for_function("() => document.querySelector('input[name=image][value=base]').checked")
+            page.wait_for_load_state("networkidle")
+            assert page.locator("input[name=image][value=base]").is_checked()
+            widths = page.evaluate("() => ({page: document.documentElement.scrollWidth, viewport: window.innerWidth})")
+            page.screenshot(path=str(SCREENSHOTS / "create-phone-image.png"), full_page=True)
+            assert widths["page"] <= widths["viewport"], widths
+
+            page.fill("#id_name", "phone-image")
+            page.click("button:has-text('Create cluster')")
+            page.wait_for_url("**/clusters/*/")
+            assert page.locator("#cluster-image").inner_text().startswith("base")
+        except Exception:
+            print("web log:\n" + stack.log("web"))
+            raise
+        finally:
+            browser.close()
+    assert violations == []
+    assert Cluster.objects.get(name="phone-image").image == "base"

@@ -45,11 +45,13 @@ from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState, StepOutcome, boot_due
 from clusters.providers.fabric import FabricProvider
-from clusters.providers.local import realnodes, sandbox
+from clusters.providers.local import image_facts, realnodes, sandbox
+from clusters.providers.local import images as machine_images
 from clusters.services.progress import SETTLED_NODE_STATES
 from offers.models import HostFault
 
 if TYPE_CHECKING:
+    from clusters.images import ImageFacts
     from clusters.models import Cluster
     from clusters.nodeops.targets import ClusterSpec
     from clusters.providers.base import OutputCallback
@@ -159,6 +161,22 @@ class LocalProvider(FabricProvider):
 
     def _dir(self, host: Host) -> Path:
         return machines_dir() / host.name
+
+    def images(self, machine_type: MachineType) -> list[ImageFacts]:
+        """Real nodes start the images built on this computer (an image not built yet is not
+        offered: a boot never waits for a build); sandbox machines run this computer's own
+        system, offered as `base`."""
+        if not self.real:
+            return [image_facts.read("base", Path("/"))]
+        found = []
+        for name in machine_images.IMAGES:
+            try:
+                rootfs = machine_images.cached(name)
+            except machine_images.ImageError:
+                return []
+            if rootfs is not None:
+                found.append(image_facts.read(name, rootfs))
+        return found
 
     def target_for(self, node: Node) -> NodeTarget:
         host = node.host
