@@ -237,6 +237,10 @@ def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLi
                 f"srun -N{nodes} --ntasks-per-node=1 --chdir={workdir} "
                 f"bash -c '{torchrun.replace('$NODE_RANK', '$SLURM_NODEID')}'"
             )))
+        # slurmdbd on the head keeps every job (docs/nodeops.md "Slurm"); -X: one row per job
+        # or array task (JOBID_N), not per step.
+        lines.append(LaunchLine("sacct", "Slurm: finished jobs with their state and time (on any node)",
+                                "sacct -X -o JobID%16,JobName,State,Elapsed,ExitCode"))
     if cluster.software == "ray":
         lines.append(LaunchLine("ray_job", f"Ray job (from {head})", (
             # Ray's own virtualenv has ray; RAY_ADDRESS (every shell) points ray.init() at the head.

@@ -107,7 +107,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     session = on_head("srun -N3 bash -c 'echo $SLURMD_NODENAME $NODE_RANK' | sort")
     assert session.stdout.splitlines() == ["node-0 0", "node-1 1", "node-2 2"], session.stderr
     cpus = on_node(real_machines, cluster.nodes.get(index=0), "nproc").stdout.strip()
-    session = on_head("scontrol show node node-1 | grep -o 'CPUTot=[0-9]*'; sacct --completion -n -o JobName | head -n 3")
+    session = on_head("scontrol show node node-1 | grep -o 'CPUTot=[0-9]*'; sacct -X -n -o JobName | head -n 3")
     assert session.stdout.splitlines()[0] == f"CPUTot={cpus}", session.stdout
     assert "hostname" in session.stdout, "finished jobs are in the accounting sacct reads"
 
@@ -116,7 +116,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
     launch = connect.launch_commands(cluster)
     assert {line.key: "train.py in /shared" in line.label or "task.py in /shared" in line.label for line in launch} == {
-        "mpirun": True, "sbatch_array": True,
+        "mpirun": True, "sbatch_array": True, "sacct": False,
     }, "only what the nodes have: no torchrun, DeepSpeed or nccl-tests on these images"
     on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{(DATA / 'standin_train.py').read_text()}EOF\n"
                                      f"cat >/shared/task.py <<'EOF'\n{(DATA / 'standin_task.py').read_text()}EOF\n")
@@ -135,13 +135,16 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert outputs, on_head(f"squeue; ls /shared/logs; cat /shared/logs/{job[1]}_*.out").stdout
     ran_on = on_head(f"cat /shared/logs/{job[1]}_*.out").stdout
     assert {f"on node-{i} NODE_RANK={i}" for i in range(3)} <= {line.split(" ", 2)[2] for line in ran_on.splitlines()}
+    accounted = wait_for(lambda: len(re.findall(rf"\b{job[1]}_\d+ +wrap +COMPLETED ", on_head(lines["sacct"]).stdout)) == 12,
+                         timeout=60)
+    assert accounted, on_head(lines["sacct"]).stdout
 
     # An image that ships the launchers (stand-ins here: the same command line and variables)
     # shows their lines too, and they run as pasted from the home directory as well.
     settings.NODE_IMAGE_TOOLS = ["torchrun", "deepspeed", "all_reduce_perf"]
     install_standins(real_machines, nodes)
     lines = connect.launch_lines(cluster)
-    assert set(lines) == {"torchrun", "mpirun", "deepspeed", "nccl", "sbatch_array", "srun_torchrun"}
+    assert set(lines) == {"torchrun", "mpirun", "deepspeed", "nccl", "sbatch_array", "srun_torchrun", "sacct"}
 
     session = on_head(lines["nccl"])
     assert session.returncode == 0 and "# Avg bus bandwidth" in session.stdout, session.stderr

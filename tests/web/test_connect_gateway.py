@@ -28,7 +28,7 @@ def test_launch_lines_show_only_what_the_nodes_have_and_containers_copy_the_prog
     cluster = create_cluster(environment=environment, name="c", machine_type=machine_type, machine_count=3, software="slurm")
     cluster.refresh_from_db()
     lines = {line.key: line for line in connect.launch_commands(cluster)}
-    assert set(lines) == {"mpirun", "sbatch_array"}
+    assert set(lines) == {"mpirun", "sbatch_array", "sacct"}
     # No /shared on containers: the line copies task.py from node-0's home to the other nodes.
     array = lines["sbatch_array"]
     assert "/shared" not in array.command and "task.py in ~ on node-0" in array.label
