@@ -260,7 +260,7 @@ def test_sacct_on_a_worker_shows_an_array_jobs_tasks_with_their_state_and_time(e
     history = terminal.ssh("acct-node-1", line)
     assert history.returncode == 0, history.stderr
     rows = [text.split() for text in history.stdout.splitlines()[2:]]
-    assert [row[:3] for row in rows] == [[row[0], "runcrate-+", "COMPLETED"] for row in rows[:1]] + [
+    assert [row[:3] for row in rows] == [[row[0], "runcrate-readiness-check", "COMPLETED"] for row in rows[:1]] + [
         [f"{job}_{i}", "wrap", "COMPLETED" if i < 3 else "FAILED"] for i in range(4)], history.stdout
 
 
