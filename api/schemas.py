@@ -459,9 +459,9 @@ class Cluster(ClusterSummary):
         description="known_hosts lines for every node's SSH host key, under its ssh_config alias and the address of "
                     "its ssh line, once connectable (`runcrate clusters ssh-config` writes them).")
     launch: dict[str, str] | None = Field(
-        description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array and "
-                    "srun_torchrun on Slurm; ray_job on Ray), once connectable. Run them on node-0 (torchrun: on "
-                    "every node).")
+        description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array, "
+                    "srun_torchrun and sacct on Slurm; ray_job on Ray), once connectable. Run them on node-0 "
+                    "(torchrun and sacct: on any node).")
 
     @staticmethod
     def resolve_ssh_config(cluster: Any) -> str | None:

@@ -248,6 +248,10 @@ def launch_commands(cluster: Cluster, nodes: int | None = None) -> list[LaunchLi
                 f"srun -N{nodes} --ntasks-per-node=1 --chdir={workdir} "
                 f"bash -c '{torchrun.replace('$NODE_RANK', '$SLURM_NODEID')}'"
             )))
+        # slurmdbd on the head keeps every job (docs/nodeops.md "Slurm"); -X: one row per job
+        # or array task (JOBID_N), not per step; -S: sacct alone starts at today's midnight.
+        lines.append(LaunchLine("sacct", "Slurm: jobs of the last 7 days with their state and time (on any node)",
+                                "sacct -X -S now-7days -o JobID%16,JobName%24,State,Elapsed,ExitCode"))
     if cluster.software == "ray":
         lines.append(LaunchLine("ray_job", f"Ray job (from {head})", (
             # Ray's own virtualenv has ray; RAY_ADDRESS (every shell) points ray.init() at the head.

@@ -227,6 +227,43 @@ def test_a_volume_saved_mid_run_is_read_back_on_a_new_cluster(environment, real_
     drive(second, SETTLED)
 
 
+def test_sacct_on_a_worker_shows_an_array_jobs_tasks_with_their_state_and_time(environment, real_machines, terminal):
+    ready_cluster(environment, real_machine_type(3), "acct", 3, software="slurm")
+    written = terminal.runcrate("clusters", "ssh-config", "acct")
+    assert written.returncode == 0, written.stderr
+
+    # Four tasks; the last one fails.
+    submitted = terminal.ssh("acct-node-0", "cd /tmp && sbatch --parsable --array=0-3 "
+                                            "--wrap 'sleep 2; exit $(( SLURM_ARRAY_TASK_ID == 3 ))'")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+
+    def finished() -> list[list[str]] | None:
+        asked = terminal.ssh("acct-node-2", f"sacct -j {job} -X -n -P -o JobID,JobName,State,Elapsed,ExitCode")
+        rows = [line.split("|") for line in asked.stdout.splitlines()]
+        if len(rows) == 4 and all(row[2] in ("COMPLETED", "FAILED") for row in rows):
+            return rows
+        return None
+
+    rows = wait_for(finished, timeout=120)
+    assert rows, terminal.ssh("acct-node-2", f"sacct -j {job}; squeue").stdout
+    assert [row[0] for row in rows] == [f"{job}_{i}" for i in range(4)]
+    assert [(row[1], row[2], row[4]) for row in rows] == [("wrap", "COMPLETED", "0:0")] * 3 + [("wrap", "FAILED", "1:0")]
+    assert all("00:00:02" <= row[3] < "00:01:00" for row in rows), rows
+
+    # The line `clusters info` shows, run on node-1: the same history, and the product's own
+    # readiness check named as such.
+    info = terminal.runcrate("clusters", "info", "acct")
+    assert info.returncode == 0, info.stderr
+    line = next(text.strip().removeprefix("sacct: ") for text in info.stdout.splitlines()
+                if text.strip().startswith("sacct: "))
+    history = terminal.ssh("acct-node-1", line)
+    assert history.returncode == 0, history.stderr
+    rows = [text.split() for text in history.stdout.splitlines()[2:]]
+    assert [row[:3] for row in rows] == [[row[0], "runcrate-readiness-check", "COMPLETED"] for row in rows[:1]] + [
+        [f"{job}_{i}", "wrap", "COMPLETED" if i < 3 else "FAILED"] for i in range(4)], history.stdout
+
+
 def test_the_ssh_config_is_one_host_pattern_resolved_when_ssh_connects(tmp_path):
     """Without nodes: what the Included file says to OpenSSH (`ssh -G` parses it as ssh would)."""
     from runcrate_client import sshconfig

@@ -135,16 +135,18 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     session = on_head("srun -N3 bash -c 'echo $SLURMD_NODENAME $NODE_RANK' | sort")
     assert session.stdout.splitlines() == ["node-0 0", "node-1 1", "node-2 2"], session.stderr
     cpus = on_node(real_machines, cluster.nodes.get(index=0), "nproc").stdout.strip()
-    session = on_head("scontrol show node node-1 | grep -o 'CPUTot=[0-9]*'; sacct --completion -n -o JobName | head -n 3")
+    session = on_head("scontrol show node node-1 | grep -o 'CPUTot=[0-9]*'")
     assert session.stdout.splitlines()[0] == f"CPUTot={cpus}", session.stdout
-    assert "hostname" in session.stdout, "finished jobs are in the accounting sacct reads"
+    # slurmctld hands finished jobs to slurmdbd in the background, within seconds.
+    accounted = wait_for(lambda: "hostname" in on_head("sacct -X -n -o JobName%30").stdout.split(), timeout=30)
+    assert accounted, on_head("sacct -X").stdout
 
     # Every launch line, exactly as the Connect card shows it, pasted into node-0's shell in the
     # home directory: the programs where the labels say (/shared), nothing else arranged.
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
     launch = connect.launch_commands(cluster)
     assert {line.key: "train.py in /shared" in line.label or "task.py in /shared" in line.label for line in launch} == {
-        "mpirun": True, "sbatch_array": True,
+        "mpirun": True, "sbatch_array": True, "sacct": False,
     }, "only what the nodes have: no torchrun, DeepSpeed or nccl-tests on the base image"
     on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{(DATA / 'mpi_train.py').read_text()}EOF\n"
                                      f"cat >/shared/task.py <<'EOF'\n{(DATA / 'standin_task.py').read_text()}EOF\n")
@@ -165,6 +167,9 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     assert outputs, on_head(f"squeue; ls /shared/logs; cat /shared/logs/{job[1]}_*.out").stdout
     ran_on = on_head(f"cat /shared/logs/{job[1]}_*.out").stdout
     assert {f"on node-{i} NODE_RANK={i}" for i in range(3)} <= {line.split(" ", 2)[2] for line in ran_on.splitlines()}
+    accounted = wait_for(lambda: len(re.findall(rf"\b{job[1]}_\d+ +wrap +COMPLETED ", on_head(lines["sacct"]).stdout)) == 12,
+                         timeout=60)
+    assert accounted, on_head(lines["sacct"]).stdout
 
     # A worker added: everyone knows it by name at once, it knows everyone.
     add_workers(cluster, 1, actor="alice")
@@ -234,7 +239,7 @@ def test_a_pytorch_cluster_runs_real_ddp_from_the_connect_cards_torchrun_and_mpi
 
     # The card shows what this image runs: torchrun's lines, no DeepSpeed (the image has none).
     launch = connect.launch_lines(cluster)
-    assert set(launch) == {"torchrun", "mpirun", "sbatch_array", "srun_torchrun"}
+    assert set(launch) == {"torchrun", "mpirun", "sbatch_array", "srun_torchrun", "sacct"}
     nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True).order_by("index"))
     on_node(real_machines, nodes[0], f"cat >/shared/train.py <<'EOF'\n{DDP_TRAIN}EOF\n")
     every_rank = [(f"{rank}/3", f"node-{rank}", "grad=4.0 ranks=3") for rank in range(3)]

@@ -36,7 +36,8 @@ if [ "$RUNCRATE_SOFTWARE" = slurm ] && ! is_sandbox; then
         # "Slurm"). An open pipe that stays empty sends nothing.
         exec {empty}< <(exec sleep 100 2>/dev/null)
         writer=$!
-        timeout 90 srun -N "${#wanted[@]}" -w "$accept" -I30 hostname <&"$empty" 2>&1 \
+        # Its name marks it as the product's in the customer's `sacct`.
+        timeout 90 srun -N "${#wanted[@]}" -w "$accept" -I30 --job-name=runcrate-readiness-check hostname <&"$empty" 2>&1 \
             || printf 'srun exit status %s\n' "$?"
         exec {empty}<&-
         kill "$writer" 2>/dev/null || true

@@ -75,9 +75,12 @@ fi
     printf 'StateSaveLocation=/var/spool/slurmctld\nSlurmdSpoolDir=/var/spool/slurmd\n'
     printf 'SlurmctldPidFile=/run/slurmctld.pid\nSlurmdPidFile=/run/slurmd.pid\n'
     printf 'SlurmctldLogFile=/var/log/slurm/slurmctld.log\nSlurmdLogFile=/var/log/slurm/slurmd.log\n'
-    # Accounting without a database: slurmctld appends each finished job to a text file on
-    # node-0, which `sacct --completion` reads (docs/nodeops.md "Slurm").
-    printf 'JobCompType=jobcomp/filetxt\nJobCompLoc=/var/log/slurm/jobcomp.log\n'
+    # Accounting: slurmctld sends every job to slurmdbd on node-0, whose database is MariaDB on
+    # node-0; `sacct` on any node asks slurmdbd over the private network (docs/nodeops.md "Slurm").
+    if ! is_sandbox; then
+        printf 'AccountingStorageType=accounting_storage/slurmdbd\n'
+        printf 'AccountingStorageHost=%s\nAccountingStoragePort=6819\n' "$RUNCRATE_HEAD_IP"
+    fi
     printf 'JobAcctGatherType=jobacct_gather/linux\n'
     printf 'DefMemPerCPU=%s\n' "$DEF_MEM_PER_CPU"
     # Each task gets its node's NODE_RANK/NODE_NAME/NODE_ADDR, not the submitting shell's.
@@ -105,6 +108,67 @@ if [ "$DEVICES" -gt 0 ]; then
 else
     rm -f "$ROOT/etc/slurm/gres.conf"
 fi
+
+# start_accounting: MariaDB (on its socket only) and slurmdbd on the head, and the cluster
+# registered with it, before slurmctld starts and sends it jobs. Idempotent: a retried install
+# keeps the jobs already recorded.
+start_accounting() {
+    step "accounting"
+    apt_install mariadb-server slurmdbd
+    # Sized for a head that also computes: Slurm's database of one cluster is small.
+    write_file /etc/mysql/mariadb.conf.d/60-runcrate-slurm.cnf 0644 <<'CNF'
+# Written by Runcrate: MariaDB for Slurm's accounting (slurmdbd), reached on its socket only.
+[mysqld]
+skip-networking
+innodb_buffer_pool_size=64M
+innodb_log_file_size=32M
+innodb_lock_wait_timeout=900
+performance_schema=OFF
+max_connections=32
+CNF
+    mkdir -p /run/mysqld
+    chown mysql:mysql /run/mysqld
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --skip-test-db >/dev/null
+    service_start mariadb /run/mysqld/mysqld.pid \
+        start-stop-daemon --start --background --chuid mysql --exec /usr/sbin/mariadbd -- \
+        --pid-file=/run/mysqld/mysqld.pid --log-error=/var/log/mysql/error.log
+    local waited=0
+    until mariadb -e 'SELECT 1' >/dev/null 2>&1; do
+        [ "$waited" -lt 300 ] || die "the accounting database did not start: $(tail -n 3 /var/log/mysql/error.log 2>/dev/null)"
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+    # slurmdbd runs as the slurm user and signs in over the socket as that user: no password.
+    mariadb <<'SQL'
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED VIA unix_socket;
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+SQL
+    mkdir -p /run/slurmdbd
+    chown slurm:slurm /run/slurmdbd
+    {
+        printf 'AuthType=auth/munge\n'
+        printf 'DbdHost=%s\nDbdPort=6819\n' "$NODE_NAME"
+        printf 'SlurmUser=slurm\n'
+        printf 'PidFile=/run/slurmdbd/slurmdbd.pid\nLogFile=/var/log/slurm/slurmdbd.log\n'
+        printf 'StorageType=accounting_storage/mysql\nStorageHost=localhost\nStorageUser=slurm\n'
+        printf 'StorageLoc=slurm_acct_db\n'
+    } | write_file /etc/slurm/slurmdbd.conf 0600
+    chown slurm:slurm /etc/slurm/slurmdbd.conf
+    service_start slurmdbd /run/slurmdbd/slurmdbd.pid slurmdbd
+    waited=0
+    until sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; do
+        [ "$waited" -lt 150 ] || die "slurmdbd did not answer: $(tail -n 3 /var/log/slurm/slurmdbd.log 2>/dev/null)"
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+    local name
+    name="$(sed -n 's/^ClusterName=//p' /etc/slurm/slurm.conf)"
+    if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$name"; then
+        sacctmgr -i add cluster "$name" >/dev/null
+    fi
+    log "slurmdbd keeps the jobs of $name in MariaDB on $NODE_NAME"
+}
 
 if is_sandbox; then
     step "sandbox-daemons"
@@ -158,6 +222,7 @@ else
     mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
     if is_head; then
         chown slurm:slurm /var/spool/slurmctld /var/log/slurm
+        start_accounting
         service_restart slurmctld /run/slurmctld.pid slurmctld
     fi
     service_restart slurmd /run/slurmd.pid slurmd

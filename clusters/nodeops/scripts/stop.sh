@@ -49,7 +49,11 @@ if [ "$PHASE" != network ]; then
         case "${RUNCRATE_SOFTWARE:-none}" in
             slurm)
                 attempt service_stop slurmd /run/slurmd.pid
-                if is_head; then attempt service_stop slurmctld /run/slurmctld.pid; fi
+                if is_head; then
+                    attempt service_stop slurmctld /run/slurmctld.pid
+                    attempt service_stop slurmdbd /run/slurmdbd/slurmdbd.pid
+                    attempt service_stop mariadb /run/mysqld/mysqld.pid
+                fi
                 ;;
             kubernetes)
                 if has_systemd; then attempt systemctl stop kubelet; fi

@@ -86,6 +86,8 @@ BASE_PACKAGES = (
     # Slurm with munge; PMIx for `srun --mpi=pmix`: Slurm's mpi_pmix plugin loads
     # pmix2/lib/libpmix.so, the unversioned name only libpmix-dev ships.
     "slurm-wlm", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins", "munge", "libpmix2", "libpmix-dev",
+    # Slurm's accounting (`sacct` on every node): slurmdbd on the head, its database in MariaDB.
+    "slurmdbd", "mariadb-server",
     # The launch lines: Open MPI, mpi4py, Python with venv and pip.
     "openmpi-bin", "python3-mpi4py", "python3", "python3-venv", "python3-pip", "python-is-python3",
     "prometheus-node-exporter",
