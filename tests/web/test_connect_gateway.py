@@ -29,7 +29,7 @@ def test_launch_lines_show_only_what_the_nodes_have_and_containers_copy_the_prog
     cluster = create_cluster(environment=environment, name="c", machine_type=machine_type, machine_count=3, software="slurm")
     cluster.refresh_from_db()
     lines = {line.key: line for line in connect.launch_commands(cluster)}
-    assert set(lines) == {"mpirun", "sbatch_array", "sacct"}
+    assert set(lines) == {"torchrun", "srun_torchrun", "mpirun", "sbatch_array", "sacct"}, "the default image is pytorch"
     # No /shared on containers: the line copies task.py from node-0's home to the other nodes.
     array = lines["sbatch_array"]
     assert "/shared" not in array.command and "task.py in ~ on node-0" in array.label
@@ -43,7 +43,8 @@ def test_the_launch_lines_follow_the_clusters_image_and_mpirun_maps_open_mpis_ra
     assert connect.image_tools("pytorch") == {"torchrun"}
     assert connect.image_tools("base") == frozenset() and connect.image_tools("no-such-image") == frozenset()
     machine_type = machine_type_with_hosts(3)
-    cluster = create_cluster(environment=environment, name="p", machine_type=machine_type, machine_count=3, software="slurm")
+    cluster = create_cluster(environment=environment, name="p", machine_type=machine_type, machine_count=3, software="slurm",
+                             image="base")
     cluster.refresh_from_db()
     assert set(connect.launch_lines(cluster)) == {"mpirun", "sbatch_array", "sacct"}, "base ships no torchrun"
     Cluster.objects.filter(pk=cluster.pk).update(image="pytorch")
