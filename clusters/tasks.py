@@ -16,6 +16,7 @@ from clusters.services.network_tests import (
     fail_stale_network_tests,
     mark_network_test_unqueued,
 )
+from clusters.services.volumes import run_volume_sync, volume_sync_not_queued
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ def sweep_network_tests() -> dict:
 @shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)
 def sync_volume(cluster_id: int) -> str:
     """Save a running cluster's volume folder to its volume (clusters.services.volumes)."""
-    from clusters.services.volumes import run_volume_sync
-
     return run_volume_sync(cluster_id)
 
 
@@ -133,8 +132,6 @@ def queue_volume_sync(cluster_id: int) -> bool:
         sync_volume.delay(cluster_id)
     except Exception:  # any broker failure
         log.exception("could not queue the volume sync of cluster %s", cluster_id)
-        from clusters.services.volumes import volume_sync_not_queued
-
         volume_sync_not_queued(cluster_id)
         return False
     return True

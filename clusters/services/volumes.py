@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import Environment
 from audit.recording import record
+from clusters import notices
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Status, Volume
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
@@ -78,8 +79,6 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
     attached volume while the cluster runs. The copy runs in a task and ends in an event that
     says how many bytes and how long (or why not: a folder larger than the volume is refused
     whole, and the volume keeps its earlier data). One save at a time per cluster."""
-    from clusters import tasks  # the task calls back into this module: imported when used
-
     with transaction.atomic():
         # The cluster row is the lock two clicks (or a click and a CLI call) queue on.
         cluster = Cluster.objects.select_for_update(of=("self",)).select_related("volume").get(pk=cluster.pk)
@@ -97,7 +96,7 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
         record_event(cluster, SYNC_REQUESTED,
                      f"Saving the head's volume folder to volume {volume.name} (asked by {actor}).", actor=actor)
         after_commit_changed(cluster.pk)
-        transaction.on_commit(lambda: tasks.queue_volume_sync(cluster.pk))
+        transaction.on_commit(lambda: notices.volume_sync_wanted.send(sender=None, cluster_id=cluster.pk))
     return cluster
 
 
