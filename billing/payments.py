@@ -22,8 +22,9 @@ from django.utils import timezone
 from accounts.models import Workspace
 from audit.recording import record
 from billing import emails
+from billing.ledger import post_entry
 from billing.models import AutoRecharge, AutoRechargeAttempt, BillingNotice, LedgerEntry, StripeEvent, TopUp
-from billing.services import post_entry, to_cents
+from billing.money import to_cents
 from config.errors import DomainError
 
 log = logging.getLogger(__name__)

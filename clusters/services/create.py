@@ -15,6 +15,7 @@ from django.utils import timezone
 from accounts.models import Environment, SSHKey, Workspace
 from audit.recording import Action
 from billing import services as billing
+from billing.money import hours_lasting
 from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
@@ -71,18 +72,13 @@ class ClusterPlan:
     @property
     def runway_hours(self) -> Decimal | None:
         """Hours the balance lasts once this cluster runs beside everything else (None: free)."""
-        if self.per_hour_after <= 0:
-            return None
-        return max(self.balance / self.per_hour_after, Decimal(0)).quantize(Decimal("0.01"))
+        return hours_lasting(self.balance, self.per_hour_after)
 
     @property
     def budget_runway_hours(self) -> Decimal | None:
         """Hours the environment's budget left lasts once this cluster runs beside its other
         clusters (None: nothing would be billed)."""
-        per_hour = self.environment_per_hour + self.price_per_hour
-        if per_hour <= 0:
-            return None
-        return (self.budget_remaining / per_hour).quantize(Decimal("0.01"))
+        return hours_lasting(self.budget_remaining, self.environment_per_hour + self.price_per_hour)
 
     @property
     def warnings(self) -> list[str]:

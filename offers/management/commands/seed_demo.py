@@ -13,7 +13,7 @@ from django.db import transaction
 
 from accounts.models import Membership, Workspace
 from accounts.services import create_workspace
-from billing import services as billing
+from billing import ledger
 from billing.models import LedgerEntry
 from offers import catalogue
 from offers.models import GPUModel, Host, Location, MachineType
@@ -78,7 +78,7 @@ class Command(BaseCommand):
                                            defaults={"email": demo.email, "verified": True, "primary": True})
         membership = Membership.objects.filter(user=demo).select_related("workspace").first()
         workspace = membership.workspace if membership else create_workspace(name="Demo Lab", owner=demo)
-        billing.post_entry(
+        ledger.post_entry(
             workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=DEMO_CREDIT,
             idempotency_key=f"seed:demo-credit:{workspace.pk}", description="Demo credit",
         )
