@@ -7,7 +7,11 @@ class ClustersConfig(AppConfig):
 
     def ready(self) -> None:
         from accounts.signals import membership_ended
-        from clusters import notices, receivers
+        from clusters import (
+            emails,  # noqa: F401  (registers its email context)
+            notices,
+            receivers,
+        )
 
         membership_ended.connect(receivers.close_sockets_of_ended_membership, dispatch_uid="clusters.close_sockets")
         notices.pass_wanted.connect(receivers.queue_pass, dispatch_uid="clusters.queue_pass")
