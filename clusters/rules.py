@@ -24,7 +24,7 @@ from accounts.models import Environment
 from billing.services import required_balance
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.models import Cluster, Software, Volume
-from clusters.providers import kubernetes_unpinned
+from clusters.providers.kubernetes import kubernetes_unpinned
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, PRIVATE_NETWORK_MIN_GBPS, MachineType
 
 __all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them

@@ -24,7 +24,6 @@ from clusters.nodeops.metrics import collect_metrics
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
-from clusters.providers import kubernetes_pins
 from clusters.providers.base import (
     BootReport,
     BootState,
@@ -34,6 +33,7 @@ from clusters.providers.base import (
     VolumeNotSynced,
     VolumeSync,
 )
+from clusters.providers.kubernetes import kubernetes_pins
 from clusters.services.keys import record_host_keys, save_node_secrets
 from clusters.services.volumes import record_volume_synced
 

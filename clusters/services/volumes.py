@@ -100,24 +100,8 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
     return cluster
 
 
-def run_volume_sync(cluster_id: int) -> str:
-    """The task's work: copy the folder through the cluster's provider and record the outcome."""
-    from clusters.providers import get_provider
-    from clusters.providers.base import VolumeNotSynced
-
-    cluster = Cluster.objects.select_related("volume", "machine_type").get(pk=cluster_id)
-    if cluster.status not in SYNCABLE or cluster.volume_id is None:
-        return _record_sync_failed(cluster, f"The volume was not saved: the cluster is {cluster.status}.")
-    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True))
-    try:
-        synced = get_provider(cluster.provider).sync_volume(cluster, nodes)
-    except VolumeNotSynced as error:
-        return _record_sync_failed(cluster, str(error))
-    record_volume_synced(cluster, synced)
-    return SYNCED
-
-
-def _record_sync_failed(cluster: Cluster, message: str) -> str:
+def record_volume_sync_failed(cluster: Cluster, message: str) -> str:
+    """The event a save that did not happen leaves, saying why."""
     with transaction.atomic():
         record_event(cluster, SYNC_FAILED, message)
         after_commit_changed(cluster.pk)
@@ -147,4 +131,4 @@ def format_bytes(count: int) -> str:
 
 def volume_sync_not_queued(cluster_id: int) -> None:
     cluster = Cluster.objects.get(pk=cluster_id)
-    _record_sync_failed(cluster, "The volume could not be saved just now; nothing changed. Try again in a minute.")
+    record_volume_sync_failed(cluster, "The volume could not be saved just now; nothing changed. Try again in a minute.")
