@@ -9,7 +9,7 @@ from django.db import transaction
 
 from accounts.models import Workspace
 from billing.models import AutoRecharge, LedgerEntry
-from billing.money import to_cents
+from config.money import to_cents
 
 
 def post_entry(

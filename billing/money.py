@@ -1,18 +1,16 @@
-"""Money arithmetic, once: cents, per-second accrual, how long a balance lasts. The bottom of
+"""Money arithmetic, once: per-second accrual and how long an amount lasts. The bottom of
 billing (no models): the ledger, metering, the Billing page, the create plan and the API all
-read these, so a figure is computed one way wherever it shows."""
+read these, so a figure is computed one way wherever it shows. Cents and how money reads are
+config.money's, below every app."""
 
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
-CENT = Decimal("0.01")
+from config.money import CENT, to_cents
+
 HOURS = Decimal(3600)
-
-
-def to_cents(amount: Decimal) -> Decimal:
-    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def elapsed_seconds(start: dt.datetime, end: dt.datetime) -> Decimal:
@@ -40,10 +38,3 @@ def hours_lasting(amount: Decimal, per_hour: Decimal) -> Decimal | None:
     if per_hour <= 0:
         return None
     return max(amount / per_hour, Decimal(0)).quantize(CENT)
-
-
-def format_money(amount: Decimal) -> str:
-    """$1,234.50: dollars with a thousands separator, to the cent, as every page, email and
-    export shows money (a negative amount as -$3.20)."""
-    cents = to_cents(amount)
-    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage, UsageMonth
-from billing.money import HOURS, hours_lasting, posted_total, to_cents
+from billing.money import HOURS, hours_lasting, posted_total
 from billing.months import month_bounds, month_start, next_month_start
+from config.money import to_cents
 
 ZERO = Decimal("0.00")
 

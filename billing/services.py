@@ -25,10 +25,11 @@ from accounts.models import Environment, Workspace
 from audit.recording import record
 from billing.ledger import post_entry
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
-from billing.money import CENT, posted_total, to_cents
+from billing.money import posted_total
 from billing.months import month_start, next_month_start
 from config.bulk import update_rows
 from config.errors import PaymentRequired
+from config.money import CENT, format_money, to_cents
 from webhooks import events as webhook_events
 
 if TYPE_CHECKING:
@@ -307,8 +308,8 @@ def check_budget(environment: Environment, at: dt.datetime | None = None) -> Non
     if spent >= environment.monthly_budget:
         raise BudgetReached(
             "budget_reached",
-            f"The environment {environment.name!r} has spent ${spent:,.2f} this month, reaching its monthly budget "
-            f"of ${environment.monthly_budget:,.2f}. Raise the budget or wait for next month.",
+            f"The environment {environment.name!r} has spent {format_money(spent)} this month, reaching its monthly budget "
+            f"of {format_money(environment.monthly_budget)}. Raise the budget or wait for next month.",
             field="__all__",
             details={"spent": str(spent), "budget": str(environment.monthly_budget)},
         )

@@ -14,12 +14,13 @@ from django.urls import NoReverseMatch, reverse
 
 from accounts.invitations import invitation_context
 from accounts.models import Workspace
+from config.money import format_money
 from notifications.kinds import Kind, email_context
 
 
 def _money(value: object) -> str:
     try:
-        return f"{Decimal(str(value)):,.2f}"
+        return format_money(Decimal(str(value)))
     except (InvalidOperation, ValueError):
         return str(value)
 

@@ -15,6 +15,7 @@ from accounts.models import Membership, Workspace
 from accounts.services import create_workspace
 from billing import ledger
 from billing.models import LedgerEntry
+from config.money import format_money
 from offers import catalogue
 from offers.models import GPUModel, Host, Location, MachineType
 
@@ -85,5 +86,5 @@ class Command(BaseCommand):
         workspace = Workspace.objects.get(pk=workspace.pk)
         self.stdout.write(
             f"Seeded {len(gpus)} GPU models, {MachineType.objects.count()} machine types, {hosts_made} new hosts "
-            f"(provider: {provider}); demo workspace balance ${workspace.credit_balance:,.2f}."
+            f"(provider: {provider}); demo workspace balance {format_money(workspace.credit_balance)}."
         )
