@@ -329,11 +329,8 @@ def _failed(result: StepResult, software: str) -> StepOutcome:
     return outcome
 
 
-SOFTWARE_NAMES = {"slurm": "Slurm", "kubernetes": "Kubernetes", "ray": "Ray", "none": "The software"}
-
-
 def install_failure(software: str, node_result: NodeResult) -> str:
-    name = SOFTWARE_NAMES.get(software, software)
+    name = Software(software).label
     if node_result.unreachable:
         return f"{node_result.name} did not answer over SSH during the {name} install."
     if node_result.error.startswith("not run"):
