@@ -52,3 +52,12 @@ def test_cents_are_defined_once():
     assert [path.relative_to(BASE).as_posix() for path in SERVER_CODE if defines.search(path.read_text())] == [
         "config/money.py",
     ]
+
+
+def test_the_client_keeps_no_list_of_webhook_events_of_its_own():
+    from webhooks.models import SUBSCRIBABLE
+
+    named = re.compile("|".join(re.escape(f'"{event}"') for event in SUBSCRIBABLE))
+    found = [path.relative_to(BASE).as_posix() for path in (BASE / "runcrate_client").rglob("*.py")
+             if len(named.findall(path.read_text())) > 1]
+    assert found == [], "the API names the events (a wrong one is refused with the list)"
