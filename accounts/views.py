@@ -29,6 +29,7 @@ from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
 from accounts.models import Environment, Invitation, Membership, SSHKey
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, require_tenancy
+from config.money import format_money
 
 
 def _next_url(request: AuthenticatedHttpRequest, default: str = "clusters:list") -> HttpResponseRedirect:
@@ -303,7 +304,7 @@ def environment_budget(request: AuthenticatedHttpRequest, environment_id: int) -
     else:
         try:
             services.set_budget(by=tenancy.membership, environment=environment, **form.cleaned_data)
-            messages.success(request, f"Budget of {environment.name} set to ${form.cleaned_data['monthly_budget']:,.2f}.")
+            messages.success(request, f"Budget of {environment.name} set to {format_money(form.cleaned_data['monthly_budget'])}.")
         except PermissionDenied as exc:
             messages.error(request, str(exc))
     return redirect("accounts:environments")

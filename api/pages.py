@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -17,11 +16,8 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.tenancy import Tenancy, require_tenancy
 from api import keys
+from api.forms import ApiKeyForm
 from api.models import ApiKey
-
-
-class ApiKeyForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="What uses it, e.g. 'laptop CLI' or 'training agent'.")
 
 
 def can_manage(tenancy: Tenancy, api_key: ApiKey) -> bool:

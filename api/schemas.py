@@ -25,11 +25,11 @@ from clusters import connect, network_tests
 from clusters.images import default_image, offer_images
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
+from config.money import CENT
 from offers.inventory import Offer as PricedOffer
 from offers.models import COMMUNITY_WARNING, Interconnect, MachineKind
 from webhooks.models import SUBSCRIBABLE as _WEBHOOK_EVENTS
 
-CENT = Decimal("0.01")
 # Ids are bigints in the database: anything larger names nothing (and must not reach SQL).
 MAX_ID = 2**63 - 1
 DEFAULT_LIMIT = 50

@@ -14,8 +14,6 @@ from typing import Any, NoReturn
 from django.db import models
 from django.utils import timezone
 
-from accounts.models import Workspace
-
 
 class AuditLogImmutable(Exception):
     """An attempt to change or delete an audit entry."""
@@ -57,7 +55,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 class AuditEvent(models.Model):
     # No database constraint and no cascade: an entry outlives what it names (a removed member,
     # a deleted key, even the workspace row), and a cascade would be a delete the log refuses.
-    workspace = models.ForeignKey(Workspace, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    workspace = models.ForeignKey("accounts.Workspace", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     actor_kind = models.CharField(max_length=20, choices=ActorKind.choices)
     # The user behind the action (the member, the key's creator, the operator); a plain id, not

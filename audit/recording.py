@@ -85,11 +85,11 @@ def _actor(request: HttpRequest | None, surface: str) -> tuple[str, int | None, 
     """(kind, user id, label) of whoever made `request`."""
     if request is None:
         return ActorKind.SYSTEM, None, SYSTEM_NAME
-    from api.app import ApiContext  # the API's auth result; api depends on audit, not the reverse
-
-    auth = getattr(request, "auth", None)
-    if isinstance(auth, ApiContext):
-        return ActorKind.API_KEY, auth.api_key.created_by_id, auth.api_key.prefix
+    # An API request's auth (api.app.ApiContext) carries the key it was made with; api
+    # depends on audit, not the reverse, so the key is read by its attribute.
+    api_key = getattr(getattr(request, "auth", None), "api_key", None)
+    if api_key is not None:
+        return ActorKind.API_KEY, api_key.created_by_id, api_key.prefix
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         kind = ActorKind.OPERATOR if surface == Surface.ADMIN else ActorKind.MEMBER

@@ -22,9 +22,10 @@ from django.utils import timezone
 from accounts.models import Workspace
 from audit.recording import record
 from billing import emails
+from billing.ledger import post_entry
 from billing.models import AutoRecharge, AutoRechargeAttempt, BillingNotice, LedgerEntry, StripeEvent, TopUp
-from billing.services import post_entry, to_cents
 from config.errors import DomainError
+from config.money import format_money, to_cents
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,10 @@ def _validate_amount(amount: Decimal) -> Decimal:
     if amount > MAXIMUM_TOP_UP:
         raise PaymentError(f"The largest top-up is ${MAXIMUM_TOP_UP:,.0f}; contact sales for more.")
     if amount < MINIMUM_TOP_UP:
-        raise PaymentError(f"The smallest top-up is ${MINIMUM_TOP_UP:,.2f}.")
+        raise PaymentError(f"The smallest top-up is {format_money(MINIMUM_TOP_UP)}.")
     amount = to_cents(amount)
     if amount < MINIMUM_TOP_UP:
-        raise PaymentError(f"The smallest top-up is ${MINIMUM_TOP_UP:,.2f}.")
+        raise PaymentError(f"The smallest top-up is {format_money(MINIMUM_TOP_UP)}.")
     if amount > MAXIMUM_TOP_UP:
         raise PaymentError(f"The largest top-up is ${MAXIMUM_TOP_UP:,.0f}; contact sales for more.")
     return amount
@@ -122,7 +123,7 @@ def create_top_up_session(*, workspace: Workspace, amount: Decimal, user: User |
             workspace=workspace, mode=TopUp.Mode.PAYMENT, checkout_session_id=session.id, amount=amount,
             url=session.url or "", created_by=user,
         )
-        record(workspace.pk, "billing.top_up_start", top_up, label=f"Top-up ${amount:,.2f}",
+        record(workspace.pk, "billing.top_up_start", top_up, label=f"Top-up {format_money(amount)}",
                after={"amount": amount, "status": top_up.status})
     return top_up
 
@@ -225,11 +226,11 @@ def _credit_session(session: dict) -> str:
     )
     if created:
         # Stripe's callback, inside handle_event's transaction: the product credits the payment.
-        record(top_up.workspace_id, "billing.top_up", top_up, label=f"Top-up ${amount:,.2f}", system=True,
+        record(top_up.workspace_id, "billing.top_up", top_up, label=f"Top-up {format_money(amount)}", system=True,
                before={"status": top_up.status}, after={"status": TopUp.Status.PAID, "amount": amount})
         emails.create_notice(
             workspace_id=top_up.workspace_id, kind=BillingNotice.Kind.TOP_UP_RECEIVED,
-            key=f"top_up:{top_up.checkout_session_id}", context={"amount": f"{to_cents(amount):,.2f}"},
+            key=f"top_up:{top_up.checkout_session_id}", context={"amount": str(to_cents(amount))},
         )
     return "credited" if created else "already_credited"
 
@@ -316,7 +317,7 @@ def _credit_auto_recharge(workspace_id: int, payment_intent_id: str, amount: Dec
         description="Auto-recharge by saved card",
     )
     if created:
-        record(workspace_id, "billing.auto_recharge", entry, label=f"Auto-recharge ${amount:,.2f}", system=True,
+        record(workspace_id, "billing.auto_recharge", entry, label=f"Auto-recharge {format_money(amount)}", system=True,
                after={"amount": amount})
     AutoRechargeAttempt.objects.filter(payment_intent_id=payment_intent_id).update(status=AutoRechargeAttempt.Status.SUCCEEDED)
     return "credited" if created else "already_credited"
@@ -367,7 +368,7 @@ def _fail_auto_recharge(recharge: AutoRecharge, attempt: AutoRechargeAttempt, me
         emails.create_notice(
             workspace_id=recharge.workspace_id, kind=BillingNotice.Kind.AUTO_RECHARGE_FAILED,
             key=f"auto_recharge_failed:{attempt.pk}",
-            context={"amount": f"{recharge.amount:,.2f}", "threshold": f"{recharge.threshold:,.2f}", "error": message},
+            context={"amount": str(recharge.amount), "threshold": str(recharge.threshold), "error": message},
         )
 
 
@@ -413,6 +414,6 @@ def dev_top_up(*, workspace: Workspace, amount: Decimal) -> LedgerEntry:
             workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=amount,
             idempotency_key=f"dev-top-up:{uuid.uuid4()}", description="Development top-up (no payment, DEBUG only)",
         )
-        record(workspace.pk, "billing.top_up", entry, label=f"Development top-up ${amount:,.2f}",
+        record(workspace.pk, "billing.top_up", entry, label=f"Development top-up {format_money(amount)}",
                after={"amount": amount, "balance": entry.balance_after})
     return entry

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from billing.models import LedgerEntry, MachineUsage, UsageMonth
+from billing.money import HOURS, hours_lasting, posted_total
 from billing.months import month_bounds, month_start, next_month_start
-from billing.services import HOURS, posted_total, to_cents
+from config.money import to_cents
 
 ZERO = Decimal("0.00")
 
@@ -34,13 +35,6 @@ def credits_received(workspace_id: int) -> QuerySet[LedgerEntry]:
     ).exclude(kind=LedgerEntry.Kind.USAGE)
 
 
-def hours_remaining(balance: Decimal, rate: Decimal) -> Decimal | None:
-    """Hours the balance lasts at `rate`; None when nothing is billed (it lasts forever)."""
-    if rate <= 0:
-        return None
-    return max(balance / rate, Decimal(0)).quantize(Decimal("0.01"))
-
-
 def balance_summary(workspace: Workspace) -> dict:
     """{credits_balance, active_usage_cost_per_hour, hours_remaining} — GET /api/v1/billing/balance."""
     balance, usage_rate = Workspace.objects.values_list("credit_balance", "usage_rate").get(pk=workspace.pk)
@@ -48,7 +42,7 @@ def balance_summary(workspace: Workspace) -> dict:
     return {
         "credits_balance": balance,
         "active_usage_cost_per_hour": rate,
-        "hours_remaining": hours_remaining(balance, rate),
+        "hours_remaining": hours_lasting(balance, rate),
     }
 
 

@@ -12,7 +12,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -23,10 +23,13 @@ from django.utils import timezone
 
 from accounts.models import Environment, Workspace
 from audit.recording import record
+from billing.ledger import post_entry
 from billing.models import AutoRecharge, BillingNotice, LedgerEntry, MachineUsage, UsageMonth
+from billing.money import posted_total
 from billing.months import month_start, next_month_start
 from config.bulk import update_rows
 from config.errors import PaymentRequired
+from config.money import CENT, format_money, to_cents
 from webhooks import events as webhook_events
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CENT = Decimal("0.01")
-HOURS = Decimal(3600)
 # A warning email goes once each time the hours left at the current spend fall under one of these.
 BALANCE_WARNING_HOURS = (24, 1)
 # Without a top-up, a balance warning that stopped applying warns again at the next crossing
@@ -45,29 +46,6 @@ BALANCE_WARNING_REARM = dt.timedelta(hours=24)
 
 class BudgetReached(PaymentRequired):
     pass
-
-
-def to_cents(amount: Decimal) -> Decimal:
-    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
-
-
-def elapsed_seconds(start: dt.datetime, end: dt.datetime) -> Decimal:
-    """Exact seconds between two instants (no float rounding of microseconds)."""
-    if end <= start:
-        return Decimal(0)
-    delta = end - start
-    return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
-
-
-def accrued(rate: Decimal, start: dt.datetime, end: dt.datetime) -> Decimal:
-    """Exact (unrounded) cost of one machine from start to end, accrued per second."""
-    return rate * elapsed_seconds(start, end) / HOURS
-
-
-def posted_total(rate: Decimal, started_at: dt.datetime, until: dt.datetime) -> Decimal:
-    """What the ledger holds for a machine billed from `started_at` to `until`: the running
-    total rounded to cents, never a sum of rounded pieces, so rounding cannot drift."""
-    return to_cents(accrued(rate, started_at, until))
 
 
 def budget_remaining(monthly_budget: Decimal, spent: Decimal) -> Decimal:
@@ -87,39 +65,6 @@ def machines_cost(usages: Iterable[MachineUsage], now: dt.datetime) -> Decimal:
 def required_balance(price_per_hour: Decimal) -> Decimal:
     """To start (or grow) a cluster the balance must cover one hour of it, never less than $10."""
     return max(to_cents(price_per_hour), settings.MINIMUM_CREATE_BALANCE)
-
-
-# --- ledger ---------------------------------------------------------------------------------
-
-
-def post_entry(
-    *, workspace_id: int, kind: str, amount: Decimal, idempotency_key: str, description: str,
-    state: str = LedgerEntry.State.COMPLETED, cluster_id: int | None = None, environment_id: int | None = None,
-    period: dt.date | None = None,
-) -> tuple[LedgerEntry, bool]:
-    """Append a ledger entry once per idempotency key; returns (entry, created)."""
-    with transaction.atomic():
-        # The workspace row lock serialises every balance change of one workspace, so the
-        # cached balance and the ledger can never disagree, and two posts of one key queue
-        # here and the second finds the first's entry.
-        workspace = Workspace.objects.select_for_update().get(pk=workspace_id)
-        existing = LedgerEntry.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return existing, False
-        amount = to_cents(amount)
-        balance = workspace.credit_balance
-        if state == LedgerEntry.State.COMPLETED:
-            balance = workspace.credit_balance + amount
-            Workspace.objects.filter(pk=workspace_id).update(credit_balance=balance)
-        entry = LedgerEntry.objects.create(
-            workspace_id=workspace_id, kind=kind, amount=amount, state=state, idempotency_key=idempotency_key,
-            description=description, cluster_id=cluster_id, environment_id=environment_id, balance_after=balance,
-            period=period,
-        )
-        if state == LedgerEntry.State.COMPLETED and amount > 0:
-            # A credit may lift the balance back over the auto-recharge threshold: arm it again.
-            AutoRecharge.objects.filter(workspace_id=workspace_id, armed=False, threshold__lte=balance).update(armed=True)
-        return entry, True
 
 
 def adjust_balance(*, workspace_id: int, amount: Decimal, reason: str, actor: str) -> LedgerEntry:
@@ -363,8 +308,8 @@ def check_budget(environment: Environment, at: dt.datetime | None = None) -> Non
     if spent >= environment.monthly_budget:
         raise BudgetReached(
             "budget_reached",
-            f"The environment {environment.name!r} has spent ${spent:,.2f} this month, reaching its monthly budget "
-            f"of ${environment.monthly_budget:,.2f}. Raise the budget or wait for next month.",
+            f"The environment {environment.name!r} has spent {format_money(spent)} this month, reaching its monthly budget "
+            f"of {format_money(environment.monthly_budget)}. Raise the budget or wait for next month.",
             field="__all__",
             details={"spent": str(spent), "budget": str(environment.monthly_budget)},
         )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from billing import payments
+
 
 @shared_task(acks_late=True, soft_time_limit=60)
 def charge_auto_recharge(workspace_id: int) -> None:
-    from billing import payments
-
     payments.charge_auto_recharge(workspace_id)
 

@@ -25,7 +25,7 @@ from billing.access import require_billing_access
 from billing.models import AutoRecharge, LedgerEntry, TopUp
 from billing.months import BadMonth, month_bounds, parse_month
 from config.errors import DomainError, flash
-from config.money import ASCII_DIGITS_MESSAGE, parse_amount
+from config.money import ASCII_DIGITS_MESSAGE, format_money, parse_amount
 
 log = logging.getLogger(__name__)
 USAGE_LINES_PER_PAGE = 25
@@ -223,7 +223,7 @@ def dev_top_up(request: AuthenticatedHttpRequest) -> HttpResponse:
         entry = payments.dev_top_up(workspace=tenancy.workspace, amount=_amount(request.POST.get("amount")))
     except payments.PaymentError as exc:
         raise Http404(str(exc)) from None
-    messages.success(request, f"Development top-up: ${entry.amount:,.2f} added (no payment was taken).")
+    messages.success(request, f"Development top-up: {format_money(entry.amount)} added (no payment was taken).")
     return page_redirect(request, "billing:overview")
 
 

@@ -11,17 +11,9 @@ from django.contrib.auth.models import User
 from redis.exceptions import RedisError
 
 from accounts.models import Membership
-from clusters.broadcast import (
-    PageState,
-    cluster_group,
-    environment_group,
-    render_cluster_changes,
-    render_cluster_now,
-    render_cluster_row,
-    render_network_card,
-    user_group,
-)
+from clusters.live import PageState, render_cluster_changes, render_cluster_now, render_cluster_row, render_network_card
 from clusters.models import Cluster
+from clusters.notices import cluster_group, environment_group, user_group
 
 log = logging.getLogger(__name__)
 TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot serve the socket now

@@ -21,7 +21,7 @@ from billing.models import MachineUsage
 from billing.services import machines_cost
 from clusters.models import Cluster, Node, NodeHealth, Reason
 from clusters.services.common import SYSTEM
-from notifications.kinds import Kind
+from notifications.kinds import Kind, email_context
 from notifications.services import notify
 
 STOP_REASONS = (Reason.BALANCE_EXHAUSTED, Reason.BUDGET_REACHED)
@@ -120,6 +120,8 @@ def _terminated_by(cluster: Cluster) -> str:
     return Reason.USER_REQUESTED.label
 
 
+@email_context(Kind.CLUSTER_READY, Kind.CLUSTER_FAILED, Kind.CLUSTER_DEGRADED, Kind.CLUSTER_TERMINATED,
+               Kind.CLUSTER_STOPPED, Kind.NODE_UNHEALTHY, Kind.NODE_RECOVERED)
 def cluster_context(stored: dict) -> dict:
     cluster = Cluster.objects.select_related(
         "machine_type__gpu", "machine_type__location", "workspace", "environment", "created_by"

@@ -8,6 +8,7 @@ from django.db.models import Q
 from accounts.models import Environment, SSHKey
 from clusters.models import Software, Volume
 from clusters.rules import NAME_MAX_LENGTH
+from config.money import format_money
 from offers.inventory import machine_types_with_availability
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, MachineType
 
@@ -80,7 +81,7 @@ def offer_label(machine_type: MachineType) -> str:
     free_text = f" · {free} free" if free is not None else ""
     return (
         f"{machine_type.gpus_per_machine}× {machine_type.gpu.slug} {machine_type.get_kind_display()} · "
-        f"{machine_type.location.name} — ${machine_type.price_per_machine_hour:,.2f}/h per machine{free_text}{community}"
+        f"{machine_type.location.name} — {format_money(machine_type.price_per_machine_hour)}/h per machine{free_text}{community}"
     )
 
 

@@ -79,7 +79,7 @@ class NodeOutput:
         node_id = self.ids.get(node_name)
         if node_id is None:
             return
-        self.lines.put((node_id, step, text))
+        self.lines.put((node_id, NodeStep.of_operation(step), text))
         if threading.current_thread() is self.owner:
             if time.monotonic() - self.written_at >= self.interval:
                 self._write()

@@ -297,27 +297,40 @@ class NodeStep:
     the progress timestamps (`up_at`, `peers_reached_at`, `joined_at`, `installed_at`,
     `ready_at`, `replaced_at`), so renaming a label changes what is shown and nothing else
     (tests/core/test_typed_progress.py renames every one and drives the lifecycle).
-    Output a node prints sets the step too, to its script's own marker (`install_software:…`)."""
+    Output a node prints sets the step too, to the words of its operation (`of_operation`)."""
 
-    BOOTING = "booting"
-    JOINING = "joining network"
-    WAITING_FOR_PEERS = "waiting for peers"
-    REACHES_EVERY_PEER = "reaches every peer"
-    JOINED = "joined"
-    INSTALLING = "installing"  # followed by the software's name
-    CHECKING_READINESS = "checking readiness"
-    INSTALLED = "installed"
-    INSTALL_QUEUED = "install queued"
-    READY = "ready"
-    STOPPING_OLD_MACHINE = "stopping the old machine"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    RELEASED = "released"
-    REPLACED = "replaced"
+    BOOTING = "Starting the machine"
+    JOINING = "Joining the private network"
+    WAITING_FOR_PEERS = "Waiting to reach every other machine"
+    REACHES_EVERY_PEER = "Reaches every other machine"
+    JOINED = "Joined the private network"
+    INSTALLING = "Installing"  # followed by the software's name
+    CHECKING_READINESS = "Checking the software is ready"
+    INSTALLED = "Installed"
+    INSTALL_QUEUED = "Install queued"
+    READY = "Ready"
+    STOPPING_OLD_MACHINE = "Stopping the old machine"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    RELEASED = "Released"
+    REPLACED = "Replaced"
 
     @classmethod
     def installing(cls, software: str) -> str:
-        return f"{cls.INSTALLING} {software}"
+        return f"{cls.INSTALLING} {Software(software).label}"
+
+    @classmethod
+    def of_operation(cls, operation: str) -> str:
+        """What a node operation's output says it is doing (`install_software:daemons`: the
+        operation, then its script's own marker, which stays in the log), in words."""
+        name = operation.partition(":")[0]
+        words = {
+            "boot": cls.BOOTING, "join_network": cls.JOINING, "network": cls.JOINING,
+            "set_names": "Setting up node names", "setup_shared": "Setting up the /shared folder",
+            "sync_volume": "Copying the volume", "install_software": "Installing the software",
+            "install": "Installing the software", "check_ready": cls.CHECKING_READINESS, "stop": cls.STOPPING,
+        }.get(name)
+        return words or name.replace("_", " ").capitalize()
 
 
 class NodeQuerySet(models.QuerySet["Node"]):

@@ -19,6 +19,7 @@ from billing.models import LedgerEntry
 from billing.months import month_start
 from clusters.errors import ClusterError
 from clusters.models import Node
+from config.money import format_money
 
 RAISED_BY = "An Owner of the workspace can raise it on the Quotas page."
 
@@ -56,10 +57,10 @@ class QuotaUse:
         if limit is None:
             return ""
         if self.spend_reached:
-            return (f"The spend quota of {self.label} (${limit:,.2f} a month) is reached: ${self.spent:,.2f} spent. "
+            return (f"The spend quota of {self.label} ({format_money(limit)} a month) is reached: {format_money(self.spent)} spent. "
                     "Running clusters keep running; no more machines start this month. " + RAISED_BY)
         if self.adding_per_hour and self.spent + self.adding_per_hour >= limit:
-            return (f"With this request the spend quota of {self.label} (${limit:,.2f} a month, ${self.spent:,.2f} "
+            return (f"With this request the spend quota of {self.label} ({format_money(limit)} a month, {format_money(self.spent)} "
                     "spent) is reached within the hour: running clusters keep running, but no more machines start.")
         return ""
 
@@ -78,8 +79,8 @@ class QuotaUse:
             assert self.quota.monthly_spend is not None
             return ClusterError(
                 "quota_spend",
-                f"The quota of {self.label} is ${self.quota.monthly_spend:,.2f} of spend a month and "
-                f"${self.spent:,.2f} is spent this month, so no more machines start. {RAISED_BY}",
+                f"The quota of {self.label} is {format_money(self.quota.monthly_spend)} of spend a month and "
+                f"{format_money(self.spent)} is spent this month, so no more machines start. {RAISED_BY}",
                 field="__all__", status=403,
                 details={"quota_id": self.quota.pk, "limit": str(self.quota.monthly_spend), "spent": str(self.spent)},
             )

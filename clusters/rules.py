@@ -26,7 +26,8 @@ from billing.services import required_balance
 from clusters.errors import ClusterError, Conflict, InsufficientCredits
 from clusters.images import image_problem, offer_images
 from clusters.models import Cluster, Software, Volume
-from clusters.providers import kubernetes_unpinned
+from clusters.providers.kubernetes import kubernetes_unpinned
+from config.money import format_money
 from offers.models import MACHINE_COUNT_MESSAGES, MAX_MACHINES, MIN_MACHINES, PRIVATE_NETWORK_MIN_GBPS, MachineType
 
 __all__ = ["MAX_MACHINES", "MIN_MACHINES"]  # the bounds, from offers.models, with the rules that use them
@@ -128,7 +129,7 @@ def balance_problem(balance: Decimal, price_per_hour: Decimal) -> InsufficientCr
         return None
     return InsufficientCredits(
         "insufficient_credits",
-        f"Your balance of ${balance:,.2f} does not cover ${required:,.2f} "
+        f"Your balance of {format_money(balance)} does not cover {format_money(required)} "
         f"(one hour of the whole cluster, and never less than ${minimum_balance():,.0f}). Top up to continue.",
         field="__all__",
         details={"required": str(required), "available": str(balance)},

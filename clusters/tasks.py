@@ -10,11 +10,21 @@ from django.conf import settings
 from django.utils import timezone
 
 from clusters import enforcement, health, lifecycle, network_tests
+from clusters.models import Cluster
+from clusters.providers import get_provider
+from clusters.providers.base import VolumeNotSynced
 from clusters.services.lease import claim_for_sweep, mark_queued
 from clusters.services.network_tests import (
     claim_lost_network_tests,
     fail_stale_network_tests,
     mark_network_test_unqueued,
+)
+from clusters.services.volumes import (
+    SYNCABLE,
+    SYNCED,
+    record_volume_sync_failed,
+    record_volume_synced,
+    volume_sync_not_queued,
 )
 
 log = logging.getLogger(__name__)
@@ -121,10 +131,18 @@ def sweep_network_tests() -> dict:
 
 @shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)
 def sync_volume(cluster_id: int) -> str:
-    """Save a running cluster's volume folder to its volume (clusters.services.volumes)."""
-    from clusters.services.volumes import run_volume_sync
-
-    return run_volume_sync(cluster_id)
+    """Save a running cluster's volume folder to its volume (clusters.services.volumes): copy
+    the folder through the cluster's provider and record the outcome."""
+    cluster = Cluster.objects.select_related("volume", "machine_type").get(pk=cluster_id)
+    if cluster.status not in SYNCABLE or cluster.volume_id is None:
+        return record_volume_sync_failed(cluster, f"The volume was not saved: the cluster is {cluster.status}.")
+    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True))
+    try:
+        synced = get_provider(cluster.provider).sync_volume(cluster, nodes)
+    except VolumeNotSynced as error:
+        return record_volume_sync_failed(cluster, str(error))
+    record_volume_synced(cluster, synced)
+    return SYNCED
 
 
 def queue_volume_sync(cluster_id: int) -> bool:
@@ -133,8 +151,6 @@ def queue_volume_sync(cluster_id: int) -> bool:
         sync_volume.delay(cluster_id)
     except Exception:  # any broker failure
         log.exception("could not queue the volume sync of cluster %s", cluster_id)
-        from clusters.services.volumes import volume_sync_not_queued
-
         volume_sync_not_queued(cluster_id)
         return False
     return True

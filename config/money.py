@@ -1,4 +1,10 @@
-"""Amounts of money typed by people: the ASCII digits 0-9 only.
+"""Money as people type it and as they read it, and rounding to the cent: one place for each.
+
+Shown: `format_money` in Python (messages, emails, events) and the `money` template filter
+({{ amount|money }}, a builtin) print "$1,234.50", rounded half up to the cent as the ledger
+posts it (`to_cents`); a negative amount reads "-$3.20".
+
+Typed: the ASCII digits 0-9 only.
 
 Python's Decimal (and so Django's DecimalField) reads any Unicode decimal digit: "١٢"
 (Arabic-Indic) is 12 and "１２" (full-width) is 12 too. A money amount shown back as "$12"
@@ -8,10 +14,31 @@ reviewer at worst, so every money input goes through here."""
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-from django import forms
+from django import forms, template
+
+CENT = Decimal("0.01")
+
+
+def to_cents(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def format_money(amount: Decimal | int | str) -> str:
+    """$1,234.50: dollars to the cent with a thousands separator (-$3.20 when negative)."""
+    cents = to_cents(Decimal(str(amount)))
+    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
+
+
+register = template.Library()  # a builtin of every template (settings.TEMPLATES)
+
+
+@register.filter(name="money")
+def money_filter(amount: Decimal | int | str | None) -> str:
+    return "" if amount is None or amount == "" else format_money(amount)
+
 
 # Digits, at most one point, nothing else (no exponent, no sign, no NaN or Infinity).
 AMOUNT = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)", re.ASCII)

@@ -17,8 +17,8 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from clusters.broadcast import broadcast, cluster_group
 from clusters.models import Cluster, Node, Status
+from clusters.notices import broadcast, cluster_group
 from clusters.providers import get_provider
 from metrics import idle, services
 from metrics.models import NodeSample

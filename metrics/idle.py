@@ -17,7 +17,7 @@ from clusters.emails import cluster_context, recipient_ids
 from clusters.models import Cluster, Node
 from metrics.models import IdleState, NodeSample
 from metrics.services import is_idle
-from notifications.kinds import Kind
+from notifications.kinds import Kind, email_context
 from notifications.services import notify
 from webhooks.events import cluster_summary
 from webhooks.models import EventType
@@ -70,6 +70,7 @@ def notify_idle(cluster: Cluster, idle_seconds: float, at: dt.datetime) -> None:
           "terminate_url": summary["url"] + "#actions"}, dedupe_key=key)
 
 
+@email_context(Kind.CLUSTER_IDLE)
 def idle_context(stored: dict[str, Any]) -> dict[str, Any]:
     context = cluster_context(stored)
     context["idle_for"] = _hours(stored.get("idle_seconds", 0))

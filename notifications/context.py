@@ -1,4 +1,5 @@
-"""Template context for the billing kinds (balance, budget, top-ups, auto-recharge).
+"""Template context for the billing kinds (balance, budget, top-ups, auto-recharge), and the
+invitation's (accounts.invitations) registered.
 
 Billing passes JSON-safe values (amounts as strings, ids); this adds the workspace and the
 links back to the dashboard."""
@@ -11,16 +12,20 @@ from typing import Any
 from django.conf import settings
 from django.urls import NoReverseMatch, reverse
 
+from accounts.invitations import invitation_context
 from accounts.models import Workspace
+from config.money import format_money
+from notifications.kinds import Kind, email_context
 
 
 def _money(value: object) -> str:
     try:
-        return f"{Decimal(str(value)):,.2f}"
+        return format_money(Decimal(str(value)))
     except (InvalidOperation, ValueError):
         return str(value)
 
 
+@email_context(Kind.BALANCE_LOW, Kind.TOPUP_RECEIVED, Kind.AUTO_RECHARGE_FAILED)
 def billing_context(stored: dict[str, Any]) -> dict[str, Any]:
     context = dict(stored)
     for key in ("balance", "amount", "threshold", "budget", "spent"):
@@ -37,3 +42,7 @@ def billing_context(stored: dict[str, Any]) -> dict[str, Any]:
     except NoReverseMatch:
         context["billing_url"] = settings.SITE_URL
     return context
+
+
+# Invitations are accounts', which sits below notifications and so cannot register its own.
+email_context(Kind.INVITATION)(invitation_context)

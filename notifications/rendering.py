@@ -10,9 +10,8 @@ from django.contrib.auth.models import User
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.module_loading import import_string
 
-from notifications.kinds import SPECS, Kind
+from notifications.kinds import SPECS, Kind, context_builder
 from notifications.models import Delivery
 
 
@@ -29,7 +28,7 @@ def template_context(kind: str, stored: dict[str, Any], *, user: User | None = N
         # Sales' copy is internal; it gets no "turn this off" footer.
         "to_sales": kind == Kind.QUOTE_RECEIVED,
     }
-    context.update(import_string(spec.context)(stored))
+    context.update(context_builder(kind)(stored))
     return context
 
 

@@ -6,14 +6,14 @@ from typing import Any
 
 from celery import shared_task
 
-from notifications import services
+from notifications import sending
 
 
 @shared_task(bind=True, acks_late=True, max_retries=None, soft_time_limit=60, time_limit=90)
 def send_notification(self: Any, delivery_id: int) -> str:
     # The attempt count lives on the Delivery row (it survives a re-queue by the sweep),
     # so the database, not Celery's retry counter, decides when to give up.
-    outcome = services.send_delivery(delivery_id)
+    outcome = sending.send_delivery(delivery_id)
     if outcome.status == "retry":
         raise self.retry(exc=outcome.error, countdown=outcome.retry_in)
     return outcome.status
@@ -22,7 +22,7 @@ def send_notification(self: Any, delivery_id: int) -> str:
 @shared_task(soft_time_limit=60)
 def send_pending_notifications() -> int:
     """Re-queue deliveries whose task was lost; sending stays once-only under the row lock."""
-    ids = services.pending_to_requeue()
+    ids = sending.pending_to_requeue()
     for delivery_id in ids:
         send_notification.delay(delivery_id)
     return len(ids)

@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class OffersConfig(AppConfig):
     name = "offers"
     verbose_name = "Offers and inventory"
+
+    def ready(self) -> None:
+        from offers import inventory  # noqa: F401  (registers its email context)

@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from notifications.kinds import Kind
+from notifications.kinds import Kind, email_context
 from notifications.services import notify
 from offers.models import GPUModel, Host, MachineType, PhysicalHost
 
@@ -203,6 +203,7 @@ def return_hosts_to_sale(host_ids: list[int]) -> int:
         )
 
 
+@email_context(Kind.HOST_QUARANTINED)
 def quarantine_context(stored: dict) -> dict:
     """The operators' email: which hosts left sale and why, with a link to each in /admin/."""
     hosts = list(Host.objects.select_related("machine_type__gpu", "machine_type__location").filter(pk__in=stored["host_ids"]))

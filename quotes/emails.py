@@ -5,9 +5,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import reverse
 
+from notifications.kinds import Kind, email_context
 from quotes.models import QuoteRequest
 
 
+@email_context(Kind.QUOTE_RECEIVED, Kind.QUOTE_CONFIRMATION)
 def quote_context(stored: dict) -> dict:
     quote = QuoteRequest.objects.select_related("user").get(pk=stored["quote_id"])
     return {

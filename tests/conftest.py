@@ -51,9 +51,9 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
 def _fresh_rendered_rows():
     """Each test starts without the rows another test's pushes rendered: they are kept per
     process by row id, and SQLite gives a rolled-back test's ids out again."""
-    from clusters import broadcast
+    from clusters import live
 
-    broadcast._RENDERED.clear()
+    live._RENDERED.clear()
 
 
 @pytest.fixture

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webhooks import services
+from webhooks import sending
 
 
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
 def send_webhook(delivery_id: int, attempt: int) -> str:
-    return services.send_delivery(delivery_id, attempt).status
+    return sending.send_delivery(delivery_id, attempt).status
 
 
 @shared_task(soft_time_limit=60)
 def send_due_webhooks() -> int:
-    claimed = services.claim_due()
+    claimed = sending.claim_due()
     for delivery_id, attempt in claimed:
         send_webhook.delay(delivery_id, attempt)
     return len(claimed)

@@ -11,8 +11,8 @@ from ninja import Query, Router, Status
 
 from api import keys, schemas
 from api.app import ApiContext, context, form_data, not_found, ok, page, responses
+from api.forms import ApiKeyForm
 from api.models import ApiKey
-from api.pages import ApiKeyForm
 
 router = Router(tags=["API keys"])
 

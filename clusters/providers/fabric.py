@@ -24,7 +24,6 @@ from clusters.nodeops.metrics import collect_metrics
 from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
-from clusters.providers import kubernetes_pins
 from clusters.providers.base import (
     BootReport,
     BootState,
@@ -34,6 +33,7 @@ from clusters.providers.base import (
     VolumeNotSynced,
     VolumeSync,
 )
+from clusters.providers.kubernetes import kubernetes_pins
 from clusters.services.keys import record_host_keys, save_node_secrets
 from clusters.services.volumes import record_volume_synced
 
@@ -329,11 +329,8 @@ def _failed(result: StepResult, software: str) -> StepOutcome:
     return outcome
 
 
-SOFTWARE_NAMES = {"slurm": "Slurm", "kubernetes": "Kubernetes", "ray": "Ray", "none": "The software"}
-
-
 def install_failure(software: str, node_result: NodeResult) -> str:
-    name = SOFTWARE_NAMES.get(software, software)
+    name = Software(software).label
     if node_result.unreachable:
         return f"{node_result.name} did not answer over SSH during the {name} install."
     if node_result.error.startswith("not run"):

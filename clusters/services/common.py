@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.recording import Action, record_cluster_action
-from clusters import broadcast
+from clusters import notices
 from clusters.models import Cluster, ClusterEvent, NodeHealth
 from webhooks import events as webhook_events
 
@@ -38,14 +38,12 @@ def record_event(cluster: Cluster, event: str, message: str, *, actor: str = SYS
 def after_commit_changed(cluster_id: int, *, advance: bool = False, nodes: Iterable[int] | None = None) -> None:
     """Push the new state to open pages and, when asked, let the reconciler take the next step.
     `nodes`: the ids of the only nodes that changed (None: the cluster or all its nodes did)."""
-    from clusters import tasks  # a cycle kept on purpose: docs/architecture.md, "Apps and their layers"
-
     changed = None if nodes is None else list(nodes)
-    transaction.on_commit(lambda: broadcast.broadcast_cluster(cluster_id, changed))
+    transaction.on_commit(lambda: notices.cluster_changed(cluster_id, changed))
     if advance:
-        # queue_advance logs a broker that is down instead of raising: the change has
-        # committed, and the sweep re-drives the cluster once the broker is back.
-        transaction.on_commit(lambda: tasks.queue_advance(cluster_id))
+        # The pass is queued by clusters.receivers, which logs a broker that is down instead
+        # of raising: the change has committed, and the sweep re-drives the cluster later.
+        transaction.on_commit(lambda: notices.pass_wanted.send(sender=None, cluster_id=cluster_id))
 
 
 def transition(cluster: Cluster, allowed: Iterable[str], to: str, **fields: Any) -> bool:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from accounts.models import Environment, SSHKey, Workspace
 from audit.recording import Action
 from billing import services as billing
+from billing.money import hours_lasting
 from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
@@ -23,6 +24,7 @@ from clusters.models import Cluster, Node, Software, Status, Volume
 from clusters.queries import committed_rate
 from clusters.quotas import QuotaUse, check_quotas, membership_of, quota_uses
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
+from config.money import format_money
 from offers import inventory
 from offers.models import COMMUNITY_WARNING, MachineType
 
@@ -76,18 +78,13 @@ class ClusterPlan:
     @property
     def runway_hours(self) -> Decimal | None:
         """Hours the balance lasts once this cluster runs beside everything else (None: free)."""
-        if self.per_hour_after <= 0:
-            return None
-        return max(self.balance / self.per_hour_after, Decimal(0)).quantize(Decimal("0.01"))
+        return hours_lasting(self.balance, self.per_hour_after)
 
     @property
     def budget_runway_hours(self) -> Decimal | None:
         """Hours the environment's budget left lasts once this cluster runs beside its other
         clusters (None: nothing would be billed)."""
-        per_hour = self.environment_per_hour + self.price_per_hour
-        if per_hour <= 0:
-            return None
-        return (self.budget_remaining / per_hour).quantize(Decimal("0.01"))
+        return hours_lasting(self.budget_remaining, self.environment_per_hour + self.price_per_hour)
 
     @property
     def warnings(self) -> list[str]:
@@ -106,14 +103,14 @@ class ClusterPlan:
         found = []
         if self.runway_hours is not None and self.runway_hours < 1:
             found.append(
-                f"With this cluster the workspace would spend ${self.per_hour_after:,.2f}/h and the balance of "
-                f"${self.balance:,.2f} lasts {_minutes(self.runway_hours)}: every cluster is stopped when "
+                f"With this cluster the workspace would spend {format_money(self.per_hour_after)}/h and the balance of "
+                f"{format_money(self.balance)} lasts {_minutes(self.runway_hours)}: every cluster is stopped when "
                 "it runs out. Top up first."
             )
         if self.price_per_hour and self.budget_runway_hours is not None and self.budget_runway_hours < 1:
             found.append(
-                f"With this cluster the environment would spend ${self.environment_per_hour + self.price_per_hour:,.2f}/h "
-                f"and the ${self.budget_remaining:,.2f} left of its monthly budget lasts "
+                f"With this cluster the environment would spend {format_money(self.environment_per_hour + self.price_per_hour)}/h "
+                f"and the {format_money(self.budget_remaining)} left of its monthly budget lasts "
                 f"{_minutes(self.budget_runway_hours)}: its clusters are stopped when the budget is reached. "
                 "Raise the budget first."
             )
@@ -207,7 +204,7 @@ def create_cluster(
             Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
             record_event(
                 cluster, "created",
-                f"Reserved {machine_count} machines ({machine_type}) at ${cluster.price_per_hour:,.2f}/h; software: "
+                f"Reserved {machine_count} machines ({machine_type}) at {format_money(cluster.price_per_hour)}/h; software: "
                 f"{cluster.get_software_display()}{f'; image: {image}' if image else ''}.",
                 actor=actor, audit=Action("cluster.create", after={
                     "name": name, "offer": machine_type.pk, "machines": machine_count, "software": software,

@@ -16,7 +16,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.recording import Action
-from clusters import broadcast, rules
+from clusters import notices, rules
 from clusters.errors import Conflict
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
 from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES
@@ -70,11 +70,9 @@ def _queue_network_test(cluster: Cluster, trigger: str, actor: str) -> NetworkTe
 
 
 def _after_commit_network_changed(cluster_id: int, *, queue: int | None = None) -> None:
-    from clusters import tasks  # a cycle kept on purpose: docs/architecture.md, "Apps and their layers"
-
-    transaction.on_commit(lambda: broadcast.broadcast_network(cluster_id))
+    transaction.on_commit(lambda: notices.network_changed(cluster_id))
     if queue is not None:
-        transaction.on_commit(lambda: tasks.queue_network_test(queue))
+        transaction.on_commit(lambda: notices.network_test_wanted.send(sender=None, test_id=queue))
 
 
 def start_network_test(cluster: Cluster, *, actor: str = SYSTEM) -> NetworkTest:

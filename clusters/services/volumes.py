@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import Environment
 from audit.recording import record
+from clusters import notices
 from clusters.errors import ClusterError, Conflict
 from clusters.models import Cluster, Status, Volume
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
@@ -78,8 +79,6 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
     attached volume while the cluster runs. The copy runs in a task and ends in an event that
     says how many bytes and how long (or why not: a folder larger than the volume is refused
     whole, and the volume keeps its earlier data). One save at a time per cluster."""
-    from clusters import tasks  # the task calls back into this module: imported when used
-
     with transaction.atomic():
         # The cluster row is the lock two clicks (or a click and a CLI call) queue on.
         cluster = Cluster.objects.select_for_update(of=("self",)).select_related("volume").get(pk=cluster.pk)
@@ -97,28 +96,12 @@ def sync_volume_now(cluster: Cluster, *, actor: str) -> Cluster:
         record_event(cluster, SYNC_REQUESTED,
                      f"Saving the head's volume folder to volume {volume.name} (asked by {actor}).", actor=actor)
         after_commit_changed(cluster.pk)
-        transaction.on_commit(lambda: tasks.queue_volume_sync(cluster.pk))
+        transaction.on_commit(lambda: notices.volume_sync_wanted.send(sender=None, cluster_id=cluster.pk))
     return cluster
 
 
-def run_volume_sync(cluster_id: int) -> str:
-    """The task's work: copy the folder through the cluster's provider and record the outcome."""
-    from clusters.providers import get_provider
-    from clusters.providers.base import VolumeNotSynced
-
-    cluster = Cluster.objects.select_related("volume", "machine_type").get(pk=cluster_id)
-    if cluster.status not in SYNCABLE or cluster.volume_id is None:
-        return _record_sync_failed(cluster, f"The volume was not saved: the cluster is {cluster.status}.")
-    nodes = list(cluster.nodes.select_related("host").filter(released_at__isnull=True, replacing__isnull=True))
-    try:
-        synced = get_provider(cluster.provider).sync_volume(cluster, nodes)
-    except VolumeNotSynced as error:
-        return _record_sync_failed(cluster, str(error))
-    record_volume_synced(cluster, synced)
-    return SYNCED
-
-
-def _record_sync_failed(cluster: Cluster, message: str) -> str:
+def record_volume_sync_failed(cluster: Cluster, message: str) -> str:
+    """The event a save that did not happen leaves, saying why."""
     with transaction.atomic():
         record_event(cluster, SYNC_FAILED, message)
         after_commit_changed(cluster.pk)
@@ -148,4 +131,4 @@ def format_bytes(count: int) -> str:
 
 def volume_sync_not_queued(cluster_id: int) -> None:
     cluster = Cluster.objects.get(pk=cluster_id)
-    _record_sync_failed(cluster, "The volume could not be saved just now; nothing changed. Try again in a minute.")
+    record_volume_sync_failed(cluster, "The volume could not be saved just now; nothing changed. Try again in a minute.")

@@ -23,42 +23,10 @@ if TYPE_CHECKING:
 
 register = template.Library()
 
-STEP_LABELS = {
-    "booting": "Starting the machine",
-    "boot": "Starting the machine",
-    "joining network": "Joining the private network",
-    "waiting for peers": "Waiting to reach every other machine",
-    "reaches every peer": "Reaches every other machine",
-    "joined": "Joined the private network",
-    "install queued": "Install queued",
-    "ready": "Ready",
-    "stopping": "Stopping",
-    "stopped": "Stopped",
-    "released": "Released",
-    # Node operations (the part before a ':' in a script's own step marker).
-    "join_network": "Joining the private network",
-    "network": "Joining the private network",
-    "set_names": "Setting up node names",
-    "setup_shared": "Setting up the /shared folder",
-    "sync_volume": "Copying the volume",
-    "install_software": "Installing the software",
-    "install": "Installing the software",
-    "check_ready": "Checking the software is ready",
-    "stop": "Stopping",
-}
-SOFTWARE_NAMES = {"slurm": "Slurm", "kubernetes": "Kubernetes", "ray": "Ray"}
-
-
 @register.filter
 def step_label(step: str) -> str:
-    """`install_software:sandbox-daemons` → `Installing the software`; unknown steps read as words."""
-    step = (step or "").strip()
-    if not step:
-        return "—"
-    if step.startswith("installing "):
-        return f"Installing {SOFTWARE_NAMES.get(step[11:], step[11:])}"
-    head = step.split(":", 1)[0]
-    return STEP_LABELS.get(step) or STEP_LABELS.get(head) or head.replace("_", " ").capitalize()
+    """A node's step is stored in words (clusters.models.NodeStep); none yet reads "—"."""
+    return (step or "").strip() or "—"
 
 
 def _server_dirs() -> list[str]:

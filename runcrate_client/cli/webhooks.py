@@ -16,9 +16,6 @@ from runcrate_client.cli.base import (
 )
 from runcrate_client.formatting import format_time, render_table
 
-EVENTS = ("cluster.created", "cluster.ready", "cluster.failed", "cluster.degraded", "cluster.terminated",
-          "cluster.idle", "node.unhealthy", "node.recovered", "network_test.finished", "balance.low", "budget.reached")
-
 
 @main.group(cls=RuncrateGroup)
 def webhooks() -> None:
@@ -42,8 +39,9 @@ def webhooks_list(state: State, as_json: bool, quiet: bool) -> None:
 
 @webhooks.command("add")
 @click.argument("url")
-@click.option("--event", "events", multiple=True, required=True, type=click.Choice(EVENTS),
-              help="An event to send (repeat for more).")
+@click.option("--event", "events", multiple=True, required=True,
+              help="An event to send, e.g. cluster.ready (repeat for more). The server knows the list: a "
+                   "wrong name is refused with every event it offers.")
 @click.option("--description", default="", help="What receives it.")
 @json_option
 @pass_state

@@ -5,7 +5,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+from runcrate_client.mcp_common import READ_ONLY, ToolContext, api_errors_as_tool_errors
 
 
 def register(mcp: MCPServer, tools: ToolContext) -> None:

@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from runcrate_client.api import format_money
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors, normalize, scope_of
+from runcrate_client.mcp_common import READ_ONLY, ToolContext, api_errors_as_tool_errors, normalize, scope_of
 
 
 def register(mcp: MCPServer, tools: ToolContext) -> None:

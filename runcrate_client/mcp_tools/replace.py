@@ -9,7 +9,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from runcrate_client.api import format_money
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors, scope_of
+from runcrate_client.mcp_common import READ_ONLY, ToolContext, api_errors_as_tool_errors, scope_of
 
 # What a replace token is issued for; a create token (PLAN_FIELDS) never matches these.
 REPLACE_FIELDS = ("action", "cluster_id", "node_name")

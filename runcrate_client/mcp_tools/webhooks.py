@@ -7,7 +7,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+from runcrate_client.mcp_common import READ_ONLY, ToolContext, api_errors_as_tool_errors
 
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 

@@ -10,7 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from runcrate_client.client import Client
-from runcrate_client.mcp_server import READ_ONLY, ToolContext, api_errors_as_tool_errors
+from runcrate_client.mcp_common import READ_ONLY, ToolContext, api_errors_as_tool_errors
 
 CHANGES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 REMOVES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True)

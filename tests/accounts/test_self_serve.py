@@ -105,7 +105,7 @@ class TestFirstMinutes:
         assert not Workspace.objects.filter(memberships__user__username="newbie").exists()
 
     def test_the_checklist_ticks_itself_off_and_disappears(self, machine_type):
-        from billing import services as billing
+        from billing import ledger
         from billing.models import LedgerEntry
         from clusters.services.create import create_cluster
         from tests.web.test_accounts import public_key
@@ -119,7 +119,7 @@ class TestFirstMinutes:
             return text.count('data-done="true"') if 'id="getting-started"' in text else -1
 
         assert done() == 0
-        billing.post_entry(workspace_id=workspace.pk, kind=LedgerEntry.Kind.DEPOSIT, amount=Decimal("50.00"),
+        ledger.post_entry(workspace_id=workspace.pk, kind=LedgerEntry.Kind.DEPOSIT, amount=Decimal("50.00"),
                            idempotency_key="test-top-up", description="Top-up")
         assert done() == 1
         services.add_ssh_key(workspace=workspace, name="laptop", public_key=public_key(), created_by=user)

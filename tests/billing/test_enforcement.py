@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import Workspace
+from billing import ledger
 from billing import services as billing
 from billing.models import BillingNotice, LedgerEntry, MachineUsage
 from billing.months import next_month_start
@@ -115,7 +116,7 @@ def test_the_low_balance_warning_goes_once_per_crossing(environment, machine_typ
                                                    f"balance_low:{environment.workspace_id}:24h"]
     assert billing.warn_low_balances() == []
     assert len(mailoutbox) == 2
-    billing.post_entry(workspace_id=environment.workspace_id, kind="deposit", amount=Decimal("50"),
+    ledger.post_entry(workspace_id=environment.workspace_id, kind="deposit", amount=Decimal("50"),
                        idempotency_key="t1", description="top-up")  # 10.8 h left: the 1 h warning re-arms
     assert billing.warn_low_balances() == []
     Workspace.objects.filter(pk=environment.workspace_id).update(credit_balance=Decimal("3.00"))
@@ -130,7 +131,7 @@ def test_a_top_up_that_leaves_hours_of_runway_is_not_answered_with_balance_is_lo
     workspace_id = environment.workspace_id
     Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("0.00"))
     live_from(environment, machine_type, ago=dt.timedelta(seconds=0))  # $5/h
-    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("50"), idempotency_key="t1",
+    ledger.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("50"), idempotency_key="t1",
                        description="top-up")  # 10 h of runway, chosen by the customer a moment ago
     assert billing.warn_low_balances() == []
     assert [m.subject for m in mailoutbox if "balance is low" in m.subject] == []
@@ -138,7 +139,7 @@ def test_a_top_up_that_leaves_hours_of_runway_is_not_answered_with_balance_is_lo
     Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("4.00"))
     assert billing.warn_low_balances() == [f"balance_low:{workspace_id}:1h"]
     # A top-up that left more than a day warns when the day runs under 24 hours.
-    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("146"), idempotency_key="t2",
+    ledger.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("146"), idempotency_key="t2",
                        description="top-up")  # $150: 30 h
     assert billing.warn_low_balances() == []
     Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("100.00"))
@@ -161,7 +162,7 @@ def test_a_low_balance_is_not_warned_about_again_when_only_what_runs_changed(env
     assert billing.warn_low_balances() == []
     assert len([m for m in mailoutbox if "balance is low" in m.subject]) == 1
     # A top-up re-arms it at once ...
-    billing.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("600"), idempotency_key="t",
+    ledger.post_entry(workspace_id=workspace_id, kind="deposit", amount=Decimal("600"), idempotency_key="t",
                        description="top-up")  # $3,000: 25 hours
     assert billing.warn_low_balances() == []
     Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("2300.00"))

@@ -14,6 +14,7 @@ from billing import queries
 from billing import services as billing
 from billing.models import LedgerEntry, MachineUsage
 from clusters.models import Node
+from config.money import to_cents
 from tests.billing.conftest import T0, at, running_cluster
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +146,7 @@ def test_any_split_into_runs_posts_the_one_shot_amount(environment, machine_type
         billing.meter_usage(start + dt.timedelta(seconds=cut))
     billing.end_usage(cluster, end)
     billing.meter_usage(end + dt.timedelta(days=1))
-    one_shot = 2 * billing.to_cents(rate * Decimal(duration) / Decimal(3600))  # two machines
+    one_shot = 2 * to_cents(rate * Decimal(duration) / Decimal(3600))  # two machines
     assert usage_total(environment.workspace) == one_shot
     # …and the month lines agree with the ledger, month by month.
     months = {(p.year, p.month) for p in LedgerEntry.objects.values_list("period", flat=True) if p is not None}

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runcrate_client.mcp_server import PlanSigner, PlanTokenError
+from runcrate_client.mcp_common import PlanSigner, PlanTokenError
 
 HERE = {"workspace_id": 7, "environment_id": 70}
 PLAN = {"offer_id": "off_1", "machines": 4, "software": "slurm", "name": "train", "volume_id": None,

@@ -324,12 +324,12 @@ def test_a_retry_from_a_stale_page_still_counts_a_new_attempt(environment, machi
 
 
 def test_a_provisioning_pass_pushes_once_for_all_its_nodes_not_once_per_node(environment, machine_type, monkeypatch):
-    from clusters import broadcast
+    from clusters import notices
 
     machine_type = machine_type_with_hosts(16)
     Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
     pushes: list[int] = []
-    monkeypatch.setattr(broadcast, "broadcast_cluster", lambda cluster_id, nodes=None: pushes.append(cluster_id))
+    monkeypatch.setattr(notices, "cluster_changed", lambda cluster_id, nodes=None: pushes.append(cluster_id))
     cluster = create(environment, machine_type, count=16)
     assert set(cluster.nodes.values_list("state", flat=True)) == {Node.State.BOOTING}
     # The create, the sixteen boots, and their output lines: a few pushes, not one per node.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from clusters.broadcast import PageState, render_cluster_changes, render_cluster_now
+from clusters.live import PageState, render_cluster_changes, render_cluster_now
 from clusters.models import Cluster, Node, Status
 from clusters.services.progress import append_node_logs, mark_degraded
 from offers.models import Host
@@ -99,7 +99,7 @@ def test_a_64_node_degrade_sends_the_changed_cells_and_offers_replace_once_under
 
 
 def test_columns_no_row_shows_send_nothing_and_do_not_change_the_row(environment, machine_type):
-    from clusters import broadcast
+    from clusters import live
 
     cluster = big_cluster(environment, machine_type, machines=2, status=Status.INSTALLING, state=Node.State.INSTALLING)
     page = joined(cluster)
@@ -107,15 +107,15 @@ def test_columns_no_row_shows_send_nothing_and_do_not_change_the_row(environment
 
     def row() -> str:
         fresh = cluster_for_row(cluster.pk)
-        live = list(fresh.nodes.all())
-        _, rows, _ = broadcast._changed_rows(fresh, live, broadcast._push_context(fresh), PageState(
-            rows=tuple(n.row_id for n in live), logs={n.pk: (n.log_written, n.log_length) for n in live},  # type: ignore[attr-defined]
+        nodes = list(fresh.nodes.all())
+        _, rows, _ = live._changed_rows(fresh, nodes, live._push_context(fresh), PageState(
+            rows=tuple(n.row_id for n in nodes), logs={n.pk: (n.log_written, n.log_length) for n in nodes},  # type: ignore[attr-defined]
         ))
         return rows.split('<tr id="node-1"')[1]
 
     before = row()
     now = timezone.now()
-    changes: dict[str, object] = {name: now for name in broadcast.UNSHOWN if name.endswith("_at")}
+    changes: dict[str, object] = {name: now for name in live.UNSHOWN if name.endswith("_at")}
     changes.update(address="203.0.113.9", host_key="ssh-ed25519 AAAAC3Nza", host=HostFactory(machine_type=machine_type))
     Node.objects.filter(pk=node.pk).update(**changes)
     assert row() == before
@@ -130,19 +130,19 @@ def cluster_for_row(cluster_id: int) -> Cluster:
 
 
 def test_sockets_of_one_cluster_share_the_rendered_rows(environment, machine_type, monkeypatch):
-    from clusters import broadcast
+    from clusters import live
 
     cluster = big_cluster(environment, machine_type, machines=8, status=Status.INSTALLING)
     pages = [joined(cluster) for _ in range(3)]
     Cluster.objects.filter(pk=cluster.pk).update(status=Status.READY)
     rendered: list[str] = []
-    real = broadcast._render
+    real = live._render
 
     def counted(name: str, context: dict) -> str:
         rendered.append(name)
         return real(name, context)
 
-    monkeypatch.setattr(broadcast, "_render", counted)
+    monkeypatch.setattr(live, "_render", counted)
     pushes = [render_cluster_changes(cluster.pk, None, page) for page in pages]
     assert rendered.count("node-row") == 8
     assert pushes[0][1] == pushes[1][1] == pushes[2][1] and pushes[0][1].count("<tr ") == 8

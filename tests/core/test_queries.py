@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from clusters.broadcast import PageState, render_cluster_changes, render_cluster_now
+from clusters.live import PageState, render_cluster_changes, render_cluster_now
 from clusters.models import Cluster, ClusterEvent, Node, Status
 from clusters.queries import CLUSTERS_PER_PAGE
 from offers.models import Host

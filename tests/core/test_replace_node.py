@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Workspace
+from billing import money
 from billing import services as billing
 from billing.models import MachineUsage
 from clusters import lifecycle
@@ -82,8 +83,8 @@ def test_billing_runs_for_the_new_machine_from_its_join_and_for_the_old_one_unti
     old_usage.refresh_from_db()
     new_usage.refresh_from_db()
     rate = ready_cluster.price_per_machine_hour
-    assert old_usage.posted_amount == billing.posted_total(rate, old_usage.started_at, old_usage.ended_at)
-    assert new_usage.posted_amount == billing.posted_total(rate, new_usage.started_at, later)
+    assert old_usage.posted_amount == money.posted_total(rate, old_usage.started_at, old_usage.ended_at)
+    assert new_usage.posted_amount == money.posted_total(rate, new_usage.started_at, later)
 
 
 def test_never_more_open_intervals_than_machines_plus_the_one_swapped_in(ready_cluster, machine_type):

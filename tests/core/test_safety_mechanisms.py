@@ -15,6 +15,7 @@ import pytest
 from django.db import connection, transaction
 
 from accounts.models import Workspace
+from billing import ledger
 from billing import services as billing
 from clusters import rules
 from clusters.errors import ClusterError
@@ -110,7 +111,7 @@ def test_a_create_waits_for_a_balance_change_in_flight_and_checks_the_new_balanc
         finally:
             connection.close()
 
-    with Held(lambda: billing.post_entry(**debit)):
+    with Held(lambda: ledger.post_entry(**debit)):
         creator = threading.Thread(target=create)
         creator.start()
         creator.join(0.7)

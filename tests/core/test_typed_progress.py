@@ -127,10 +127,27 @@ def test_a_replaced_machine_reads_as_replaced(labels, environment, machine_type)
     assert not any(n.was_replaced for n in cluster.nodes.exclude(pk=old.pk))
 
 
+SHIPPED_LABELS = {getattr(NodeStep, name) for name in LABELS}
+# What a step read before its labels were words: a table keyed by these is a table of labels.
+RAW_STEPS = {"booting", "joining network", "waiting for peers", "reaches every peer", "joined", "installing",
+             "checking readiness", "installed", "install queued", "ready", "stopping", "stopped", "released"}
+# Statuses and node states share some of those words; a table keyed by them is not about steps.
+STEP_WORDS = (SHIPPED_LABELS | RAW_STEPS) - set(Status.values) - set(Node.State.values)
+
+
+def _is_step(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "step" or isinstance(node, ast.Attribute) and node.attr == "step"
+
+
 def _step_reads(tree: ast.AST) -> list[int]:
-    """Lines comparing a step or a NodeStep label, or filtering rows on a step."""
+    """Lines comparing a step or a NodeStep label (==, in, startswith, endswith), filtering rows
+    on a step, or holding a table keyed by step labels."""
     lines = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = {key.value for key in node.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+            if len(keys & STEP_WORDS) >= 2:
+                lines.append(node.lineno)
         if isinstance(node, ast.Compare):
             for operand in [node.left, *node.comparators]:
                 if isinstance(operand, ast.Attribute) and (
@@ -140,6 +157,8 @@ def _step_reads(tree: ast.AST) -> list[int]:
                     lines.append(node.lineno)
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
+        if node.func.attr in ("startswith", "endswith", "removeprefix", "partition", "split") and _is_step(node.func.value):
+            lines.append(node.lineno)
         if node.func.attr in ("filter", "exclude", "get") and any(
             (kw.arg or "").split("__")[0] == "step" for kw in node.keywords
         ):
@@ -147,10 +166,19 @@ def _step_reads(tree: ast.AST) -> list[int]:
     return lines
 
 
+def test_a_prefix_test_or_a_table_of_labels_is_a_step_read(tmp_path):
+    code = (
+        'TABLE = {"joining network": "Joining", "waiting for peers": "Waiting"}\n'
+        'def label(step):\n    if step.startswith("installing "):\n        return step[11:]\n'
+        'def other(node):\n    return node.step.endswith("ready")\n'
+    )
+    assert _step_reads(ast.parse(code)) == [1, 3, 6]
+
+
 def test_no_code_compares_or_filters_on_a_step_label():
     base = Path(settings.BASE_DIR)
     offending = {}
-    for app in ("clusters", "api", "billing", "accounts", "offers", "notifications", "quotes"):
+    for app in ("clusters", "api", "billing", "accounts", "offers", "notifications", "quotes", "metrics", "runcrate_client"):
         for path in (base / app).rglob("*.py"):
             if "migrations" in path.parts:
                 continue

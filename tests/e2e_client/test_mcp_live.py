@@ -19,7 +19,8 @@ from mcp.types import CallToolResult, TextContent
 
 from accounts.models import Workspace
 from runcrate_client.api import ClientConfig
-from runcrate_client.mcp_server import PlanSigner, http_app
+from runcrate_client.mcp_common import PlanSigner
+from runcrate_client.mcp_server import http_app
 from tests.client.client_support import REPO_ROOT, runcrate_env
 from tests.factories import machine_type_with_hosts
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 from channels.layers import get_channel_layer
 
-from clusters.broadcast import send_to_group
+from clusters.notices import send_to_group
 from tests.live.processes import RedisServer
 
 

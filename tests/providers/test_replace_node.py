@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from billing import services as billing
+from billing import money
 from billing.models import MachineUsage
 from clusters import lifecycle
 from clusters.models import Cluster, Node, Status
@@ -218,7 +218,7 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     assert new_usage.ended_at == cluster.billing_ended_at
     for usage in (old_usage, new_usage):
         assert usage.billed_until == usage.ended_at
-        assert usage.posted_amount == billing.posted_total(rate, usage.started_at, usage.ended_at)
+        assert usage.posted_amount == money.posted_total(rate, usage.started_at, usage.ended_at)
     # The bill: one line for the cluster, a row per machine, node-1 twice (old, then new).
     key = create_api_key(workspace=environment.workspace, created_by=owner, name="bill")[1]
     [listed] = client.get("/api/v1/billing/usage", HTTP_AUTHORIZATION=f"Bearer {key}").json()["data"]

@@ -99,8 +99,14 @@ def test_a_running_cluster_shows_its_cost_so_far_rising_and_a_terminated_one_its
 
 
 def test_steps_and_outcomes_read_in_a_customers_words(member_client, cluster, settings):
+    from clusters.lifecycle import NodeOutput
+
+    # As a node operation's output arrives: the operation, then its script's own marker.
+    output = NodeOutput(cluster.pk, list(cluster.nodes.all()), interval=0)
+    output("node-0", "install_software:sandbox-daemons", "starting the daemons")
+    output.close()
     Node.objects.filter(cluster=cluster, index=0).update(
-        step="install_software:sandbox-daemons", detail=f"ssh server exited; see {settings.VAR_DIR}/local/ssh.log (exit status 3)"
+        detail=f"ssh server exited; see {settings.VAR_DIR}/local/ssh.log (exit status 3)"
     )
     text = member_client.get(cluster.get_absolute_url()).text
     assert "Installing the software" in text and "sandbox-daemons" not in text

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from clusters import broadcast
+from clusters import live
 from tests.web.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +101,7 @@ def test_the_parts_the_socket_replaces_are_polite_live_regions_on_the_page_and_i
     page = Elements(owner_client.get(cluster.get_absolute_url()).text)
     for ident in regions:
         assert page.by_id(ident).get("aria-live") == "polite", ident
-    [pushed, *_] = broadcast.render_cluster_now(cluster.pk, broadcast.PageState())
+    [pushed, *_] = live.render_cluster_now(cluster.pk, live.PageState())
     pushed_page = Elements(pushed)
     for ident in regions:
         assert pushed_page.by_id(ident).get("aria-live") == "polite", ident

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import broadcast, health
+from clusters import health, live
 from clusters.models import Cluster, NodeHealth
 from clusters.services.terminate import terminate_cluster
 from offers.models import Host, HostFault
@@ -47,11 +47,11 @@ def test_an_outsider_cannot_see_the_page(outsider_client, cluster):
 
 def test_the_push_after_a_round_carries_the_row_whose_health_changed_alone_and_the_banner(cluster):
     health.check_cluster(cluster.pk)  # every node healthy, and the page shows it
-    page = broadcast.PageState()
-    broadcast.render_cluster_now(cluster.pk, page)
+    page = live.PageState()
+    live.render_cluster_now(cluster.pk, page)
     break_node(cluster, 1)
     changed = list(cluster.nodes.filter(health=NodeHealth.NETWORK_DOWN).values_list("pk", flat=True))
-    card, rows = broadcast.render_cluster_changes(cluster.pk, changed, page)
+    card, rows = live.render_cluster_changes(cluster.pk, changed, page)
     assert 'id="health-banner"' in card and "node-1 is private network down" in card
     assert rows.startswith('<tr id="node-1" hx-swap-oob="true">') and "Private network down" in rows
     assert rows.count("<tr ") == 1

@@ -15,7 +15,7 @@ from clusters.services.health import record_node_health
 from clusters.services.terminate import terminate_cluster
 from tests.factories import WorkspaceFactory
 from tests.webhooks.conftest import Receiver
-from webhooks import services, signing, tasks
+from webhooks import sending, services, signing, tasks
 from webhooks.models import Attempt, Delivery, Endpoint, Event, EventType
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,7 +90,7 @@ def due(delivery: Delivery) -> None:
     """Let the clock reach the delivery's next attempt, and run the beat's sweep then."""
     delivery.refresh_from_db()
     assert delivery.next_attempt_at is not None
-    for delivery_id, attempt in services.claim_due(now=delivery.next_attempt_at):
+    for delivery_id, attempt in sending.claim_due(now=delivery.next_attempt_at):
         tasks.send_webhook(delivery_id, attempt)
 
 
@@ -108,7 +108,7 @@ def test_a_failing_receiver_is_retried_with_backoff_until_it_answers_and_the_log
     first_wait = (delivery.next_attempt_at - started).total_seconds()
     assert 25 <= first_wait <= 40
     # Not yet due: the sweep sends nothing.
-    assert services.claim_due(now=timezone.now()) == []
+    assert sending.claim_due(now=timezone.now()) == []
     due(delivery)
     delivery.refresh_from_db()
     assert delivery.attempts == 2 and delivery.status == Delivery.Status.PENDING
@@ -159,7 +159,7 @@ def test_a_receiver_that_never_answers_well_is_given_up_three_days_after_the_eve
 
 
 def test_retry_delays_grow_and_are_capped():
-    assert [services.retry_delay(n) for n in range(1, 8)] == [30, 120, 480, 1920, 7680, 21600, 21600]
+    assert [sending.retry_delay(n) for n in range(1, 8)] == [30, 120, 480, 1920, 7680, 21600, 21600]
 
 
 def test_resend_delivers_the_same_event_id_again_as_a_new_delivery(receiver, workspace, environment, machine_type, owner):

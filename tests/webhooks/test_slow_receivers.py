@@ -18,7 +18,7 @@ from clusters.models import Status
 from clusters.services.create import create_cluster
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from tests.webhooks.conftest import DripReceiver
-from webhooks import services
+from webhooks import sending, services
 from webhooks.models import Attempt, Delivery, EventType
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -102,6 +102,6 @@ def test_eight_drip_feeding_receivers_hold_no_transaction_and_are_cut_off_and_re
     assert all(receiver.requests == 1 for receiver in drip_receivers)
     # The sweep queues the second attempt of each when it comes due, not before.
     due_at = sorted(d.next_attempt_at for d in deliveries if d.next_attempt_at)
-    assert services.claim_due(now=due_at[0] - dt.timedelta(seconds=1)) == []
+    assert sending.claim_due(now=due_at[0] - dt.timedelta(seconds=1)) == []
     latest = due_at[-1]
-    assert sorted(services.claim_due(now=latest)) == sorted((d.pk, 1) for d in deliveries)
+    assert sorted(sending.claim_due(now=latest)) == sorted((d.pk, 1) for d in deliveries)

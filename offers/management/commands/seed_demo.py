@@ -13,8 +13,9 @@ from django.db import transaction
 
 from accounts.models import Membership, Workspace
 from accounts.services import create_workspace
-from billing import services as billing
+from billing import ledger
 from billing.models import LedgerEntry
+from config.money import format_money
 from offers import catalogue
 from offers.models import GPUModel, Host, Location, MachineType
 
@@ -78,12 +79,12 @@ class Command(BaseCommand):
                                            defaults={"email": demo.email, "verified": True, "primary": True})
         membership = Membership.objects.filter(user=demo).select_related("workspace").first()
         workspace = membership.workspace if membership else create_workspace(name="Demo Lab", owner=demo)
-        billing.post_entry(
+        ledger.post_entry(
             workspace_id=workspace.pk, kind=LedgerEntry.Kind.ADJUSTMENT, amount=DEMO_CREDIT,
             idempotency_key=f"seed:demo-credit:{workspace.pk}", description="Demo credit",
         )
         workspace = Workspace.objects.get(pk=workspace.pk)
         self.stdout.write(
             f"Seeded {len(gpus)} GPU models, {MachineType.objects.count()} machine types, {hosts_made} new hosts "
-            f"(provider: {provider}); demo workspace balance ${workspace.credit_balance:,.2f}."
+            f"(provider: {provider}); demo workspace balance {format_money(workspace.credit_balance)}."
         )
