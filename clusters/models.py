@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -14,9 +14,6 @@ from django.urls import reverse
 from accounts.models import Environment, SSHKey, Workspace
 from config.sealing import unseal
 from offers.models import MAX_MACHINES, MIN_MACHINES, Host, MachineType
-
-if TYPE_CHECKING:
-    from clusters.images import ImageFacts
 
 
 class Status(models.TextChoices):
@@ -161,14 +158,6 @@ class Cluster(models.Model):
     def plain_node_secrets(self) -> dict:
         """node_secrets decrypted (they are stored sealed: config.sealing)."""
         return unseal(self.node_secrets)
-
-    @property
-    def image_facts(self) -> ImageFacts | None:
-        """What the cluster's image is, as its offer's machines describe it now (None: the offer
-        no longer lists it, or its machines start no image)."""
-        from clusters.images import offer_images
-
-        return next((found for found in offer_images(self.machine_type) or [] if found.name == self.image), None)
 
     @property
     def price_per_hour(self) -> Decimal:
@@ -356,6 +345,9 @@ class Node(models.Model):
         STOPPING = "stopping", "Stopping"
         STOPPED = "stopped", "Stopped"
         RELEASED = "released", "Released"
+
+    # States a node stays in until something else happens to it: its step of work is over.
+    SETTLED_STATES = (State.READY, State.INSTALL_FAILED, State.FAILED, State.STOPPED, State.RELEASED)
 
     LOG_KEEP = 4000  # characters of output a node keeps (its log tail)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from clusters.images import ImageFacts
+    from clusters.image_facts import ImageFacts
     from clusters.models import Cluster, Node
     from clusters.nodeops.metrics import MetricsRound
     from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils import timezone
 
-from clusters.images import ImageFacts
+from clusters.image_facts import ImageFacts
 from clusters.models import Node
 from clusters.providers.base import NO_NEWS, BootReport, BootState, NodeHealthReport, Provider, StepOutcome, boot_due
 from offers.models import HostFault

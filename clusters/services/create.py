@@ -19,7 +19,8 @@ from billing.money import hours_lasting
 from billing.services import month_to_date_spend, required_balance
 from clusters import rules
 from clusters.errors import ClusterError, Conflict
-from clusters.images import ImageFacts, default_image, offer_images
+from clusters.image_facts import ImageFacts
+from clusters.images import default_image, offer_images
 from clusters.models import Cluster, Node, Software, Status, Volume
 from clusters.queries import committed_rate
 from clusters.quotas import QuotaUse, check_quotas, membership_of, quota_uses

@@ -41,9 +41,7 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
-SETTLED_NODE_STATES = (
-    Node.State.READY, Node.State.INSTALL_FAILED, Node.State.FAILED, Node.State.STOPPED, Node.State.RELEASED,
-)
+SETTLED_NODE_STATES = Node.SETTLED_STATES
 
 
 def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = Node.LOG_KEEP) -> None:

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.services import machines_cost
+from clusters.image_facts import ImageFacts
+from clusters.images import offer_images
 from clusters.models import Cluster, Status
 from offers.inventory import offers_like
 
@@ -36,6 +38,13 @@ def _server_dirs() -> list[str]:
 
 
 _EXIT = re.compile(r"\(?\bexit (?:status|code) (\d+)\)?")
+
+
+@register.filter
+def image_facts(cluster: Cluster) -> ImageFacts | None:
+    """What the cluster's image is, as its offer's machines describe it now (None: the offer
+    no longer lists it, or its machines start no image)."""
+    return next((found for found in offer_images(cluster.machine_type) or [] if found.name == cluster.image), None)
 
 
 @register.filter

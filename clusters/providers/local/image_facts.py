@@ -13,7 +13,7 @@ import functools
 import re
 from pathlib import Path
 
-from clusters.images import ImageFacts
+from clusters.image_facts import ImageFacts
 
 # Where the system Python's packages are (pip's and Debian's): what `python3` imports on a node.
 # A virtualenv's (Ray's under /opt) are not the system's.

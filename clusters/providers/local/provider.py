@@ -47,11 +47,10 @@ from clusters.providers.base import BootReport, BootState, StepOutcome, boot_due
 from clusters.providers.fabric import FabricProvider
 from clusters.providers.local import image_facts, realnodes, sandbox
 from clusters.providers.local import images as machine_images
-from clusters.services.progress import SETTLED_NODE_STATES
 from offers.models import HostFault
 
 if TYPE_CHECKING:
-    from clusters.images import ImageFacts
+    from clusters.image_facts import ImageFacts
     from clusters.models import Cluster
     from clusters.nodeops.targets import ClusterSpec
     from clusters.providers.base import OutputCallback
@@ -384,7 +383,7 @@ class LocalProvider(FabricProvider):
         # A host's boot delay is known; past it, a machine's sshd coming up, a join settling
         # or a readiness check have no instant of their own: poll them.
         now = timezone.now()
-        waiting = [node for node in nodes if node.state not in SETTLED_NODE_STATES]
+        waiting = [node for node in nodes if node.state not in Node.SETTLED_STATES]
         due = [boot_due(node) for node in waiting if node.state == Node.State.BOOTING]
         if not due or len(due) < len(waiting) or any(at is None or at <= now for at in due):
             return None
