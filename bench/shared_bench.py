@@ -1,13 +1,15 @@
 """/shared on real nodes: the head's own read and write speed beside a worker's, side by side.
 
 Boots a head and two workers (clusters.providers.local.realnodes), runs the node path as the
-`local` provider does up to setup_shared, then times, in alternating rounds, the same work on the
-head's /shared (its own disk) and on a worker's (the head's /shared over the network mount
-setup_shared made): writing a file of random bytes and `fsync`ing it, and reading back a file
-that is in no cache (the head drops its pages with posix_fadvise; the worker has never read it).
-With --wg0 it also mounts the head's /shared on a worker as it was mounted before (sshfs over
-wg0, default options) and times that too. Prints medians, asserts nothing; skipped where this
-computer cannot run namespaces.
+`local` provider does up to setup_shared (the workers get the head's own /shared filesystem from
+this computer, realnodes.lend_shared), then times, in alternating rounds, the same work on the
+head's /shared (its own disk), on a worker's /shared, and on the head's /shared mounted on the
+other worker with sshfs to the head's underlay address (what a worker on another computer
+mounts, setup_shared.sh's options): writing a file of random bytes and `fsync`ing it, and
+reading back a file that is in no cache (the head drops its pages with posix_fadvise; the
+worker has never read it). With --wg0 it also times sshfs over wg0 with default options (the
+mount before both). Prints medians, asserts nothing; skipped where this computer cannot run
+namespaces.
 
     .venv/bin/python bench/shared_bench.py [--mib 256] [--rounds 5] [--wg0]
 """
@@ -59,7 +61,13 @@ else:
 print(f"{mib * block / (time.monotonic() - started) / 1e6:.0f}")
 """
 
-# The mount before this bench's figures were taken: sshfs over wg0 with default options.
+# A worker on another computer than the head's: sshfs to the head's underlay address, with
+# setup_shared.sh's options.
+SSHFS_OPTIONS = ("allow_other,IdentityFile=/root/.ssh/id_ed25519,HostKeyAlias=node-0,StrictHostKeyChecking=yes,"
+                 "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts,UserKnownHostsFile=/dev/null,"
+                 "KexAlgorithms=curve25519-sha256,Ciphers=aes128-gcm@openssh.com,Compression=no,max_conns=4,"
+                 "max_read=261120,max_write=261120")
+# The first mount of all: sshfs over wg0 with default options.
 WG0_OPTIONS = ("allow_other,IdentityFile=/root/.ssh/id_ed25519,HostKeyAlias=node-0,StrictHostKeyChecking=yes,"
                "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts,UserKnownHostsFile=/dev/null,KexAlgorithms=curve25519-sha256")
 
@@ -86,7 +94,9 @@ def boot_cluster(run: Path, count: int) -> tuple[list[realnodes.NodeHandle], Clu
         for i, h in enumerate(handles)
     )
     spec = ClusterSpec(cluster_id="bench-shared", software="none", machine_kind="vm", gpus_per_machine=1,
-                       nodes=nodes, sandbox=False)
+                       nodes=nodes, sandbox=False, extra_env=(("RUNCRATE_SHARED_FROM_HOST", "1"),))
+    for worker in handles[1:]:
+        realnodes.lend_shared(handles[0], worker)
     secrets = operations.generate_secrets(spec)
     with NodeRunner(RetryPolicy(connect_timeout=5, attempts=5, backoff=0.2), keep_connections=True) as runner:
         for result in (operations.set_names(spec, secrets=secrets, runner=runner),
@@ -113,12 +123,15 @@ def main() -> None:
         try:
             handles, spec = boot_cluster(run, 3)
             head, worker = handles[0], handles[1]
-            places = {"head (its own disk)": (head, "/shared"), "worker (/shared mount)": (worker, "/shared")}
+            places = {"head (its own disk)": (head, "/shared"), "worker (/shared)": (worker, "/shared")}
+            in_node(handles[2], "bash", "-c", "mkdir -p /mnt/sshfs-shared && "
+                    f"sshfs root@{head.address}:/shared /mnt/sshfs-shared -o {SSHFS_OPTIONS}")
+            places["worker (sshfs to the underlay)"] = (handles[2], "/mnt/sshfs-shared")
             if args.wg0:
                 in_node(handles[2], "bash", "-c", "mkdir -p /mnt/wg0-shared && "
                         f"sshfs root@{spec.head.private_ip}:/shared /mnt/wg0-shared -o {WG0_OPTIONS}")
-                places["worker (sshfs over wg0, before)"] = (handles[2], "/mnt/wg0-shared")
-            mount = in_node(worker, "bash", "-c", "grep ' /shared ' /proc/mounts | cut -d' ' -f1,3")
+                places["worker (sshfs over wg0)"] = (handles[2], "/mnt/wg0-shared")
+            mount = in_node(worker, "bash", "-c", "grep ' /shared ' /proc/mounts | tail -n 1 | cut -d' ' -f1,3")
             figures: dict[str, dict[str, list[float]]] = {place: {"write": [], "read": []} for place in places}
             for round_number in range(args.rounds):
                 for place, (handle, directory) in places.items():

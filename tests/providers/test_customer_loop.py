@@ -264,6 +264,33 @@ def test_sacct_on_a_worker_shows_an_array_jobs_tasks_with_their_state_and_time(e
         [f"{job}_{i}", "wrap", "COMPLETED" if i < 3 else "FAILED"] for i in range(4)], history.stdout
 
 
+def test_a_workers_shared_is_the_heads_own_folder_coherent_both_ways_and_owned_by_each_nodes_root(
+    environment, real_machines
+):
+    cluster = ready_cluster(environment, real_machine_type(3), "disk", 3)
+    head, worker, other = cluster.nodes.select_related("host").order_by("index")
+
+    # The very same file (device and inode) on every node: the head's own filesystem, not a
+    # network copy of it.
+    same = {node.name: on_node(real_machines, node, "stat -c '%d %i' /shared/hostfile").stdout for node in
+            (head, worker, other)}
+    assert len(set(same.values())) == 1, same
+    assert on_node(real_machines, worker, "stat -f -c %T /shared").stdout.strip() == "ext2/ext3"
+
+    # Written on a worker: read back at once on the head and the other worker, owned by root.
+    written = on_node(real_machines, worker, "head -c 3000000 /dev/urandom > /shared/ckpt.bin && sha256sum /shared/ckpt.bin")
+    for node in (head, other):
+        read = on_node(real_machines, node, "sha256sum /shared/ckpt.bin; stat -c '%U %G' /shared/ckpt.bin")
+        assert read.stdout.splitlines() == [written.stdout.strip(), "root root"], read.stdout + read.stderr
+    # The head renames and gives a file to uid 1000: the workers see both at once.
+    on_node(real_machines, head, "mv /shared/ckpt.bin /shared/step-1.bin && chown 1000:1000 /shared/step-1.bin")
+    seen = on_node(real_machines, other, "ls /shared; stat -c '%u %g' /shared/step-1.bin")
+    assert "ckpt.bin" not in seen.stdout and seen.stdout.splitlines()[-1] == "1000 1000", seen.stdout
+    # A worker's root can remove what the head's root wrote, as on one machine.
+    assert on_node(real_machines, worker, "rm /shared/step-1.bin /shared/hostfile.deepspeed").returncode == 0
+    assert on_node(real_machines, head, "ls /shared/hostfile.deepspeed").returncode != 0
+
+
 def test_the_ssh_config_is_one_host_pattern_resolved_when_ssh_connects(tmp_path):
     """Without nodes: what the Included file says to OpenSSH (`ssh -G` parses it as ssh would)."""
     from runcrate_client import sshconfig

@@ -105,7 +105,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     machine_type = real_machine_type(5)
     cluster = create_cluster(
         environment=environment, name="train", machine_type=machine_type, machine_count=3, software="slurm",
-        ssh_keys=[ssh_key],
+        ssh_keys=[ssh_key], image="base",
     )
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY, story(cluster)
@@ -223,7 +223,7 @@ def test_a_pytorch_cluster_runs_real_ddp_from_the_connect_cards_torchrun_and_mpi
     ssh_key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=public)
     cluster = create_cluster(
         environment=environment, name="ddp", machine_type=real_machine_type(3), machine_count=3, software="slurm",
-        ssh_keys=[ssh_key],
+        ssh_keys=[ssh_key], image="pytorch",
     )
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY and cluster.image == "pytorch", story(cluster)

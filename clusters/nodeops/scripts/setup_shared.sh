@@ -264,6 +264,12 @@ case "$KIND" in
                     managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
                     shared_mounted nfs nfs4 || mount /shared
                     log "mounted node-0:/shared on /shared (NFS)"
+                elif [ "${RUNCRATE_SHARED_FROM_HOST:-0}" = 1 ] && [ -f /shared/hostfile ] && ! shared_mounted fuse.sshfs; then
+                    # Every machine of the cluster is on one computer, which mounted the head's
+                    # own /shared filesystem here before this step (docs/nodeops.md "/shared"):
+                    # nothing to mount over the network, nothing for fstab.
+                    remove_block /etc/fstab shared
+                    log "node-0's /shared is mounted here by this machine's host"
                 else
                     # The one stand-in for NFS where the kernel has no NFS client: a real
                     # network mount of the head's /shared, over SSH on the private network.

@@ -439,9 +439,11 @@ AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_IDMAP = 0x100000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
 
 
 class _MountAttr(ctypes.Structure):
@@ -461,9 +463,10 @@ def _syscall(number: int, *args: object) -> int:
     return int(result)
 
 
-def user_namespace(base: int, size: int) -> int:
-    """An fd of a new user namespace whose 0..size-1 are this computer's base..base+size-1 (uids
-    and gids): what an idmapped mount takes its mapping from. The namespace holds no process
+def user_namespace(base: int, size: int, inside: int = 0) -> int:
+    """An fd of a new user namespace whose inside..inside+size-1 are this computer's
+    base..base+size-1 (uids and gids): what an idmapped mount takes its mapping from (a file
+    owned by `inside` on disk shows as owned by `base`). The namespace holds no process
     once this returns (a child made it, this process wrote its maps, the child is gone); the
     mount keeps its own copy of the mapping. This process must have no other threads (the CLI)."""
     ready_read, ready_write = os.pipe()
@@ -482,9 +485,9 @@ def user_namespace(base: int, size: int) -> int:
     os.close(go_read)
     try:
         os.read(ready_read, 1)
-        Path(f"/proc/{pid}/uid_map").write_text(f"0 {base} {size}\n")
+        Path(f"/proc/{pid}/uid_map").write_text(f"{inside} {base} {size}\n")
         Path(f"/proc/{pid}/setgroups").write_text("deny\n")
-        Path(f"/proc/{pid}/gid_map").write_text(f"0 {base} {size}\n")
+        Path(f"/proc/{pid}/gid_map").write_text(f"{inside} {base} {size}\n")
         fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         if os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
             os.close(fd)
@@ -519,6 +522,39 @@ def attach(image: Path, target: Path, base: int, size: int) -> None:
         os.close(userns)
         if tree >= 0:
             os.close(tree)
+
+
+def lend(source_pid: int, source: str, target_pid: int, target: str, *, source_base: int, target_base: int,
+         size: int) -> None:
+    """Mount the folder `source` of the node whose PID 1 is `source_pid` on `target` in the node
+    of `target_pid` (paths inside each node): the same filesystem, not a copy, so both see
+    every write at once. Idmapped from the first node's uid range to the second's, so a file
+    the first node's root owns is owned by the second node's root there, and the other way
+    round. Needs root of this computer, a process with no other threads (setns into a mount
+    namespace refuses a process whose threads share its root), and both nodes on it."""
+    userns = user_namespace(target_base, size, inside=source_base)
+    namespaces = []
+    tree = -1
+    try:
+        namespaces = [os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC) for pid in (source_pid, target_pid)]
+        _setns(namespaces[0])
+        tree = _syscall(SYS_OPEN_TREE, -100, source.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+        attr = _MountAttr(attr_set=MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, userns_fd=userns)
+        _syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr))
+        _setns(namespaces[1])
+        _syscall(SYS_MOVE_MOUNT, tree, b"", -100, target.encode(), MOVE_MOUNT_F_EMPTY_PATH)
+    except OSError as error:
+        raise ImageError(f"could not mount {source} of one node on {target} of another ({error.strerror})") from error
+    finally:
+        for fd in (userns, tree, *namespaces):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNS) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
 
 
 def prepare_layer(layer: Path, base: int) -> dict[str, Path]:
@@ -560,6 +596,14 @@ def main(argv: list[str] | None = None) -> int:
     mount.add_argument("target", type=Path)
     mount.add_argument("--base", type=int, required=True)
     mount.add_argument("--size", type=int, required=True)
+    share = commands.add_parser("lend", help="mount one node's folder in another node, idmapped between their ranges")
+    share.add_argument("source_pid", type=int)
+    share.add_argument("source")
+    share.add_argument("target_pid", type=int)
+    share.add_argument("target")
+    share.add_argument("--source-base", type=int, required=True)
+    share.add_argument("--target-base", type=int, required=True)
+    share.add_argument("--size", type=int, required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -575,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
             print(found)
+        elif args.command == "lend":
+            lend(args.source_pid, args.source, args.target_pid, args.target, source_base=args.source_base,
+                 target_base=args.target_base, size=args.size)
         else:
             attach(args.image, args.target, args.base, args.size)
     except ImageError as error:

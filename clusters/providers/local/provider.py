@@ -195,6 +195,9 @@ class LocalProvider(FabricProvider):
 
     def spec_for(self, cluster: Cluster, nodes: list[Node]) -> ClusterSpec:
         spec = super().spec_for(cluster, nodes)
+        if self.real and cluster.machine_type.shares_folder:
+            # Workers find the head's /shared mounted by this computer (_lend_shared).
+            spec = dataclasses.replace(spec, extra_env=(*spec.extra_env, ("RUNCRATE_SHARED_FROM_HOST", "1")))
         if self.real and cluster.software == "kubernetes":
             # No kubelet package reaches this computer: the one stand-in on real nodes.
             spec = dataclasses.replace(spec, extra_env=(*spec.extra_env, ("RUNCRATE_KUBELET_STANDIN", "1")))
@@ -343,7 +346,28 @@ class LocalProvider(FabricProvider):
             # as a provider's network does: see realnodes.pin_neighbours.
             running = (realnodes.running(self._dir(node.host)) for node in nodes)
             realnodes.pin_neighbours([handle for handle in running if handle is not None])
+            if cluster.machine_type.shares_folder:
+                self._lend_shared(cluster, nodes)
         return super().join_network(cluster, nodes)
+
+    def _lend_shared(self, cluster: Cluster, nodes: list[Node]) -> None:
+        """Every machine of the cluster is on this computer: each joining worker gets the
+        head's /shared filesystem itself (realnodes.lend_shared) before setup_shared, which
+        then finds the head's files there and mounts nothing over the network. A worker that
+        cannot have it mounts /shared with sshfs, as a machine on another computer would."""
+        head = next((n for n in self._live_nodes(cluster, nodes) if n.index == 0), None)
+        head_handle = realnodes.running(self._dir(head.host)) if head is not None else None
+        if head_handle is None:
+            return
+        for node in nodes:
+            worker = realnodes.running(self._dir(node.host)) if node.index != 0 else None
+            if worker is None:
+                continue
+            try:
+                realnodes.lend_shared(head_handle, worker)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                log.warning("machine %s: the head's /shared could not be mounted from this computer: %s",
+                            node.host.name, error)
 
     def _attach_volume(self, cluster: Cluster, nodes: list[Node]) -> None:
         """Attach the volume to the head the way a block device would be: its data appears

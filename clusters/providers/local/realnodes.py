@@ -1314,6 +1314,38 @@ def keep_lxcfs() -> bool | None:
     return True
 
 
+def _top_mount(pid: int, path: str) -> str | None:
+    """The device (major:minor) of the top mount on `path` in the node of PID 1 `pid`."""
+    found = None
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+            fields = line.split()
+            if fields[4] == path:
+                found = fields[2]
+    return found
+
+
+def lend_shared(head: NodeHandle, worker: NodeHandle) -> bool:
+    """Mount the head's /shared on the worker's /shared: the head's own filesystem, at the
+    speed of this computer's disk, where a network mount of it would cross FUSE, SSH and the
+    head's sftp server (docs/nodeops.md "/shared"). Both nodes are on this computer; the mount
+    is idmapped from the head's uid range to the worker's. True when the worker has it (now
+    or already); False when either node is gone."""
+    device = _top_mount(head.pid, "/shared")
+    if device is None or _top_mount(worker.pid, "/shared") is None:
+        return False
+    if _top_mount(worker.pid, "/shared") == device:
+        return True
+    lent = subprocess.run(
+        [sys.executable, "-I", "-S", str(IMAGES_HELPER), "lend", str(head.pid), "/shared", str(worker.pid), "/shared",
+         "--source-base", str(head.uid_base), "--target-base", str(worker.uid_base), "--size", str(RANGE_SIZE)],
+        capture_output=True, text=True, timeout=30,
+    )
+    if lent.returncode != 0:
+        raise RuntimeError(lent.stderr.strip() or f"lend exited with status {lent.returncode}")
+    return True
+
+
 def running(state_dir: Path) -> NodeHandle | None:
     handle = NodeHandle.load(state_dir)
     if handle and _is_node_init(handle.pid, state_dir) and _in_node_netns(handle):
