@@ -460,7 +460,7 @@ class Cluster(ClusterSummary):
                     "its ssh line, once connectable (`runcrate clusters ssh-config` writes them).")
     launch: dict[str, str] | None = Field(
         description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array, "
-                    "srun_torchrun and sacct on Slurm; ray_job on Ray), once connectable. Run them on node-0 "
+                    "srun_torchrun and sacct on Slurm; ray_job and ray_submit on Ray), once connectable. Run them on node-0 "
                     "(torchrun and sacct: on any node).")
 
     @staticmethod
