@@ -21,7 +21,9 @@ def image_radios(html: str) -> dict[str, bool]:
     """name -> checked, of the page's image radios."""
     found = {}
     for tag in re.findall(r'<input type="radio" name="image"[^>]*>', html):
-        found[re.search(r'value="([^"]+)"', tag)[1]] = " checked" in tag
+        value = re.search(r'value="([^"]+)"', tag)
+        assert value is not None, tag
+        found[value[1]] = " checked" in tag
     return found
 
 
