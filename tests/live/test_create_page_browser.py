@@ -50,20 +50,9 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(
-                base_url=stack.url, viewport={"width": PHONE_WIDTH, "height": 844}, device_scale_factor=2,
-                is_mobile=True, has_touch=True,
-            )
-            watch_policy(context, violations)
-            page = context.new_page()
-            page.set_default_timeout(30_000)
+            page = signed_in_phone(browser, stack, violations)
             asked: list[str] = []
             page.on("request", lambda request: asked.append(request.url) if "partial=plan" in request.url else None)
-            page.goto("/login/")
-            page.fill("#id_login", "rita")
-            page.fill("#id_password", "pw")
-            page.click("button[type=submit]")
-            page.wait_for_url("**/clusters/")
 
             page.goto(f"/clusters/new/?offer={vm.pk}&machines=4")
             estimate = page.locator("#cluster-price-estimate")
@@ -115,6 +104,23 @@ def test_the_create_page_asks_the_server_as_fields_change_and_fits_a_phone(owner
     assert violations == []
 
 
+def signed_in_phone(browser, stack: Stack, violations: list[str]):
+    """A page on a 390 px phone, rita signed in, the page's policy watched."""
+    context = browser.new_context(
+        base_url=stack.url, viewport={"width": PHONE_WIDTH, "height": 844}, device_scale_factor=2,
+        is_mobile=True, has_touch=True,
+    )
+    watch_policy(context, violations)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto("/login/")
+    page.fill("#id_login", "rita")
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/clusters/")
+    return page
+
+
 def test_on_a_phone_the_image_is_picked_from_the_offers_images_and_the_cluster_boots_it(owner, stack):
     from playwright.sync_api import sync_playwright
 
@@ -125,18 +131,7 @@ def test_on_a_phone_the_image_is_picked_from_the_offers_images_and_the_cluster_b
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(
-                base_url=stack.url, viewport={"width": PHONE_WIDTH, "height": 844}, device_scale_factor=2,
-                is_mobile=True, has_touch=True,
-            )
-            watch_policy(context, violations)
-            page = context.new_page()
-            page.set_default_timeout(30_000)
-            page.goto("/login/")
-            page.fill("#id_login", "rita")
-            page.fill("#id_password", "pw")
-            page.click("button[type=submit]")
-            page.wait_for_url("**/clusters/")
+            page = signed_in_phone(browser, stack, violations)
 
             page.goto(f"/clusters/new/?offer={vm.pk}&machines=2")
             field = page.locator("#image-field")

@@ -22,7 +22,7 @@ def image_radios(html: str) -> dict[str, bool]:
     found = {}
     for tag in re.findall(r'<input type="radio" name="image"[^>]*>', html):
         value = re.search(r'value="([^"]+)"', tag)
-        assert value, tag
+        assert value is not None, tag
         found[value[1]] = " checked" in tag
     return found
 
@@ -72,3 +72,12 @@ def test_an_image_the_offer_cannot_start_is_shown_under_the_image_field_and_crea
         "This offer cannot start the image 'windows-11'. Pick one of: base, pytorch."]
     assert 'aria-describedby="id_image_error"' in response.text
     assert not Cluster.objects.exists() and not Node.objects.exists()
+
+
+def test_the_offers_page_lists_each_offers_images_with_their_facts(member_client, machine_type):
+    page = member_client.get(reverse("offers:list"), {"gpu": machine_type.gpu.slug, "machines": 2}).text
+    images = re.search(r'<p class="specs offer-images">(.*?)</p>', page, re.S)
+    assert images, "no image line on the offer"
+    text = re.sub(r"<[^>]+>", "", images[1])
+    assert text == ("Images: base (Debian 12 (bookworm) · Python 3.11.2); "
+                    "pytorch (Debian 12 (bookworm) · Python 3.11.2 · PyTorch 2.13.0 (CPU))")
