@@ -5,6 +5,8 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from accounts import views as accounts_views
+
 admin.site.site_header = "Runcrate Clusters operations"
 admin.site.site_title = "Runcrate operations"
 admin.site.index_title = "Operations"
@@ -26,6 +28,7 @@ urlpatterns = [
     # allauth's sign-in and sign-out under the names the rest of the product uses.
     path("login/", allauth_views.login, name="login"),
     path("logout/", allauth_views.logout, name="logout"),
+    path("login/sso/", accounts_views.sso_sign_in, name="sso_sign_in"),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
     path("clusters/", include("metrics.urls")),
