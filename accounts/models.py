@@ -242,6 +242,9 @@ class SingleSignOn(models.Model):
     issuer = models.URLField(max_length=500)
     client_id = models.CharField(max_length=255)
     sealed_secret = models.JSONField(default=dict)
+    # From the provider's discovery document when it was connected: the pages with a button
+    # that posts to allauth (which redirects there) allow that origin as a form target (CSP).
+    authorization_endpoint = models.URLField(max_length=500, blank=True)
     # Everyone but Owners must sign in through the provider to act in this workspace.
     required = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)

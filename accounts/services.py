@@ -295,12 +295,13 @@ def configure_single_sign_on(*, by: Membership, issuer: str, client_id: str, sec
     sso = SingleSignOn.objects.select_for_update().filter(workspace_id=by.workspace_id).first()
     if sso is None and not secret:
         raise ValidationError({"secret": "The client secret is required to connect a provider."})
-    check_issuer(issuer)
+    discovery = check_issuer(issuer)
     before = _sso_fields(sso) if sso is not None else None
     if sso is not None and sso.issuer != issuer:
         _forget_single_sign_on_links(sso)
     sso = sso or SingleSignOn(workspace_id=by.workspace_id)
     sso.issuer, sso.client_id, sso.required = issuer, client_id.strip(), required
+    sso.authorization_endpoint = discovery["authorization_endpoint"]
     if secret:
         sso.set_secret(secret)
     sso.save()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from allauth.account.authentication import get_authentication_records
 from allauth.core.exceptions import ImmediateHttpResponse
@@ -61,6 +62,21 @@ def login_url(workspace_id: int) -> str:
 
 def callback_url(workspace_id: int) -> str:
     return reverse("openid_connect_callback", kwargs={"provider_id": f"{PROVIDER_PREFIX}{workspace_id}"})
+
+
+def allow_forms_to(response: HttpResponse, *providers: SingleSignOn) -> HttpResponse:
+    """Let the page's forms post to allauth's provider view, which answers with a redirect to the
+    provider's authorization endpoint: the Content-Security-Policy's form-action covers the
+    redirects after a form is sent, so that origin is added for this response only."""
+    origins = sorted({_origin(sso.authorization_endpoint or sso.issuer) for sso in providers})
+    if origins:
+        response._csp_update = {"form-action": origins}  # type: ignore[attr-defined]
+    return response
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def signed_in_through(request: HttpRequest, workspace_id: int) -> bool:

@@ -120,7 +120,8 @@ def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     if invitation is None:
         raise Http404("This invitation link is not valid.")
     context: dict[str, Any] = {"invitation": invitation, "token": token}
-    if SingleSignOn.objects.filter(workspace_id=invitation.workspace_id).exists():
+    workspace_sso = SingleSignOn.objects.filter(workspace_id=invitation.workspace_id).first()
+    if workspace_sso is not None:
         context["sso_login_url"] = sso.login_url(invitation.workspace_id)
     if not invitation.is_open:
         request.session.pop(INVITATION_SESSION_KEY, None)
@@ -129,7 +130,8 @@ def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     if not request.user.is_authenticated:
         request.session[INVITATION_SESSION_KEY] = token
         get_adapter(request).stash_verified_email(request, invitation.email)
-        return render(request, "accounts/invitation.html", {**context, "state": "anonymous"})
+        response = render(request, "accounts/invitation.html", {**context, "state": "anonymous"})
+        return sso.allow_forms_to(response, workspace_sso) if workspace_sso is not None else response
     if invitation.email.lower() not in services.verified_emails(request.user):
         return render(request, "accounts/invitation.html", {**context, "state": "someone_else"}, status=403)
     if request.method == "POST":
@@ -378,21 +380,21 @@ def single_sign_on(request: AuthenticatedHttpRequest) -> HttpResponse:
                 messages.success(request, "Single sign-on is connected.")
                 return redirect("accounts:sso")
         status = 400
-    return render(request, "accounts/sso.html", {"form": form, **_sso_context(request, membership)}, status=status)
+    context = _sso_context(request, membership)
+    response = render(request, "accounts/sso.html", {"form": form, **context}, status=status)
+    return sso.allow_forms_to(response, context["sso"]) if context["sso"] else response
 
 
 def sso_sign_in(request: HtmxHttpRequest) -> HttpResponse:
-    """"Sign in with single sign-on": the address tells which workspace's provider to go to;
-    with one, straight there (allauth's provider view takes this POST), with several, a choice."""
-    from allauth.socialaccount.providers.openid_connect.views import login as provider_login
-
+    """"Sign in with single sign-on": the address tells which workspaces' providers to offer.
+    The button posts to allauth's provider view on a page that allows exactly those providers
+    as form targets (sso.allow_forms_to), which the address form's page could not know."""
     form = SingleSignOnAddressForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         providers = sso.providers_for_address(form.cleaned_data["email"])
-        if len(providers) == 1:
-            return provider_login(request, providers[0].provider_id)
         if providers:
-            return render(request, "account/sso_sign_in.html", {"form": form, "providers": providers})
+            response = render(request, "account/sso_sign_in.html", {"form": form, "providers": providers})
+            return sso.allow_forms_to(response, *providers)
         form.add_error("email", "No workspace with single sign-on has this address as a member or an invitee. "
                                 "Sign in with your password, or ask your workspace's Owner.")
     status = 400 if form.is_bound and form.errors else 200

@@ -250,8 +250,15 @@ class TestRequired:
 
 
 class TestSignInByAddress:
-    def test_a_members_address_goes_to_their_workspaces_provider(self, acme, acme_developer, connected, provider):
-        response = Client().post("/login/sso/", {"email": DAVE.email})
+    def test_a_members_address_is_offered_their_workspaces_provider(self, acme, acme_developer, connected, provider):
+        client = Client()
+        response = client.post("/login/sso/", {"email": DAVE.email})
+        assert response.status_code == 200
+        assert f'action="{start_url(acme.pk)}"' in response.text
+        # The button posts to allauth, which redirects to the provider: the page allows that.
+        form_action = next(d for d in response["Content-Security-Policy"].split(";") if "form-action" in d)
+        assert provider.url in form_action
+        response = client.post(start_url(acme.pk), {"process": "login"})
         assert response.status_code == 302 and response["Location"].startswith(f"{provider.issuer}/authorize/")
 
     def test_an_unknown_address_is_a_field_error(self, connected):
