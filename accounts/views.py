@@ -399,3 +399,19 @@ def sso_sign_in(request: HtmxHttpRequest) -> HttpResponse:
                                 "Sign in with your password, or ask your workspace's Owner.")
     status = 400 if form.is_bound and form.errors else 200
     return render(request, "account/sso_sign_in.html", {"form": form}, status=status)
+
+
+def sso_start(request: HtmxHttpRequest, provider_id: str) -> HttpResponse:
+    """allauth's view that sends the browser to a workspace's provider, which first reads the
+    provider's discovery document: a provider that does not answer is said in words."""
+    import requests
+    from allauth.socialaccount.providers.openid_connect.views import login as provider_login
+
+    try:
+        return provider_login(request, provider_id)
+    except requests.RequestException:
+        return render(request, "accounts/sso_refused.html", {
+            "heading": "Your identity provider did not answer",
+            "message": "We could not reach your workspace's identity provider just now. Try again in a few minutes; "
+                       "if it keeps failing, tell your workspace's Owner.",
+        }, status=502)

@@ -29,6 +29,9 @@ urlpatterns = [
     path("login/", allauth_views.login, name="login"),
     path("logout/", allauth_views.logout, name="logout"),
     path("login/sso/", accounts_views.sso_sign_in, name="sso_sign_in"),
+    # allauth's view that starts a sign-in at a workspace's provider, which says so when the
+    # provider does not answer (accounts.views.sso_start); allauth's other views as they are.
+    path("sso/<str:provider_id>/login/", accounts_views.sso_start),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
     path("clusters/", include("metrics.urls")),

@@ -249,6 +249,29 @@ class TestRequired:
         assert AuditEvent.objects.filter(workspace=acme, action="single_sign_on.remove").count() == 1
 
 
+class TestProviderFailures:
+    def test_a_provider_that_does_not_answer_is_said_in_words(self, acme, connected, provider):
+        from tests.live.processes import free_port
+
+        SingleSignOn.objects.filter(pk=connected.pk).update(issuer=f"http://127.0.0.1:{free_port()}/o")
+        response = Client().post(start_url(acme.pk), {"process": "login"})
+        assert response.status_code == 502 and "did not answer" in response.text
+
+    def test_a_wrong_client_secret_signs_nobody_in(self, acme, acme_owner, provider):
+        services.configure_single_sign_on(by=acme_owner, issuer=provider.issuer, client_id=provider.client_id,
+                                          secret="not-the-secret")
+        services.invite_member(by=acme_owner, email=BOB.email, role=Role.DEVELOPER)
+        client = Client()
+        response = through_provider(client, provider, BOB, start_url(acme.pk), process="login")
+        assert response.status_code < 500 and "Third-Party Login Failure" in response.text
+        assert signed_in_user_id(client) is None
+        assert not get_user_model().objects.filter(email=BOB.email).exists()
+
+    def test_an_unknown_workspace_provider_is_not_found(self, acme):
+        assert Client().post(start_url(acme.pk), {"process": "login"}).status_code == 404
+        assert Client().post("/sso/workspace-x/login/", {"process": "login"}).status_code == 404
+
+
 class TestSignInByAddress:
     def test_a_members_address_is_offered_their_workspaces_provider(self, acme, acme_developer, connected, provider):
         client = Client()
