@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts import services
 from accounts.models import Invitation, Membership, Role, SingleSignOn
 from audit.models import AuditEvent
+from tests.accounts.test_self_serve import fast_password_hashing, fresh_rate_limits  # noqa: F401 (autouse fixtures)
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from tests.live.identity_provider import IdentityProvider, Person
 
@@ -28,18 +29,6 @@ DAVE = Person("dave-at-acme", "dave@example.com")  # the Developer's own address
 MALLORY = Person("mallory", "carol@example.com")  # someone else's address
 UNINVITED = Person("uninvited", "stranger@acme.example")
 UNVERIFIED = Person("unverified", "unverified@acme.example", verified=False)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
-def fresh_rate_limits():
-    from django.core.cache import cache
-
-    cache.clear()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
 
-from tests.live.processes import free_port
+from tests.live.processes import free_port, wait_for
 
 
 @dataclass
@@ -56,18 +55,17 @@ class IdentityProvider:
         )
         self._wait_until_serving()
 
+    def _answers(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the identity provider exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{self.issuer}/.well-known/openid-configuration", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def _wait_until_serving(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the identity provider exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the identity provider did not start:\n{self.log_path.read_text()[-3000:]}")
+        if not wait_for(self._answers, timeout=60):
+            raise RuntimeError(f"the identity provider did not start:\n{self.log_path.read_text()[-3000:]}")
 
     def allow_redirect(self, uri: str) -> None:
         """Register one more redirect URI for the client, as its administrator would (the

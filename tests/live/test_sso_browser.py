@@ -18,7 +18,7 @@ from audit.models import AuditEvent
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from tests.live.identity_provider import IdentityProvider, Person
 from tests.live.test_accounts_browser import chromium, shot, sign_in
-from tests.live.test_browser import CHROMIUM, PHONE, Stack, watch_policy
+from tests.live.test_browser import CHROMIUM, PHONE, serving_stack, watch_policy
 
 pytestmark = [
     pytest.mark.browser,
@@ -34,12 +34,8 @@ DAVE = Person("dave.acme", "dave@example.com")  # the Developer's own address (U
 def stack(transactional_db, tmp_path):
     # The product's processes and this test share the keys: an invitation link signed here
     # opens there, and a client secret sealed here is unsealed there.
-    stack = Stack(tmp_path, env={"SECRET_KEY": settings.SECRET_KEY, "NODE_SECRETS_KEY": settings.NODE_SECRETS_KEY})
-    try:
-        stack.wait_until_serving()
+    with serving_stack(tmp_path, {"SECRET_KEY": settings.SECRET_KEY, "NODE_SECRETS_KEY": settings.NODE_SECRETS_KEY}) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture
@@ -60,6 +56,14 @@ def provider(acme, stack, tmp_path):
     idp.stop()
 
 
+def open_page(browser, stack, violations: list[str], **options):
+    context = browser.new_context(base_url=stack.url, **options)
+    watch_policy(context, violations)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    return page
+
+
 def sign_in_at_provider(page, person: Person) -> None:
     page.wait_for_selector("#idp-sign-in")
     page.fill("#idp-username", person.username)
@@ -70,10 +74,7 @@ def sign_in_at_provider(page, person: Person) -> None:
 def test_an_owner_connects_and_requires_single_sign_on_and_an_invited_teammate_joins_through_it(acme, stack, provider):
     violations: list[str] = []
     with chromium() as browser:
-        owner = browser.new_context(base_url=stack.url)
-        watch_policy(owner, violations)
-        page = owner.new_page()
-        page.set_default_timeout(30_000)
+        page = open_page(browser, stack, violations)
         sign_in(page, "olivia", "pw")
         page.wait_for_url("**/clusters/")
         page.goto("/account/sso/")
@@ -96,10 +97,7 @@ def test_an_owner_connects_and_requires_single_sign_on_and_an_invited_teammate_j
     link = invitation_url(invitation).replace(settings.SITE_URL, stack.url)
 
     with chromium() as browser:
-        bob = browser.new_context(base_url=stack.url, **PHONE)
-        watch_policy(bob, violations)
-        page = bob.new_page()
-        page.set_default_timeout(30_000)
+        page = open_page(browser, stack, violations, **PHONE)
         page.goto(link)
         page.click("#sso-join")
         sign_in_at_provider(page, BOB)
@@ -120,10 +118,7 @@ def test_a_developer_with_a_password_is_sent_to_the_provider_links_and_then_sign
                                       secret=provider.secret, required=True)
     violations: list[str] = []
     with chromium() as browser:
-        context = browser.new_context(base_url=stack.url)
-        watch_policy(context, violations)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
+        page = open_page(browser, stack, violations)
         sign_in(page, "dave", "pw")
         page.wait_for_url("**/account/sso/")
         page.locator("#sso-must").wait_for()
