@@ -156,6 +156,7 @@ class TestFirstSignIn:
         assert Invitation.objects.get(email=BOB.email).status == Invitation.Status.ACCEPTED
         assert SocialAccount.objects.filter(user=bob, provider=f"workspace-{acme.pk}").exists()
         assert not bob.has_usable_password()
+        assert AuditEvent.objects.get(workspace=acme, action="invitation.accept").actor == bob.username
         assert client.get("/clusters/").status_code == 200
 
     def test_an_address_with_no_invitation_gets_no_account(self, acme, connected, provider):
@@ -217,6 +218,7 @@ class TestRequired:
         response = through_provider(fresh, provider, DAVE, start_url(acme.pk), process="login")
         assert response.status_code == 302 and signed_in_user_id(fresh) == acme_developer.user_id
         assert fresh.get("/clusters/").status_code == 200
+        assert AuditEvent.objects.filter(workspace=acme, action="account.sign_in", actor="dave").count() == 2
 
     def test_linking_refuses_an_identity_with_someone_elses_address(self, acme, acme_developer, connected, provider):
         developer = password_client("dave")
