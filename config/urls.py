@@ -5,8 +5,6 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from accounts import views as accounts_views
-
 admin.site.site_header = "Runcrate Clusters operations"
 admin.site.site_title = "Runcrate operations"
 admin.site.index_title = "Operations"
@@ -28,10 +26,8 @@ urlpatterns = [
     # allauth's sign-in and sign-out under the names the rest of the product uses.
     path("login/", allauth_views.login, name="login"),
     path("logout/", allauth_views.logout, name="logout"),
-    path("login/sso/", accounts_views.sso_sign_in, name="sso_sign_in"),
-    # allauth's view that starts a sign-in at a workspace's provider, which says so when the
-    # provider does not answer (accounts.views.sso_start); allauth's other views as they are.
-    path("sso/<str:provider_id>/login/", accounts_views.sso_start),
+    # Before allauth's: its view that starts a sign-in at a workspace's provider, wrapped.
+    path("", include("accounts.sso_urls")),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
     path("clusters/", include("metrics.urls")),
