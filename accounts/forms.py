@@ -97,3 +97,19 @@ def apply_errors(form: forms.Form, error: ValidationError) -> None:
             form.add_error(field if field in form.fields else None, errors)
     else:
         form.add_error(None, error.messages)
+
+
+class SingleSignOnForm(forms.Form):
+    issuer = forms.URLField(max_length=500, assume_scheme="https",
+                            widget=forms.URLInput(attrs={"placeholder": "https://login.example.com/realms/acme"}),
+                            help_text="The provider's issuer URL; its /.well-known/openid-configuration is read.")
+    client_id = forms.CharField(max_length=255, label="Client ID")
+    secret = forms.CharField(max_length=1000, required=False, label="Client secret", strip=True,
+                             widget=forms.PasswordInput(render_value=False),
+                             help_text="Stored sealed. Leave empty to keep the one stored.")
+    required = forms.BooleanField(required=False, label="Require single sign-on for everyone but Owners")
+
+
+class SingleSignOnAddressForm(forms.Form):
+    email = forms.EmailField(max_length=254, label="Work email",
+                             widget=forms.EmailInput(attrs={"placeholder": "you@company.com", "autocomplete": "email"}))

@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.sshkeys import parse_public_key
+from config.sealing import seal, unseal
 
 
 class Role(models.TextChoices):
@@ -229,3 +230,35 @@ class Quota(models.Model):
     @property
     def scope(self) -> str:
         return f"environment {self.environment.name}" if self.environment is not None else "every environment"
+
+
+class SingleSignOn(models.Model):
+    """A workspace's OpenID Connect identity provider (docs/accounts.md, "Single sign-on").
+    allauth's `openid_connect` provider signs members in through it as the provider id
+    `workspace-<id>` (accounts.sso): the client secret is sealed at rest (config.sealing) and
+    only unsealed to build the allauth app for a sign-in."""
+
+    workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="single_sign_on")
+    issuer = models.URLField(max_length=500)
+    client_id = models.CharField(max_length=255)
+    sealed_secret = models.JSONField(default=dict)
+    # From the provider's discovery document when it was connected: the pages with a button
+    # that posts to allauth (which redirects there) allow that origin as a form target (CSP).
+    authorization_endpoint = models.URLField(max_length=500, blank=True)
+    # Everyone but Owners must sign in through the provider to act in this workspace.
+    required = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"Single sign-on of {self.workspace_id} through {self.issuer}"
+
+    @property
+    def provider_id(self) -> str:
+        return f"workspace-{self.workspace_id}"
+
+    @property
+    def secret(self) -> str:
+        return str(unseal(self.sealed_secret).get("secret", ""))
+
+    def set_secret(self, secret: str) -> None:
+        self.sealed_secret = seal({"secret": secret})

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Environment, Invitation, Membership, Quota, Role, SSHKey, Workspace
+from accounts.models import Environment, Invitation, Membership, Quota, Role, SingleSignOn, SSHKey, Workspace
 from accounts.signals import invitation_created, membership_ended
 from audit.recording import record
 
@@ -275,3 +275,59 @@ def delete_quota(*, by: Membership, quota: Quota) -> None:
         raise PermissionDenied("Only an Owner removes quotas.")
     if Quota.objects.filter(pk=quota.pk, workspace_id=by.workspace_id).delete()[0]:
         record(by.workspace_id, "quota.delete", quota, label=str(quota), before=_quota_fields(quota))
+
+
+def _sso_fields(sso: SingleSignOn) -> dict[str, object]:
+    return {"issuer": sso.issuer, "client_id": sso.client_id, "required": sso.required}
+
+
+@transaction.atomic
+def configure_single_sign_on(*, by: Membership, issuer: str, client_id: str, secret: str = "",
+                             required: bool = False) -> SingleSignOn:
+    """Connect (or change) the workspace's OpenID Connect provider. An empty `secret` keeps the
+    one stored. The provider's discovery document must name `issuer` as its issuer
+    (accounts.oidc_discovery), so a typo is a field error here, not a failed sign-in later."""
+    from accounts.oidc_discovery import check_issuer
+
+    if not by.can_change_roles:
+        raise PermissionDenied("Only an Owner connects single sign-on.")
+    issuer = issuer.strip().rstrip("/")
+    sso = SingleSignOn.objects.select_for_update().filter(workspace_id=by.workspace_id).first()
+    if sso is None and not secret:
+        raise ValidationError({"secret": "The client secret is required to connect a provider."})
+    discovery = check_issuer(issuer)
+    before = _sso_fields(sso) if sso is not None else None
+    if sso is not None and sso.issuer != issuer:
+        _forget_single_sign_on_links(sso)
+    sso = sso or SingleSignOn(workspace_id=by.workspace_id)
+    sso.issuer, sso.client_id, sso.required = issuer, client_id.strip(), required
+    sso.authorization_endpoint = discovery["authorization_endpoint"]
+    if secret:
+        sso.set_secret(secret)
+    sso.save()
+    after = _sso_fields(sso)
+    if secret:
+        after = {**after, "secret": "new"}  # named, never valued (audit.recording.SECRET_FIELDS)
+    record(by.workspace_id, "single_sign_on.set", sso, label=issuer, before=before, after=after)
+    return sso
+
+
+@transaction.atomic
+def disconnect_single_sign_on(*, by: Membership) -> None:
+    """Remove the workspace's provider: members sign in with passwords again, and the links
+    people made to it are gone (a provider connected later is linked afresh)."""
+    if not by.can_change_roles:
+        raise PermissionDenied("Only an Owner removes single sign-on.")
+    sso = SingleSignOn.objects.filter(workspace_id=by.workspace_id).first()
+    if sso is not None:
+        _forget_single_sign_on_links(sso)
+        sso.delete()
+        record(by.workspace_id, "single_sign_on.remove", sso, label=sso.issuer, before=_sso_fields(sso))
+
+
+def _forget_single_sign_on_links(sso: SingleSignOn) -> None:
+    """Links are to a subject at one issuer: another provider's subject with the same id is
+    someone else, so changing or removing the provider unlinks everyone."""
+    from allauth.socialaccount.models import SocialAccount
+
+    SocialAccount.objects.filter(provider=sso.provider_id).delete()

@@ -27,7 +27,8 @@ def resolve_tenancy(user: User | AnonymousUser, workspace_id: int | None, enviro
     """The membership the user picked (or their first), and an environment of that workspace."""
     if not user.is_authenticated:
         return None
-    memberships = Membership.objects.filter(user=user).select_related("workspace")
+    # The workspace's single sign-on comes along: every request checks it (accounts.sso).
+    memberships = Membership.objects.filter(user=user).select_related("workspace", "workspace__single_sign_on")
     membership = None
     if workspace_id:
         membership = memberships.filter(workspace_id=workspace_id).first()

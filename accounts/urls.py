@@ -11,6 +11,7 @@ urlpatterns = [
     path("members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
     path("invitations/<int:invitation_id>/revoke/", views.invitation_revoke, name="invitation_revoke"),
     path("invitations/<str:token>/", views.invitation, name="invitation"),
+    path("sso/", views.single_sign_on, name="sso"),
     path("welcome/", views.welcome, name="welcome"),
     path("workspaces/", views.workspaces, name="workspaces"),
     path("workspaces/<int:workspace_id>/leave/", views.workspace_leave, name="workspace_leave"),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from allauth.account.adapter import get_adapter
 from django.conf import settings
 from django.contrib import messages
@@ -13,7 +15,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from accounts import services
+from accounts import services, sso
 from accounts.adapter import INVITATION_SESSION_KEY, VERIFIED_EMAIL_SESSION_KEY
 from accounts.forms import (
     BudgetForm,
@@ -21,13 +23,15 @@ from accounts.forms import (
     IdleNoticeForm,
     InviteForm,
     RoleForm,
+    SingleSignOnAddressForm,
+    SingleSignOnForm,
     SSHKeyForm,
     WorkspaceNameForm,
     apply_errors,
 )
 from accounts.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from accounts.invitations import invitation_from_token, invitation_token
-from accounts.models import Environment, Invitation, Membership, SSHKey
+from accounts.models import Environment, Invitation, Membership, SingleSignOn, SSHKey
 from accounts.tenancy import ENVIRONMENT_SESSION_KEY, WORKSPACE_SESSION_KEY, require_tenancy
 from config.money import format_money
 
@@ -116,7 +120,10 @@ def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     invitation = invitation_from_token(token)
     if invitation is None:
         raise Http404("This invitation link is not valid.")
-    context = {"invitation": invitation, "token": token}
+    context: dict[str, Any] = {"invitation": invitation, "token": token}
+    workspace_sso = SingleSignOn.objects.filter(workspace_id=invitation.workspace_id).first()
+    if workspace_sso is not None:
+        context["sso_login_url"] = sso.login_url(invitation.workspace_id)
     if not invitation.is_open:
         request.session.pop(INVITATION_SESSION_KEY, None)
         request.session.pop(VERIFIED_EMAIL_SESSION_KEY, None)
@@ -124,7 +131,8 @@ def invitation(request: HtmxHttpRequest, token: str) -> HttpResponse:
     if not request.user.is_authenticated:
         request.session[INVITATION_SESSION_KEY] = token
         get_adapter(request).stash_verified_email(request, invitation.email)
-        return render(request, "accounts/invitation.html", {**context, "state": "anonymous"})
+        response = render(request, "accounts/invitation.html", {**context, "state": "anonymous"})
+        return sso.allow_forms_to(response, workspace_sso) if workspace_sso is not None else response
     if invitation.email.lower() not in services.verified_emails(request.user):
         return render(request, "accounts/invitation.html", {**context, "state": "someone_else"}, status=403)
     if request.method == "POST":
@@ -329,3 +337,82 @@ def environment_idle_notice(request: AuthenticatedHttpRequest, environment_id: i
             messages.error(request, str(exc))
     return redirect("accounts:environments")
 
+
+
+def _sso_context(request: AuthenticatedHttpRequest, membership: Membership) -> dict[str, Any]:
+    from allauth.socialaccount.models import SocialAccount
+
+    sso_row = SingleSignOn.objects.filter(workspace_id=membership.workspace_id).first()
+    link = None
+    if sso_row is not None:
+        link = SocialAccount.objects.filter(user=request.user, provider=sso_row.provider_id).first()
+    return {
+        "sso": sso_row, "link": link,
+        "signed_in_through": sso_row is not None and sso.signed_in_through(request, membership.workspace_id),
+        "must_sign_in": sso.must_sign_in_through(request, membership),
+        "sso_login_url": sso.login_url(membership.workspace_id),
+        "callback_url": request.build_absolute_uri(sso.callback_url(membership.workspace_id)),
+    }
+
+
+@login_required
+def single_sign_on(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The workspace's OpenID Connect provider: the Owner connects, changes, requires or removes
+    it; every member links their account to it and signs in through it here."""
+    tenancy = require_tenancy(request)
+    membership = tenancy.membership
+    stored = SingleSignOn.objects.filter(workspace_id=membership.workspace_id).first()
+    initial = {"issuer": stored.issuer, "client_id": stored.client_id, "required": stored.required} if stored else {}
+    form = SingleSignOnForm(request.POST if request.method == "POST" and "issuer" in request.POST else None, initial=initial)
+    status = 200
+    if request.method == "POST":
+        if not membership.can_change_roles:
+            raise Http404("Only an Owner changes single sign-on.")
+        if "remove" in request.POST:
+            services.disconnect_single_sign_on(by=membership)
+            messages.success(request, "Single sign-on is removed: members sign in with their passwords.")
+            return redirect("accounts:sso")
+        if form.is_valid():
+            try:
+                services.configure_single_sign_on(by=membership, **form.cleaned_data)
+            except ValidationError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, "Single sign-on is connected.")
+                return redirect("accounts:sso")
+        status = 400
+    context = _sso_context(request, membership)
+    response = render(request, "accounts/sso.html", {"form": form, **context}, status=status)
+    return sso.allow_forms_to(response, context["sso"]) if context["sso"] else response
+
+
+def sso_sign_in(request: HtmxHttpRequest) -> HttpResponse:
+    """"Sign in with single sign-on": the address tells which workspaces' providers to offer.
+    The button posts to allauth's provider view on a page that allows exactly those providers
+    as form targets (sso.allow_forms_to), which the address form's page could not know."""
+    form = SingleSignOnAddressForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        providers = sso.providers_for_address(form.cleaned_data["email"])
+        if providers:
+            response = render(request, "account/sso_sign_in.html", {"form": form, "providers": providers})
+            return sso.allow_forms_to(response, *providers)
+        form.add_error("email", "No workspace with single sign-on has this address as a member or an invitee. "
+                                "Sign in with your password, or ask your workspace's Owner.")
+    status = 400 if form.is_bound and form.errors else 200
+    return render(request, "account/sso_sign_in.html", {"form": form}, status=status)
+
+
+def sso_start(request: HtmxHttpRequest, provider_id: str) -> HttpResponse:
+    """allauth's view that sends the browser to a workspace's provider, which first reads the
+    provider's discovery document: a provider that does not answer is said in words."""
+    import requests
+    from allauth.socialaccount.providers.openid_connect.views import login as provider_login
+
+    try:
+        return provider_login(request, provider_id)
+    except requests.RequestException:
+        return render(request, "accounts/sso_refused.html", {
+            "heading": "Your identity provider did not answer",
+            "message": "We could not reach your workspace's identity provider just now. Try again in a few minutes; "
+                       "if it keeps failing, tell your workspace's Owner.",
+        }, status=502)

@@ -14,7 +14,7 @@ ACTIONS = [
     "billing.adjustment", "cluster.create", "cluster.add_workers", "cluster.replace_node", "cluster.retry_install",
     "cluster.network_test", "cluster.terminate", "environment.create", "environment.budget_change",
     "environment.idle_notice_change", "invitation.create", "invitation.revoke", "invitation.accept", "member.role_change",
-    "member.remove", "member.leave", "quota.set", "quota.delete", "ssh_key.add", "ssh_key.delete", "volume.create", "volume.delete",
+    "member.remove", "member.leave", "quota.set", "quota.delete", "single_sign_on.set", "single_sign_on.remove", "ssh_key.add", "ssh_key.delete", "volume.create", "volume.delete",
     "webhook.create", "webhook.update", "webhook.rotate_secret", "webhook.delete", "workspace.create",
     "workspace.rename",
 ]

@@ -50,6 +50,8 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "allauth.mfa",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "accounts",
     "offers",
     "clusters",
@@ -83,6 +85,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "accounts.middleware.CurrentWorkspaceMiddleware",
+    # A workspace that requires single sign-on: after the workspace is known.
+    "accounts.sso.SingleSignOnMiddleware",
     # Who is acting, for the audit log (audit.recording): after authentication.
     "audit.middleware.AuditRequestMiddleware",
 ]
@@ -195,6 +199,18 @@ if not ACCOUNT_RATE_LIMITS_ENABLED:
     ACCOUNT_RATE_LIMITS = False
 SIGNIN_FREE_ATTEMPTS = env_int("SIGNIN_FREE_ATTEMPTS", 5)
 SIGNIN_BACKOFF_MAX_SECONDS = env_int("SIGNIN_BACKOFF_MAX_SECONDS", 900)
+# Single sign-on (docs/accounts.md): each workspace may connect its own OpenID Connect
+# provider; accounts.sso builds allauth's app for it from the workspace's row. Nobody is
+# signed in to an existing account by an email address a provider asserts: a provider signs
+# in only the accounts linked to it, and creates one only for an address invited to its
+# workspace.
+SOCIALACCOUNT_ADAPTER = "accounts.sso.SocialAccountAdapter"
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_OPENID_CONNECT_URL_PREFIX = "sso"
+# The provider's discovery document, token and user info are fetched with this timeout (s).
+SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = "Runcrate Clusters"
 # Invitations to a workspace expire after this many days.

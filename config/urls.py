@@ -26,6 +26,8 @@ urlpatterns = [
     # allauth's sign-in and sign-out under the names the rest of the product uses.
     path("login/", allauth_views.login, name="login"),
     path("logout/", allauth_views.logout, name="logout"),
+    # Before allauth's: its view that starts a sign-in at a workspace's provider, wrapped.
+    path("", include("accounts.sso_urls")),
     path("", include("allauth.urls")),
     path("clusters/", include("clusters.urls")),
     path("clusters/", include("metrics.urls")),

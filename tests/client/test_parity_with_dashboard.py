@@ -101,6 +101,10 @@ DASHBOARD_ONLY: dict[str, str] = {
     "accounts:welcome": "The first page of a person without a workspace; a key always has one.",
     "accounts:workspace_leave": "Leaving revokes the leaver's keys (issue 21), the one making the call included; "
                                 "done signed in, where the consequence is shown.",
+    "accounts:sso": "Single sign-on: connecting the workspace's identity provider is an Owner's one-time set-up done "
+                    "beside the provider's console, and linking and signing in through it are a person's own "
+                    "credentials, in a browser; a key is neither (docs/accounts.md).",
+    "sso:sign_in": "Signing in through the workspace's identity provider, in a browser.",
     "billing:top_up": "Card payment through Stripe Checkout, in a browser.",
     "billing:dev_top_up": "Development-only stand-in for the card payment.",
     "billing:auto_recharge": "Saves a card with Stripe, in a browser.",

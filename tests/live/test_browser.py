@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -129,14 +131,20 @@ class Stack:
         self.redis.shutdown()
 
 
-@pytest.fixture
-def stack(transactional_db, tmp_path):
-    stack = Stack(tmp_path)
+@contextmanager
+def serving_stack(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[Stack]:
+    stack = Stack(tmp_path, env)
     try:
         stack.wait_until_serving()
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path):
+    with serving_stack(tmp_path) as stack:
+        yield stack
 
 
 @pytest.fixture
