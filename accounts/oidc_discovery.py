@@ -1,7 +1,7 @@
 """Checking an OpenID Connect issuer when an Owner connects it: its discovery document
 (`<issuer>/.well-known/openid-configuration`) is read and must name the same issuer and the
 endpoints a sign-in needs. The issuer's host must resolve only to public addresses (the
-webhooks' rule, webhooks.targets: loopback only where WEBHOOK_ALLOW_LOOPBACK is on)."""
+webhooks' rule, config.outbound: loopback only where WEBHOOK_ALLOW_LOOPBACK is on)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from config.errors import DomainError
+from config.outbound import address_problem, resolve
 
 TIMEOUT_SECONDS = 5
 NEEDED = ("authorization_endpoint", "token_endpoint", "jwks_uri")
@@ -23,8 +24,6 @@ def _refuse(message: str) -> ValidationError:
 
 def check_issuer(issuer: str) -> dict:
     """The issuer's discovery document, or a ValidationError on `issuer` in plain words."""
-    from webhooks.targets import address_problem, resolve
-
     parts = urlsplit(issuer)
     allowed_schemes = ("https",) if settings.WEBHOOK_REQUIRE_HTTPS else ("https", "http")
     if parts.scheme not in allowed_schemes or not parts.hostname:
