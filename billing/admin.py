@@ -51,7 +51,7 @@ class LedgerEntryAdmin(admin.ModelAdmin):
         )
         obj.pk = entry.pk
         obj.__dict__.update({k: v for k, v in entry.__dict__.items() if not k.startswith("_")})
-        messages.info(request, f"{obj.workspace} balance is now {format_money(entry.balance_after)}.")
+        messages.info(request, f"{obj.workspace} balance is now {format_money(entry.balance_after or 0)}.")
 
     def has_change_permission(self, request: HttpRequest, obj: LedgerEntry | None = None) -> bool:
         return False  # the ledger is append-only
