@@ -20,7 +20,7 @@ from notifications.kinds import Kind, email_context
 
 def _money(value: object) -> str:
     try:
-        return format_money(Decimal(str(value)))
+        return format_money(Decimal(str(value).replace(",", "")))  # notices stored before 2026-12 carry commas
     except (InvalidOperation, ValueError):
         return str(value)
 

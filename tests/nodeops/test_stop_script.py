@@ -77,5 +77,5 @@ def test_a_sandbox_node_stops_though_its_stand_in_registry_fails(tmp_path):
     done = run_stop(tmp_path, index=0, software="ray", overrides='sim_unregister() { return 4; }\n', sandbox=True)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("warning: 'sim_unregister") == 3
+    assert done.stdout.count("warning: 'standin_stop") == 3
     assert (tmp_path / "etc/runcrate/state").read_text() == "stopped\n"

@@ -172,7 +172,7 @@ software_daemons() {
     case "${RUNCRATE_SOFTWARE:?}" in
         slurm)
             if is_sandbox; then
-                if [ -f "$(sim_registry slurm)/$NODE_NAME" ]; then report "daemon slurmd running"; else report "daemon slurmd stopped"; fi
+                standin_daemon slurm slurmd  # the stand-in overlay: a sandbox runs no daemons
                 return 0
             fi
             report "daemon slurmd $(daemon_state /run/slurmd.pid slurmd)"
@@ -180,7 +180,7 @@ software_daemons() {
             ;;
         ray)
             if is_sandbox; then
-                if [ -f "$(sim_registry ray)/$NODE_NAME" ]; then report "daemon raylet running"; else report "daemon raylet stopped"; fi
+                standin_daemon ray raylet  # the stand-in overlay: a sandbox runs no daemons
                 return 0
             fi
             if process_runs raylet; then report "daemon raylet running"; else report "daemon raylet stopped"; fi
@@ -190,7 +190,7 @@ software_daemons() {
             ;;
         kubernetes)
             if is_sandbox; then
-                if [ -f "$(sim_registry kubernetes)/$NODE_NAME" ]; then report "daemon kubelet running"; else report "daemon kubelet stopped"; fi
+                standin_daemon kubernetes kubelet  # the stand-in overlay: a sandbox runs no daemons
             elif has_systemd && [ "${RUNCRATE_KUBELET_STANDIN:-0}" != 1 ]; then
                 if systemctl is-active --quiet kubelet; then report "daemon kubelet running"; else report "daemon kubelet stopped"; fi
             fi

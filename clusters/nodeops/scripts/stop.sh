@@ -43,7 +43,7 @@ if [ "$PHASE" != network ]; then
     step "software"
     if is_sandbox; then
         for software in slurm kubernetes ray; do
-            attempt sim_unregister "$software"  # the stand-in overlay's registry
+            attempt standin_stop "$software"  # the stand-in overlay: out of its registry
         done
     else
         case "${RUNCRATE_SOFTWARE:-none}" in

@@ -57,6 +57,17 @@ sim_unregister() {
 
 # sim_tool NAME SOFTWARE: write stdin as $ROOT/usr/local/bin/NAME, preceded by the
 # variables it needs (registry path, cluster config). Stdin is a quoted heredoc.
+# Sandbox only: stop's "daemon stopped" (standin_stop SOFTWARE).
+standin_stop() {
+    sim_unregister "$1"
+}
+
+# Sandbox only: health's report on a stand-in daemon, "running" while the node is in the
+# registry of its software (standin_daemon SOFTWARE DAEMON).
+standin_daemon() {
+    if [ -f "$(sim_registry "$1")/$NODE_NAME" ]; then report "daemon $2 running"; else report "daemon $2 stopped"; fi
+}
+
 sim_tool() {
     local name="$1" software="$2"
     {
