@@ -147,8 +147,10 @@ class FleetMachines:
             stopped |= {node.name for node in group if node.host.name not in running}
         return stopped
 
-    def release(self, host: Host) -> None:
+    def release(self, host: Host) -> dict[str, Any]:
+        """Release the slot's machine on its host; returns its wipe receipt."""
         physical = host.physical_host
         assert physical is not None
-        runtime_for(physical).call("release", {"key": host.name})
+        answer = runtime_for(physical).call("release", {"key": host.name})
         self._record_path(host).unlink(missing_ok=True)
+        return answer["receipt"]

@@ -30,6 +30,7 @@ MODULES = (
     "clusters/providers/local/realnodes.py",
     "clusters/providers/local/runtime.py",
     "clusters/providers/local/userns.py",
+    "clusters/providers/local/wipe.py",
 )
 PACKAGES = ("clusters", "clusters/nodeops", "clusters/providers", "clusters/providers/local")
 ENTRY_POINT = """\

@@ -135,6 +135,9 @@ def test_a_slurm_cluster_boots_on_a_lab_host_through_its_runtime_and_its_custome
         cluster = drive(cluster, {Status.TERMINATED}, timeout=60)
         assert cluster.status == Status.TERMINATED
         assert runtime_for(host).call("list") == {"machines": []}
+        # Each machine was checked clean on its host before its slot went back on sale.
+        receipts = list(cluster.events.filter(event="wipe_receipt").values_list("message", flat=True))
+        assert len(receipts) == 2 and all(" was wiped and checked clean at " in line for line in receipts), receipts
         assert set(Host.objects.filter(physical_host=host).values_list("state", flat=True)) == {"free"}
     finally:
         for slot in Host.objects.filter(physical_host=host):

@@ -152,6 +152,8 @@ class LocalProvider(FabricProvider):
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         super().__init__(on_output=on_output)
         self.real = mode()[0] == "namespaces"
+        # Real machines are checked clean after their release (the wipe receipt, by host id).
+        self.gives_wipe_receipts = self.real
         self.sandbox = not self.real
         # Real nodes on one bridge answer within a second; a pass must not block for minutes.
         self.join_wait_seconds = 10 if self.real else None
@@ -405,9 +407,9 @@ class LocalProvider(FabricProvider):
         def release(host: Host) -> None:
             try:
                 if host.physical_host_id is not None:
-                    self.fleet.release(host)
+                    self.wipe_receipts[host.pk] = self.fleet.release(host)
                     return
-                realnodes.release(machines_dir(), self._dir(host))
+                self.wipe_receipts[host.pk] = runtime.Runtime(machines_dir()).release_machine(host.name)["receipt"]
             except Exception:  # one node's error must not keep the others
                 log.exception("releasing machine %s failed", host.name)
 
@@ -417,10 +419,10 @@ class LocalProvider(FabricProvider):
     def release(self, node: Node) -> None:
         host = node.host
         if self.real and host.physical_host_id is not None:
-            self.fleet.release(host)
+            self.wipe_receipts[host.pk] = self.fleet.release(host)
             return
         if self.real or realnodes.NodeHandle.load(self._dir(host)) is not None:
-            runtime.Runtime(machines_dir()).release({"key": host.name})
+            self.wipe_receipts[host.pk] = runtime.Runtime(machines_dir()).release({"key": host.name})["receipt"]
             return
         pid = self._pid(host)
         if pid:

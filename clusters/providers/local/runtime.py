@@ -11,7 +11,7 @@ computer (the `local` provider: `Runtime(machines_dir)`), and over SSH on a flee
 Every command reads one JSON object (may be empty) on stdin and prints one JSON object on
 stdout; a failure prints {"error": "..."} and exits 1. Commands: `check` (what the host can
 run, the runtime's version), `prepare` (the machine image, the state folders: idempotent),
-`boot`, `status`, `release`, `list`, and `enter KEY` (its stdin and stdout become the machine's
+`boot`, `status`, `release` (with its wipe receipt: wipe.py), `list`, and `enter KEY` (its stdin and stdout become the machine's
 sshd, the way in for node operations: it reads no request and prints no JSON).
 """
 
@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from . import images, realnodes
+from . import images, realnodes, wipe
 
 # Where the runtime keeps its state on a fleet host (machines, their disks' folders).
 HOST_STATE = Path(os.environ.get("RUNCRATE_HOST_STATE", "/var/lib/runcrate-host"))
@@ -103,10 +103,21 @@ class Runtime:
         return answer
 
     def release(self, request: dict[str, Any]) -> dict[str, Any]:
-        key = request["key"]
-        realnodes.release(self.run_dir, self.state_dir(key))
+        """Release the machine, then check that nothing of it is left: the wipe receipt."""
+        answer = self.release_machine(request["key"])
         realnodes.Underlay(self.run_dir).teardown()
-        return {"key": key, "released": True}
+        return answer
+
+    def release_machine(self, key: str) -> dict[str, Any]:
+        """`release` without the run's switch (machines released at once take it down once)."""
+        state_dir = self.state_dir(key)
+        handle = realnodes.NodeHandle.load(state_dir)
+        running = realnodes.running(state_dir)
+        # Read while PID 1 is known to be the machine's: a reused pid would name another's.
+        ids = realnodes.namespaces(running) if running is not None else {}
+        realnodes.release(self.run_dir, state_dir)
+        wipe.clear(ids)
+        return {"key": key, "released": True, "receipt": wipe.verify(self.run_dir, state_dir, handle, ids)}
 
     def list(self, request: dict[str, Any]) -> dict[str, Any]:
         machines = []
