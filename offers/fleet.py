@@ -9,6 +9,7 @@ place, on the control plane.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import socket
@@ -23,6 +24,8 @@ from fabric import Config, Connection
 
 from clusters.providers.hostruntime import PREPARE_TIMEOUT, HostLogin, RuntimeFailed, SshRuntime
 from offers.models import Host, MachineType, PhysicalHost
+
+log = logging.getLogger(__name__)
 
 # Where the host runtime keeps its state (its machines' disks among it), on every host.
 HOST_STATE_DIR = "/var/lib/runcrate-host"
@@ -340,6 +343,17 @@ def install_runtime(login: HostLogin) -> Check:
     if not answer.get("machines"):
         raise Refused(f"the host cannot run machines: {answer.get('why')}")
     return _check("runtime", True, f"runtime {answer['version']} on Python {answer['python']}: {answer['why']}")
+
+
+def mark_host_down(host_id: int) -> bool:
+    """A host that stopped answering: out of sale, its machines' nodes unhealthy (the health
+    round says so). Returns whether it was up until now. It stays down until an operator acts."""
+    changed = PhysicalHost.objects.filter(pk=host_id).exclude(state=PhysicalHost.State.DOWN).update(
+        state=PhysicalHost.State.DOWN
+    )
+    if changed:
+        log.warning("host %s stopped answering: marked down", host_id)
+    return bool(changed)
 
 
 def find_host(name: str) -> PhysicalHost:

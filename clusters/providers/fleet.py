@@ -15,16 +15,20 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clusters.nodeops.operations import MACHINE_STOPPED
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState
 from clusters.providers.hostruntime import HostLogin, RuntimeFailed, SshRuntime
 from clusters.providers.local import realnodes
+from offers.fleet import mark_host_down
 
 if TYPE_CHECKING:
     from clusters.models import Node
     from offers.models import Host, PhysicalHost
 
 log = logging.getLogger(__name__)
+# How long a host's runtime has to answer a health round's question (after its SSH login).
+HOST_ANSWER_SECONDS = 10.0
 
 
 def login_for(physical: PhysicalHost) -> HostLogin:
@@ -129,23 +133,35 @@ class FleetMachines:
             return BootReport(BootState.UP, address=customer.gateway)
         return BootReport(BootState.BOOTING)
 
-    def stopped(self, nodes: list[Node]) -> set[str]:
-        """Nodes whose machine is not running on a host that answered."""
+    def stopped(self, nodes: list[Node]) -> dict[str, str]:
+        """Nodes whose machine is not running on a host that answered, and every node of a host
+        that did not answer twice in a row: that host is marked down (out of sale)."""
         by_host: dict[int, list[Node]] = {}
         for node in nodes:
             by_host.setdefault(node.host.physical_host_id or 0, []).append(node)
-        stopped = set()
+        stopped: dict[str, str] = {}
         for group in by_host.values():
             physical = group[0].host.physical_host
             assert physical is not None
-            try:
-                answer = runtime_for(physical).call("list")
-            except RuntimeFailed as error:
-                log.info("host %s: %s", physical.name, error)
+            answer = self._listed(physical)
+            if answer is None:
+                mark_host_down(physical.pk)
+                stopped |= {node.name: f"{node.name}'s host stopped answering" for node in group}
                 continue
             running = {machine["key"] for machine in answer["machines"] if machine["running"]}
-            stopped |= {node.name for node in group if node.host.name not in running}
+            stopped |= {node.name: MACHINE_STOPPED for node in group if node.host.name not in running}
         return stopped
+
+    @staticmethod
+    def _listed(physical: PhysicalHost) -> dict[str, Any] | None:
+        """The host runtime's `list`, or None when the host did not answer twice: one slow
+        login is no verdict on a host."""
+        for attempt in (1, 2):
+            try:
+                return runtime_for(physical).call("list", timeout=HOST_ANSWER_SECONDS)
+            except RuntimeFailed as error:
+                log.warning("host %s, attempt %d: %s", physical.name, attempt, error)
+        return None
 
     def release(self, host: Host) -> dict[str, Any]:
         """Release the slot's machine on its host; returns its wipe receipt."""

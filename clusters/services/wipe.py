@@ -23,7 +23,8 @@ def record_wipe_receipts(cluster: Cluster, nodes: list[Node], receipts: dict[int
     dirty: dict[int, str] = {}
     with transaction.atomic():
         for node in sorted(nodes, key=lambda n: n.index):
-            receipt = receipts.get(node.host_id)
+            # Taken, not read: a provider kept for another pass must not offer it again.
+            receipt = receipts.pop(node.host_id, None)
             if receipt is None:
                 dirty[node.host_id] = f"{node.host.name}: no wipe receipt (its release did not finish)"
                 record_event(cluster, "wipe_receipt", f"{node.name}'s machine could not be checked clean after its "

@@ -143,3 +143,49 @@ def test_a_slurm_cluster_boots_on_a_lab_host_through_its_runtime_and_its_custome
         for slot in Host.objects.filter(physical_host=host):
             runtime_for(host).call("release", {"key": slot.name})
         local._MODE.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+@needs_lab
+@pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")
+def test_a_host_that_stops_answering_turns_its_nodes_unhealthy_in_customer_words_and_goes_down_out_of_sale(
+    lab, environment, owner, settings, tmp_path
+):
+    from clusters import tasks
+    from clusters.models import NodeHealth
+    from clusters.providers.fleet import runtime_for
+    from clusters.providers.local import provider as local
+    from offers.inventory import list_offers
+
+    from .conftest import lab_hosts
+
+    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
+    settings.LOCAL_NODES = "namespaces"
+    local._MODE.clear()
+    machine_type = MachineTypeFactory(provider="local", gpus_per_machine=1, disk_gb=100)
+    add_host(lab["lab-2"], machine_type.pk, 3)
+    host = PhysicalHost.objects.get()
+    try:
+        cluster = create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2,
+                                 software="none", created_by=owner)
+        cluster = drive(cluster, SETTLED, timeout=120)
+        assert cluster.status == Status.READY, story(cluster)
+        assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+        assert [offer.available_machines for offer in list_offers(machine_type.gpu, 1)] == [1]
+
+        lab_hosts(lab["lab-2"]["dir"], "stop", "lab-2")
+        found = tasks.check_cluster_health(cluster.pk)
+
+        assert found == {"node-0": NodeHealth.UNREACHABLE, "node-1": NodeHealth.UNREACHABLE}, found
+        details = {node.name: node.health_detail for node in cluster.nodes.all()}
+        assert details == {"node-0": "node-0's host stopped answering", "node-1": "node-1's host stopped answering"}
+        host.refresh_from_db()
+        assert host.state == PhysicalHost.State.DOWN
+        assert list_offers(machine_type.gpu, 1) == [], "a down host's free slot is still on sale"
+        said = cluster.events.filter(event="node_unhealthy").values_list("message", flat=True)
+        assert any("lab-2" not in line and "host stopped answering" in line for line in said), list(said)
+    finally:
+        lab_hosts(lab["lab-2"]["dir"], "start", "lab-2")
+        for slot in Host.objects.filter(physical_host=host):
+            runtime_for(host).call("release", {"key": slot.name})
+        local._MODE.clear()

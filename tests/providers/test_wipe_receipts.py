@@ -30,7 +30,7 @@ def receipts(cluster) -> list[str]:
 
 
 def test_each_machine_of_a_terminated_cluster_is_checked_clean_and_its_slot_goes_back_on_sale(
-    environment, real_machines  # noqa: F811
+    environment, real_machines
 ):
     machine_type = real_machine_type(2)
     cluster = create_cluster(environment=environment, name="clean", machine_type=machine_type, machine_count=2)
@@ -47,7 +47,7 @@ def test_each_machine_of_a_terminated_cluster_is_checked_clean_and_its_slot_goes
 
 
 def test_a_machine_whose_wipe_finds_a_process_of_its_uid_range_left_stays_out_of_sale_and_operators_are_told(
-    environment, real_machines, settings  # noqa: F811
+    environment, real_machines, settings
 ):
     settings.OPERATOR_EMAILS = ["ops@runcrate.example"]
     machine_type = real_machine_type(2)

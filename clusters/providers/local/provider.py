@@ -290,14 +290,15 @@ class LocalProvider(FabricProvider):
         self._emit(node.name, "boot", f"{host.name}: real node (pid {answer['pid']}), eth0 {answer['address']}, "
                                       f"sshd reached at {answer['gateway']}")
 
-    def stopped_machines(self, nodes: list[Node]) -> set[str]:
+    def stopped_machines(self, nodes: list[Node]) -> dict[str, str]:
         """Real nodes whose PID 1 is gone (its root can end it): the health round says "The
-        machine stopped" instead of asking a dead namespace over SSH."""
+        machine stopped" instead of asking a dead namespace over SSH; and on a fleet host that
+        stopped answering, that their host did."""
         if not self.real:
-            return set()
+            return {}
         on_fleet = [node for node in nodes if self._on_fleet(node)]
-        stopped = self.fleet.stopped(on_fleet) if on_fleet else set()
-        return stopped | {node.name for node in nodes
+        stopped = self.fleet.stopped(on_fleet) if on_fleet else {}
+        return stopped | {node.name: operations.MACHINE_STOPPED for node in nodes
                           if not self._on_fleet(node) and realnodes.running(self._dir(node.host)) is None}
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
