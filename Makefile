@@ -1,4 +1,5 @@
 # Two commands: `make run` (the product on this machine) and `make test` (the whole suite).
+# `FLEET_LAB=N make run`: N lab hosts (bin/lab-hosts), onboarded with 4 demo machines each.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -31,6 +32,7 @@ images: $(STAMP) host
 run: $(STAMP) host images
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
+	@if [ -n "$(FLEET_LAB)" ]; then DEBUG=1 $(PY) manage.py fleet_lab $(FLEET_LAB); fi
 	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
 
 test: $(STAMP) host images

@@ -43,6 +43,7 @@ from clusters.services.replace import (
     record_drain,
 )
 from clusters.services.terminate import finish_termination
+from clusters.services.wipe import record_wipe_receipts
 from clusters.services.workers import mark_workers_joined, mark_workers_ready, release_worker
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ def _stop_machines(cluster: Cluster, nodes: list[Node], provider: Provider) -> N
         log.exception("stopping cluster %s failed", cluster.pk)
         record_event(cluster, "stop_error", f"The provider reported an error while stopping: {exc}")
     provider.release_all(nodes)
+    if provider.gives_wipe_receipts:
+        record_wipe_receipts(cluster, nodes, provider.wipe_receipts)
 
 
 BOOT_FAILED_TEXT = "its machine did not start"

@@ -9,6 +9,7 @@ place, on the control plane.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import socket
@@ -21,7 +22,10 @@ from django.db import transaction
 from django.utils import timezone
 from fabric import Config, Connection
 
+from clusters.providers.hostruntime import PREPARE_TIMEOUT, HostLogin, RuntimeFailed, SshRuntime
 from offers.models import Host, MachineType, PhysicalHost
+
+log = logging.getLogger(__name__)
 
 # Where the host runtime keeps its state (its machines' disks among it), on every host.
 HOST_STATE_DIR = "/var/lib/runcrate-host"
@@ -34,6 +38,9 @@ CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 SSH_TIMEOUT = 10.0
 FACTS_TIMEOUT = 60.0
 MAX_MACHINES_PER_HOST = 64
+# Slot i's machine takes its customers' SSH on port FIRST_MACHINE_PORT + i of its host, which
+# the runtime's gateway forwards into the machine (bin/lab-hosts forwards the same ports).
+FIRST_MACHINE_PORT = 2200
 
 FACTS_SCRIPT = r"""
 export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -306,6 +313,7 @@ def onboard_host(
     failing = [c for c in checks if c["verdict"] != "pass"]
     if failing:
         raise Refused(failing[0]["detail"])
+    checks = [*checks[:-1], install_runtime(HostLogin(name, address, port, user, login.key_path, host_key))]
     with transaction.atomic():
         if PhysicalHost.objects.filter(name=name).exists():
             raise Refused(f"a host named {name} is already onboarded: give another with --name")
@@ -314,9 +322,38 @@ def onboard_host(
             state=PhysicalHost.State.ON_SALE, grade=checks, graded_at=timezone.now(), gpus=gpu_rows(facts),
         )
         Host.objects.bulk_create([
-            Host(machine_type=machine_type, physical_host=host, name=f"{name}-{i}") for i in range(machines)
+            Host(machine_type=machine_type, physical_host=host, name=f"{name}-{i}", address=address,
+                 port=FIRST_MACHINE_PORT + i)
+            for i in range(machines)
         ])
     return host
+
+
+def install_runtime(login: HostLogin) -> Check:
+    """Install this version of the host runtime, prepare the host (its machine image, its
+    state) and ask the runtime whether machines can run there: the grade's runtime check, or
+    Refused saying why not."""
+    runtime = SshRuntime(login)
+    try:
+        runtime.install()
+        runtime.call("prepare", timeout=PREPARE_TIMEOUT)
+        answer = runtime.call("check")
+    except RuntimeFailed as error:
+        raise Refused(f"the host runtime could not be installed: {error}") from None
+    if not answer.get("machines"):
+        raise Refused(f"the host cannot run machines: {answer.get('why')}")
+    return _check("runtime", True, f"runtime {answer['version']} on Python {answer['python']}: {answer['why']}")
+
+
+def mark_host_down(host_id: int) -> bool:
+    """A host that stopped answering: out of sale, its machines' nodes unhealthy (the health
+    round says so). Returns whether it was up until now. It stays down until an operator acts."""
+    changed = PhysicalHost.objects.filter(pk=host_id).exclude(state=PhysicalHost.State.DOWN).update(
+        state=PhysicalHost.State.DOWN
+    )
+    if changed:
+        log.warning("host %s stopped answering: marked down", host_id)
+    return bool(changed)
 
 
 def find_host(name: str) -> PhysicalHost:

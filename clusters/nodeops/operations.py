@@ -817,17 +817,18 @@ MACHINE_STOPPED = "The machine stopped"
 
 def check_health(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
-    ping_wait: int = 2, stopped: Iterable[str] = (),
+    ping_wait: int = 2, stopped: Iterable[str] | Mapping[str, str] = (),
 ) -> StepResult:
     """One round of the periodic health check: health.sh on every node at once, one SSH
     session each (over the runner's kept connection when it has one). `result.health` has
     every node's verdict: healthy, unreachable, network_down or software_down, with why.
     `stopped` names machines the provider knows have stopped: they are not asked, and are
-    unreachable because "The machine stopped"."""
+    unreachable because "The machine stopped", or the provider's own words for each (a mapping:
+    "node-3's host stopped answering")."""
     env = {"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)}
     ring = health_ring(spec)
-    stopped = set(stopped)
-    asked = [node for node in spec.nodes if node.name not in stopped]
+    why_stopped = dict(stopped) if isinstance(stopped, Mapping) else dict.fromkeys(stopped, MACHINE_STOPPED)
+    asked = [node for node in spec.nodes if node.name not in why_stopped]
     with _Session(runner) as session:
         results = _run(spec, asked, "health.sh", "health", session, on_output, extra_env=env, node_env=ring,
                        policy=HEALTH_POLICY)
@@ -841,7 +842,8 @@ def check_health(
                                 policy=HEALTH_POLICY))
     # A stopped machine answers nothing; its peers' failed pings to it are its own (judged
     # like any node that could not be asked).
-    reports: dict[str, HealthReport | str] = {node.name: MACHINE_STOPPED for node in spec.nodes if node.name in stopped}
+    reports: dict[str, HealthReport | str] = {node.name: why_stopped[node.name] for node in spec.nodes
+                                              if node.name in why_stopped}
     for name, result in results.items():
         if result.unreachable:
             # "node-1 (host:port) unreachable after 2 attempts: TimeoutError: ..." -> the kind only.
@@ -854,8 +856,8 @@ def check_health(
             else:
                 reports[name] = report if report.printed_anything else (result.error or "the check printed nothing")
     health = judge_health(reports, spec.software, head=spec.head.name)
-    for name in stopped & set(health):
-        health[name] = NodeHealthVerdict(name, UNREACHABLE, MACHINE_STOPPED)
+    for name in why_stopped.keys() & set(health):
+        health[name] = NodeHealthVerdict(name, UNREACHABLE, why_stopped[name])
     return StepResult("check_health", results, health=health, detail=spec.software)
 
 

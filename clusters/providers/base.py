@@ -14,7 +14,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from clusters.image_facts import ImageFacts
@@ -80,6 +80,8 @@ class Provider(abc.ABC):
     # Steps whose outcome arrives later (simulated delays) need the reconciler to look again.
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         self.on_output: OutputCallback = on_output or (lambda node, step, text: None)
+        # The wipe receipt of every machine this provider released, by host id.
+        self.wipe_receipts: dict[int, dict[str, Any]] = {}
 
     def images(self, machine_type: MachineType) -> list[ImageFacts] | None:
         """The machine images this driver's machines of `machine_type` can start now, with their
@@ -147,6 +149,10 @@ class Provider(abc.ABC):
         """One metrics round over a ready cluster's `nodes` (metrics.collection): each node's
         reading. None: this driver has no machines to read (it never makes figures up)."""
         return None
+
+    # Whether released machines come back with a wipe receipt (clusters.services.wipe): a
+    # machine of such a provider without a clean one stays out of sale.
+    gives_wipe_receipts = False
 
     def release(self, node: Node) -> None:  # noqa: B027 - an optional hook, not abstract
         """Give the machine back to the operator's pool (nothing to do for most drivers)."""

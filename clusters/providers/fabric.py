@@ -232,10 +232,10 @@ class FabricProvider(Provider):
         result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk), stopped=self.stopped_machines(nodes))
         return {name: NodeHealthReport(verdict.health, verdict.detail) for name, verdict in result.health.items()}
 
-    def stopped_machines(self, nodes: list[Node]) -> set[str]:
-        """Names of the nodes whose machine this provider knows has stopped (it does not ask
-        them over SSH). A driver that cannot tell knows of none."""
-        return set()
+    def stopped_machines(self, nodes: list[Node]) -> dict[str, str]:
+        """The nodes whose machine this provider knows has stopped (it does not ask them over
+        SSH), each with why in the customer's words. A driver that cannot tell knows of none."""
+        return {}
 
     def collect_metrics(self, cluster: Cluster, nodes: list[Node]) -> MetricsRound | None:
         """metrics.sh on `nodes`, over the connections the health rounds keep (no new session setup)."""

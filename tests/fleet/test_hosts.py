@@ -3,6 +3,7 @@ machines goes on sale, and drain and remove keep the inventory honest."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -163,3 +164,25 @@ def test_remove_is_refused_while_a_machine_runs_there_and_keeps_history_after(la
     kept = list(Host.objects.all())
     assert len(kept) == 2 and all(h.state == Host.State.DISABLED and h.physical_host is None for h in kept)
     assert list_offers(demo_type.gpu, 1) == []
+
+
+def test_fleet_lab_onboards_lab_hosts_with_four_demo_machines_each_and_serves_the_demo_type_from_them_only(
+    lab, monkeypatch
+):
+    from django.core.management import call_command
+
+    from offers.management.commands.fleet_lab import demo_machine_type
+
+    call_command("seed_demo", "--provider", "local", stdout=io.StringIO())
+    machine_type = demo_machine_type()
+    monkeypatch.setenv("RUNCRATE_LAB_DIR", str(lab["lab-1"]["dir"]))
+
+    call_command("fleet_lab", "2", stdout=io.StringIO())
+    call_command("fleet_lab", "2", stdout=io.StringIO())  # again: nothing more is added
+
+    hosts = PhysicalHost.objects.order_by("name")
+    assert [(h.name, h.state) for h in hosts] == [("lab-1", "on_sale"), ("lab-2", "on_sale")]
+    for_sale = Host.objects.filter(machine_type=machine_type, state=Host.State.FREE)
+    assert sorted(for_sale.values_list("name", flat=True)) == [f"lab-{h}-{i}" for h in (1, 2) for i in range(4)]
+    [offer] = [o for o in list_offers(machine_type.gpu, 8) if o.machine_type == machine_type]
+    assert offer.available_machines == 8

@@ -93,7 +93,7 @@ def test_a_dead_lxcfs_is_started_again_by_a_health_round_and_running_nodes_read_
     # A health round of the runtime (it asks which machines stopped before asking the others).
     provider = LocalProvider()
     assert provider.real
-    assert provider.stopped_machines([]) == set()
+    assert provider.stopped_machines([]) == {}
     assert lxcfs.pid_of_daemon(realnodes.HOST_REGISTRY) not in (None, pid)
     assert _mem_total_kb(sh(node, "cat /proc/meminfo").stdout) == 768 * 1024
     assert sh(node, "free -m").stdout.splitlines()[1].split()[:2] == ["Mem:", "768"]

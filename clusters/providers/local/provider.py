@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -45,7 +45,8 @@ from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState, StepOutcome, boot_due
 from clusters.providers.fabric import FabricProvider
-from clusters.providers.local import image_facts, realnodes, sandbox
+from clusters.providers.fleet import FleetMachines
+from clusters.providers.local import image_facts, realnodes, runtime, sandbox
 from clusters.providers.local import images as machine_images
 from offers.models import HostFault
 
@@ -154,6 +155,8 @@ class LocalProvider(FabricProvider):
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         super().__init__(on_output=on_output)
         self.real = mode()[0] == "namespaces"
+        # Real machines are checked clean after their release (the wipe receipt, by host id).
+        self.gives_wipe_receipts = self.real
         self.sandbox = not self.real
         # Real nodes on one bridge answer within a second; a pass must not block for minutes.
         self.join_wait_seconds = 10 if self.real else None
@@ -177,8 +180,19 @@ class LocalProvider(FabricProvider):
                 found.append(image_facts.read(name, rootfs))
         return found
 
+    @property
+    def fleet(self) -> FleetMachines:
+        """The slots of fleet hosts: booted by each host's runtime over SSH."""
+        return FleetMachines(machines_dir() / "fleet", _keys() / "client_ed25519")
+
+    @staticmethod
+    def _on_fleet(node: Node) -> bool:
+        return node.host.physical_host_id is not None
+
     def target_for(self, node: Node) -> NodeTarget:
         host = node.host
+        if self.real and self._on_fleet(node):
+            return self.fleet.target(node)
         if self.real:
             handle = realnodes.running(self._dir(host))
             return NodeTarget(
@@ -257,59 +271,59 @@ class LocalProvider(FabricProvider):
         # waiting: boot them at once, so 32 machines come up about as soon as 2. What each
         # boot reads of the database is read here first; the threads touch none of it.
         for node in nodes:
-            _ = node.host.machine_type, node.cluster.volume
+            _ = node.host.machine_type, node.host.physical_host, node.cluster.volume
         _at_once(self.boot, nodes, "boot")
 
-    def _boot_real(self, node: Node) -> None:
+    def _boot_request(self, node: Node) -> dict[str, Any]:
+        """What the host runtime boots the node's machine from, on this computer or a fleet host."""
         host = node.host
-        state = self._dir(host)
-        if realnodes.running(state):
-            return
-        self._boot_error(host).unlink(missing_ok=True)
         files = {}
         if host.fault == HostFault.INSTALL_FAILS:
             files["/etc/runcrate/fault"] = "install_fails\n"
         binds = {}
         volume = node.cluster.volume if node.index == 0 else None
-        if volume is not None and volume.source_path:
+        if volume is not None and volume.source_path and not self._on_fleet(node):
             # Attached the way a block device would be: its data appears at VOLUME_MOUNT.
             binds[self.VOLUME_MOUNT] = volume.source_path
-        try:
-            handle = realnodes.boot(
-                machines_dir(), state, key=host.name, hostname=host.name,
-                authorized_keys=(_keys() / "authorized_keys").read_text(),
-                # One network per cluster: its machines share a bridge, other clusters' never.
-                segment=f"cluster-{node.cluster_id}", limits=node_limits(host.machine_type),
-                boot_fails=host.fault == HostFault.BOOT_FAILS,
-                drop_wireguard=host.fault == HostFault.NEVER_JOINS,
-                files=files, binds=binds, image_name=node.cluster.image,
-            )
-        except RuntimeError as error:
-            # boot_status reports the machine as not running: the cluster fails as one.
-            log.warning("machine %s did not boot: %s", host.name, error)
-            self._boot_error(host).write_text("The machine did not start.")
-            self._emit(node.name, "boot", str(error))
-            return
-        try:
-            gateway = realnodes.start_gateway(handle)
-        except realnodes.GatewayError as error:
-            # A customer must never be handed an address that reaches something else.
-            log.warning("machine %s: %s", host.name, error)
-            realnodes.release(machines_dir(), state)
-            self._boot_error(host).write_text("The machine's SSH gateway could not open a port.")
-            self._emit(node.name, "boot", str(error))
-            return
-        self._emit(node.name, "boot", f"{host.name}: real node (pid {handle.pid}), eth0 {handle.address}, "
-                                      f"sshd reached at {gateway}")
+        return {
+            "key": host.name, "hostname": host.name, "authorized_keys": (_keys() / "authorized_keys").read_text(),
+            # One network per cluster: its machines share a bridge, other clusters' never.
+            "segment": f"cluster-{node.cluster_id}", "limits": dataclasses.asdict(node_limits(host.machine_type)),
+            "boot_fails": host.fault == HostFault.BOOT_FAILS, "drop_wireguard": host.fault == HostFault.NEVER_JOINS,
+            "files": files, "binds": binds, "image": node.cluster.image,
+        }
 
-    def stopped_machines(self, nodes: list[Node]) -> set[str]:
+    def _boot_real(self, node: Node) -> None:
+        host = node.host
+        if self._on_fleet(node):
+            self._emit(node.name, "boot", self.fleet.boot(node, self._boot_request(node)))
+            return
+        state = self._dir(host)
+        if realnodes.running(state):
+            return
+        self._boot_error(host).unlink(missing_ok=True)
+        answer = runtime.Runtime(machines_dir()).boot(self._boot_request(node))
+        if not answer["running"]:
+            # boot_status reports the machine as not running: the cluster fails as one.
+            log.warning("machine %s did not boot: %s", host.name, answer["detail"])
+            self._boot_error(host).write_text(answer["error"])
+            self._emit(node.name, "boot", answer["detail"])
+            return
+        self._emit(node.name, "boot", f"{host.name}: real node (pid {answer['pid']}), eth0 {answer['address']}, "
+                                      f"sshd reached at {answer['gateway']}")
+
+    def stopped_machines(self, nodes: list[Node]) -> dict[str, str]:
         """Real nodes whose PID 1 is gone (its root can end it): the health round says "The
-        machine stopped" instead of asking a dead namespace over SSH."""
+        machine stopped" instead of asking a dead namespace over SSH; and on a fleet host that
+        stopped answering, that their host did."""
         if not self.real:
-            return set()
+            return {}
         # LXCFS serves every node's /proc figures: a health round brings a dead one back.
         realnodes.keep_lxcfs()
-        return {node.name for node in nodes if realnodes.running(self._dir(node.host)) is None}
+        on_fleet = [node for node in nodes if self._on_fleet(node)]
+        stopped = self.fleet.stopped(on_fleet) if on_fleet else {}
+        return stopped | {node.name: operations.MACHINE_STOPPED for node in nodes
+                          if not self._on_fleet(node) and realnodes.running(self._dir(node.host)) is None}
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         # The install reads its injected fault from the machine: make it say what the host
@@ -389,6 +403,8 @@ class LocalProvider(FabricProvider):
             return BootReport(BootState.BOOTING)
         if host.fault == HostFault.BOOT_FAILS:
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
+        if self.real and self._on_fleet(node):
+            return self.fleet.boot_status(node)
         if self.real:
             handle = realnodes.running(self._dir(host))
             if handle is None:
@@ -421,7 +437,7 @@ class LocalProvider(FabricProvider):
         # node, 6 s for 64 one after the other. Asked at once, as boot_all boots them; the
         # threads read nothing of the database (each node's host is read here first).
         for node in nodes:
-            _ = node.host
+            _ = node.host.physical_host
         return _at_once(self.boot_status, nodes, "boot-status")
 
     def release_all(self, nodes: list[Node]) -> None:
@@ -431,10 +447,15 @@ class LocalProvider(FabricProvider):
         # Killing a node's PID 1 and deleting its namespaces is mostly waiting on the
         # kernel: release them at once, as boot_all boots them, and the underlay once.
         hosts = [node.host for node in nodes]
+        for host in hosts:
+            _ = host.physical_host
 
         def release(host: Host) -> None:
             try:
-                realnodes.release(machines_dir(), self._dir(host))
+                if host.physical_host_id is not None:
+                    self.wipe_receipts[host.pk] = self.fleet.release(host)
+                    return
+                self.wipe_receipts[host.pk] = runtime.Runtime(machines_dir()).release_machine(host.name)["receipt"]
             except Exception:  # one node's error must not keep the others
                 log.exception("releasing machine %s failed", host.name)
 
@@ -443,9 +464,11 @@ class LocalProvider(FabricProvider):
 
     def release(self, node: Node) -> None:
         host = node.host
+        if self.real and host.physical_host_id is not None:
+            self.wipe_receipts[host.pk] = self.fleet.release(host)
+            return
         if self.real or realnodes.NodeHandle.load(self._dir(host)) is not None:
-            realnodes.release(machines_dir(), self._dir(host))
-            realnodes.Underlay(machines_dir()).teardown()
+            self.wipe_receipts[host.pk] = runtime.Runtime(machines_dir()).release({"key": host.name})["receipt"]
             return
         pid = self._pid(host)
         if pid:

@@ -61,12 +61,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import paramiko
-
 from clusters.nodeops.targets import PRIVATE_NETWORK
 
 from . import egress, images, lxcfs
-from .sandbox import find_sshd, write_ed25519_keypair
+from .hostkeys import find_sshd, write_host_key
 
 TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping", "losetup", "mkfs.ext4")
 # Makes a node's user namespaces, owned by the node's uid (stage one runs it).
@@ -1152,7 +1150,7 @@ def _write_seed(seed: Path, image: Path, *, hostname: str, authorized_keys: str,
     Returns the public key."""
     ssh_dir = seed / "etc/ssh"
     ssh_dir.mkdir(parents=True)
-    host_key = write_ed25519_keypair(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
+    host_key = write_host_key(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
     (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
     (ssh_dir / "runcrate_control_plane_keys").write_text(control_plane_keys(authorized_keys))
     if boot_fails:
@@ -1482,7 +1480,8 @@ class GatewayError(RuntimeError):
     """The customer's way in could not be opened."""
 
 
-def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_port: int = GATEWAY_PORT) -> str:
+def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_port: int = GATEWAY_PORT, *,
+                  public: bool = False) -> str:
     """A loopback port of this computer that forwards every connection into the node's
     sshd, the way a site gateway forwards to machines without an address of their own.
     Its address is new (`GatewayAddresses`) unless one is given; returns "host:port", or
@@ -1496,7 +1495,9 @@ def start_gateway(handle: NodeHandle, listen_host: str | None = None, listen_por
     if handle.gateway_pid and _is_gateway(handle.gateway_pid, state_dir) and handle.gateway:
         return handle.gateway
     listen_host = listen_host or GatewayAddresses.next()
-    if not ipaddress.ip_address(listen_host).is_loopback:
+    # On this computer the customer comes in over loopback; a fleet host's gateway (`public`)
+    # listens on the host's own addresses, where its machines' customers reach it.
+    if not public and not ipaddress.ip_address(listen_host).is_loopback:
         raise ValueError(f"the gateway listens on loopback only, not {listen_host}")
     try:
         pidfd = os.pidfd_open(handle.pid)
@@ -1537,6 +1538,10 @@ def gateway_serves(handle: NodeHandle, timeout: float = 5.0) -> bool:
     the gateway is the one this node made at boot. Only the key exchange runs, with
     curve25519: `ssh-keyscan` offers OpenSSH's post-quantum exchange first, ~65 ms of this
     computer's CPU a node against ~3 ms here."""
+    # Imported here: the host runtime runs this module where no paramiko is installed, and
+    # only the control plane asks this.
+    import paramiko
+
     if not handle.gateway or not handle.host_key:
         return False
     host, port = handle.gateway.rsplit(":", 1)

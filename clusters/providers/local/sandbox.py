@@ -32,17 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from clusters.nodeops.targets import ClusterSpec, NodeTarget, node_name, private_ip
 
-SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
+from .hostkeys import find_sshd
+
 ASYNCSSH_SERVER = Path(__file__).resolve().parent / "_asyncssh_server.py"
-
-
-def find_sshd() -> str | None:
-    for candidate in SSHD_CANDIDATES:
-        if os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("sshd")
-    # sshd re-executes itself and insists on an absolute path.
-    return os.path.abspath(found) if found else None
 
 
 def write_ed25519_keypair(private_path: Path, comment: str = "runcrate-sandbox") -> str:

@@ -1,0 +1,44 @@
+"""Wipe receipts: every released real machine is checked clean on its host before its slot is
+sold again (docs/nodeops.md, "The wipe receipt")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from clusters.models import Cluster, Node
+from clusters.services.common import record_event
+from offers import inventory
+
+
+def _checked(receipt: dict[str, Any]) -> str:
+    return ", ".join(check["check"] for check in receipt["checks"])
+
+
+def record_wipe_receipts(cluster: Cluster, nodes: list[Node], receipts: dict[int, dict[str, Any]]) -> list[int]:
+    """One event per released machine saying what was checked and when; a machine with no
+    receipt, or one that is not clean, takes its slot out of sale (quarantined, the operators
+    told) before the cluster gives it back. Returns the slots taken out of sale."""
+    dirty: dict[int, str] = {}
+    with transaction.atomic():
+        for node in sorted(nodes, key=lambda n: n.index):
+            # Taken, not read: a provider kept for another pass must not offer it again.
+            receipt = receipts.pop(node.host_id, None)
+            if receipt is None:
+                dirty[node.host_id] = f"{node.host.name}: no wipe receipt (its release did not finish)"
+                record_event(cluster, "wipe_receipt", f"{node.name}'s machine could not be checked clean after its "
+                             "release; it is out of sale until an operator checks it.")
+            elif receipt["clean"]:
+                record_event(cluster, "wipe_receipt", f"{node.name}'s machine was wiped and checked clean at "
+                             f"{receipt['checked_at']}: {_checked(receipt)}.")
+            else:
+                failing = [check for check in receipt["checks"] if not check["clean"]]
+                dirty[node.host_id] = f"{node.host.name}: wipe check failed: " + "; ".join(
+                    f"{check['check']} ({check['detail']})" for check in failing)
+                record_event(cluster, "wipe_receipt", f"{node.name}'s machine was released but not checked clean at "
+                             f"{receipt['checked_at']} ({', '.join(c['check'] for c in failing)} not clean); "
+                             "it is out of sale until an operator checks it.")
+        if dirty:
+            inventory.quarantine_hosts(dirty)
+    return sorted(dirty)
