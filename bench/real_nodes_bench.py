@@ -32,7 +32,7 @@ from clusters.providers.local import realnodes
 from clusters.providers.local.sandbox import write_ed25519_keypair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _support import machine_cpu_seconds
+from _support import ProcessStarts, machine_cpu_seconds
 
 BOOT_THREADS = 16  # clusters.providers.local.provider.BOOT_THREADS (importing it needs Django)
 
@@ -49,9 +49,34 @@ def pss_kib(pids: list[int]) -> int:
     return total
 
 
-def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int], dict[str, tuple[float, float, float]], float]:
+# Programs a node may start from its boot to ready (issue 38): each phase one script run.
+STARTS_GOAL = 40
+
+
+# The head's memory by program after the last run: {program: (processes, PSS KiB)}.
+HEAD_MEMORY: dict[str, tuple[int, int]] = {}
+
+
+def _memory_by_program(pids: list[int]) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    for pid in pids:
+        try:
+            program = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        processes, kib = found.get(program, (0, 0))
+        found[program] = (processes + 1, kib + pss_kib([pid]))
+    return dict(sorted(found.items(), key=lambda item: -item[1][1]))
+
+
+def one_run(count: int, software: str, workdir: Path, starts: ProcessStarts | None = None
+            ) -> tuple[float, list[int], dict[str, tuple[float, float, float]], float, dict[str, float] | None]:
+    """One boot → ready. With `starts` (recording), also the programs the nodes started, per
+    node and phase ("phase": per node, "top:<program>": per node)."""
     run = workdir / f"{software}-{count}"
     run.mkdir(parents=True)
+    windows: dict[str, tuple[float, float]] = {}
+    node_namespaces: set[int] = set()
     public = write_ed25519_keypair(run / "client", "bench-control-plane")
     states = [run / f"m{i}" for i in range(count)]
     started = time.monotonic()
@@ -63,6 +88,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
         nonlocal mark, cpu_mark, own_mark
         now, cpu_now, own_now = time.monotonic(), machine_cpu_seconds(), time.process_time()
         phases[name] = (now - mark, cpu_now - cpu_mark, own_now - own_mark)
+        windows[name] = (mark, now)
         mark, cpu_mark, own_mark = now, cpu_now, own_now
 
     try:
@@ -75,6 +101,7 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
             ))
         # As the local provider joins them: every machine's neighbours known to the switch.
         realnodes.pin_neighbours(handles)
+        node_namespaces.update(ProcessStarts.namespace_of(h.pid) for h in handles)
         lap("boot")
         nodes = tuple(
             NodeTarget(name=f"node-{i}", index=i, host=h.address, port=22, user="root",
@@ -113,12 +140,31 @@ def one_run(count: int, software: str, workdir: Path) -> tuple[float, list[int],
         # What the control plane itself spent (SSH sessions, crypto, parsing), against the
         # wall time the nodes' own work takes on this computer's CPUs.
         control_plane_cpu = time.process_time() - cpu_started
-        memory = [pss_kib(realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]})) for h in handles]
-        return seconds, memory, phases, control_plane_cpu
+        node_pids = [realnodes.processes_in({"pid": realnodes.namespaces(h)["pid"]}) for h in handles]
+        memory = [pss_kib(pids) for pids in node_pids]
+        HEAD_MEMORY.clear()
+        HEAD_MEMORY.update(_memory_by_program(node_pids[0]))
     finally:
+        if starts is not None:
+            starts.stop()
         for state in states:
             realnodes.release(run, state)
         realnodes.Underlay(run).teardown()
+    started_programs = None
+    if starts is not None:
+        per_phase, programs = starts.count(node_namespaces, windows)
+        started_programs = {name: n / count for name, n in per_phase.items()}
+        started_programs |= {f"top:{program}": n / count for program, n in programs.most_common(40)}
+    return seconds, memory, phases, control_plane_cpu, started_programs
+
+
+def print_starts(started: dict[str, float]) -> None:
+    per_node = sum(n for name, n in started.items() if not name.startswith("top:"))
+    print(" " * 11 + f"programs started per node: {per_node:.0f} (goal ≤ {STARTS_GOAL}: "
+          f"{'met' if per_node <= STARTS_GOAL else 'NOT met'}); by phase: "
+          + ", ".join(f"{name} {n:.1f}" for name, n in started.items() if not name.startswith("top:"))
+          + "; most started: "
+          + ", ".join(f"{name[4:]} {n:.1f}" for name, n in started.items() if name.startswith("top:")))
 
 
 def main() -> None:
@@ -126,6 +172,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
     parser.add_argument("--ray", action="store_true", help="also Ray at 2 nodes (~1 GB)")
+    parser.add_argument("--no-starts", action="store_true",
+                        help="do not count the programs the nodes start (perf record)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="boot and join each size this many times on fresh machines; prints how many failed")
     args = parser.parse_args()
@@ -143,8 +191,15 @@ def main() -> None:
         for count, software in runs:
             times, joins, failures = [], [], []
             for attempt in range(args.repeat):
+                starts = None
+                if not args.no_starts and args.repeat == 1:
+                    starts = ProcessStarts(Path(workdir))
+                    if not starts.start():
+                        print(f"{software:>8} | {count:>2} | programs started: not counted ({starts.why})")
+                        starts = None
                 try:
-                    seconds, memory, phases, control_plane_cpu = one_run(count, software, Path(workdir) / str(attempt))
+                    seconds, memory, phases, control_plane_cpu, started = one_run(
+                        count, software, Path(workdir) / str(attempt), starts)
                 except RuntimeError as error:
                     print(f"{software:>8} | {count:>2} | failed: {error}")
                     failures.append(str(error))
@@ -161,6 +216,10 @@ def main() -> None:
                       + ", ".join(f"{name} {wall:.1f}s / {cpu:.1f}s / {own:.1f}s"
                                   for name, (wall, cpu, own) in phases.items() if wall >= 0.05)
                       + f"; control plane CPU {control_plane_cpu:.1f}s")
+                print(" " * 11 + "head's memory by program (processes, PSS MiB): " + ", ".join(
+                    f"{program} {n} {kib / 1024:.1f}" for program, (n, kib) in list(HEAD_MEMORY.items())[:6]))
+                if started is not None:
+                    print_starts(started)
             if args.repeat > 1 and times:
                 print(f"{software:>8} | {count:>2} | {args.repeat} runs on fresh machines: {len(times)} ready, "
                       f"{len(failures)} failed; to ready median {statistics.median(times):.1f}s "
