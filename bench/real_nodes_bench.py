@@ -55,6 +55,20 @@ STARTS_GOAL = 40
 
 # The head's memory by program after the last run: {program: (processes, PSS KiB)}.
 HEAD_MEMORY: dict[str, tuple[int, int]] = {}
+# The CPU seconds the nodes' own processes used in each phase of the last run, all nodes
+# together, from their cgroups (cpuacct): what the nodes cost whatever else this computer runs.
+NODE_CPU: dict[str, float] = {}
+
+
+def nodes_cpu_seconds(handles: list) -> float:
+    total = 0
+    for handle in handles:
+        if handle.cgroup:
+            try:
+                total += int(Path("/sys/fs/cgroup/cpuacct/runcrate", handle.cgroup, "cpuacct.usage").read_text())
+            except (OSError, ValueError):
+                continue
+    return total / 1e9
 
 
 def _memory_by_program(pids: list[int]) -> dict[str, tuple[int, int]]:
@@ -83,10 +97,16 @@ def one_run(count: int, software: str, workdir: Path, starts: ProcessStarts | No
     cpu_started = time.process_time()
     phases: dict[str, tuple[float, float, float]] = {}
     mark, cpu_mark, own_mark = started, machine_cpu_seconds(), cpu_started
+    handles: list = []
+    NODE_CPU.clear()
+    node_cpu_mark = 0.0  # a node's cgroup is new at its boot
 
     def lap(name: str) -> None:
-        nonlocal mark, cpu_mark, own_mark
+        nonlocal mark, cpu_mark, own_mark, node_cpu_mark
         now, cpu_now, own_now = time.monotonic(), machine_cpu_seconds(), time.process_time()
+        node_cpu_now = nodes_cpu_seconds(handles)
+        NODE_CPU[name] = node_cpu_now - node_cpu_mark
+        node_cpu_mark = node_cpu_now
         phases[name] = (now - mark, cpu_now - cpu_mark, own_now - own_mark)
         windows[name] = (mark, now)
         mark, cpu_mark, own_mark = now, cpu_now, own_now
@@ -94,7 +114,7 @@ def one_run(count: int, software: str, workdir: Path, starts: ProcessStarts | No
     try:
         # At once, as the local provider boots a pass's machines (LocalProvider.boot_all).
         with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, count)) as pool:
-            handles = list(pool.map(
+            handles[:] = list(pool.map(
                 lambda state: realnodes.boot(run, state, key=state.name, hostname=state.name,
                                              authorized_keys=public + "\n"),
                 states,
@@ -216,6 +236,9 @@ def main() -> None:
                       + ", ".join(f"{name} {wall:.1f}s / {cpu:.1f}s / {own:.1f}s"
                                   for name, (wall, cpu, own) in phases.items() if wall >= 0.05)
                       + f"; control plane CPU {control_plane_cpu:.1f}s")
+                if NODE_CPU:
+                    print(" " * 11 + f"the nodes' own CPU (their cgroups): {sum(NODE_CPU.values()):.1f}s; "
+                          + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in NODE_CPU.items()))
                 print(" " * 11 + "head's memory by program (processes, PSS MiB): " + ", ".join(
                     f"{program} {n} {kib / 1024:.1f}" for program, (n, kib) in list(HEAD_MEMORY.items())[:6]))
                 if started is not None:
