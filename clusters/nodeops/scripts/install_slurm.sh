@@ -41,7 +41,8 @@ fi
 # In a container the kernel reports the host's memory; what the node may use is its cgroup's
 # limit (a job past it would be killed by the kernel, not refused by Slurm).
 for limit_file in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do
-    limit="$(cat "$limit_file" 2>/dev/null || true)"
+    limit=""
+    [ ! -r "$limit_file" ] || read -r limit <"$limit_file" || true
     case "$limit" in
         '' | max | *[!0-9]*) ;;
         *) [ $((limit / 1048576)) -ge "$MEMORY" ] || MEMORY=$((limit / 1048576)) ;;
@@ -61,7 +62,9 @@ if has_systemd || is_sandbox; then
 else
     PROCTRACK=proctrack/linuxproc TASK=task/none
 fi
-{
+# Built in a variable, not a pipeline: write_file then runs in this shell (no subshell, so the
+# file helper's pipes are there).
+slurm_conf="$(
     printf 'ClusterName=%s\n' "runcrate-${RUNCRATE_CLUSTER_ID:-cluster}"
     printf 'SlurmctldHost=node-0(%s)\n' "${RUNCRATE_HEAD_IP:?}"
     printf 'AuthType=auth/munge\n'
@@ -95,18 +98,20 @@ fi
         fi
     done
     printf 'PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
-} | write_file "$ROOT/etc/slurm/slurm.conf" 0644
+)"
+write_file "$ROOT/etc/slurm/slurm.conf" 0644 "$slurm_conf"$'\n'
 # A TaskProlog's `export NAME=value` lines become the task's environment.
 write_file "$ROOT/etc/slurm/runcrate-task-prolog.sh" 0755 <<'PROLOG'
 #!/bin/sh
 # Written by Runcrate: this node's place in the cluster (NODE_RANK, NODE_NAME, NODE_ADDR) for
-# every Slurm task, where srun and sbatch would pass on the submitting node's.
-exec cat /etc/runcrate/node.env
+# every Slurm task, where srun and sbatch would pass on the submitting node's. Read by the
+# shell itself: a task starts one program less.
+while IFS= read -r line; do printf '%s\n' "$line"; done </etc/runcrate/node.env
 PROLOG
 if [ "$DEVICES" -gt 0 ]; then
-    write_file "$ROOT/etc/slurm/gres.conf" 0644 <<<"Name=gpu File=/dev/nvidia[0-$((DEVICES - 1))]"
+    write_file "$ROOT/etc/slurm/gres.conf" 0644 "Name=gpu File=/dev/nvidia[0-$((DEVICES - 1))]"$'\n'
 else
-    rm -f "$ROOT/etc/slurm/gres.conf"
+    [ ! -e "$ROOT/etc/slurm/gres.conf" ] || file_op rm "$ROOT/etc/slurm/gres.conf"
 fi
 
 # start_accounting: MariaDB (on its socket only) and slurmdbd on the head, and the cluster
@@ -209,24 +214,26 @@ else
         apt_install munge slurmd slurm-client
     fi
     step "munge"
-    previous="$(base64 -w0 /etc/munge/munge.key 2>/dev/null || true)"
-    printf '%s' "${RUNCRATE_MUNGE_KEY:?}" | base64 -d | write_file /etc/munge/munge.key 0400
-    mkdir -p /run/munge /var/lib/munge /var/log/munge
-    chown munge:munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
-    if [ "$previous" != "$RUNCRATE_MUNGE_KEY" ]; then
+    file_op b64file /etc/munge/munge.key "${RUNCRATE_MUNGE_KEY:?}" || die "the munge key is not valid base64"
+    key_changed="$FILE_REPLY"
+    file_op mkdir /run/munge /var/lib/munge /var/log/munge
+    file_op chown munge:munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
+    if [ "$key_changed" = changed ]; then
         service_restart munge /run/munge/munged.pid runuser -u munge -- /usr/sbin/munged
     else
         service_start munge /run/munge/munged.pid runuser -u munge -- /usr/sbin/munged
     fi
     step "daemons"
-    mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
+    file_op mkdir /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
     if is_head; then
-        chown slurm:slurm /var/spool/slurmctld /var/log/slurm
+        file_op chown slurm:slurm /var/spool/slurmctld /var/log/slurm
         start_accounting
         service_restart slurmctld /run/slurmctld.pid slurmctld
     fi
     service_restart slurmd /run/slurmd.pid slurmd
-    if ! is_head && scontrol show node "$NODE_NAME" 2>/dev/null | grep -q 'Reason=being replaced'; then
+    node_record=""
+    is_head || node_record="$(scontrol show node "$NODE_NAME" 2>/dev/null || true)"
+    if [[ "$node_record" == *"Reason=being replaced"* ]]; then
         # This machine takes over a node drained for its replacement (drain.sh). The jobs the old
         # machine still ran end now, as the replacement's event said: slurmctld would otherwise
         # count them on this machine until it noticed they are gone. Then the node takes work.

@@ -17,20 +17,28 @@ set -euo pipefail
 WAIT="${RUNCRATE_JOIN_WAIT:-120}"
 PHASE="${RUNCRATE_JOIN_PHASE:-all}"
 
-# wg_config: wg0.conf as `wg` reads it: wg-quick's own keys left out, as `wg-quick strip` does.
+# wg_config: wg0.conf as `wg` reads it: wg-quick's own keys left out, as `wg-quick strip` does,
+# and PersistentKeepalive too (see "wireguard-up"). Read by bash, not a grep pipeline.
 wg_config() {
-    grep -Ev '^[[:space:]]*(Address|DNS|MTU|Table|PreUp|PostUp|PreDown|PostDown|SaveConfig)[[:space:]]*=' \
-        "$ROOT/etc/wireguard/wg0.conf"
+    local line key
+    WG_CONFIG=""
+    while IFS= read -r line || [ -n "$line" ]; do
+        key="${line%%=*}" key="${key//[[:space:]]/}"
+        case "$key" in
+            Address | DNS | MTU | Table | PreUp | PostUp | PreDown | PostDown | SaveConfig | PersistentKeepalive) ;;
+            *) WG_CONFIG+="$line"$'\n' ;;
+        esac
+    done <"$ROOT/etc/wireguard/wg0.conf"
 }
 
 if [ "$PHASE" != reach ]; then
     step "wireguard-config"
-    write_file "$ROOT/etc/wireguard/wg0.conf" 0600 <<<"${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"
+    write_file "$ROOT/etc/wireguard/wg0.conf" 0600 "${RUNCRATE_WG_CONF:?RUNCRATE_WG_CONF is not set}"$'\n'
 
     if has_fault never_joins; then
         # Fault injection: this node's tunnel never comes up, so nobody reaches it.
         log "fault injected: never_joins; the tunnel stays down"
-        write_file "$STATE_DIR/network" 0644 <<<never_joins
+        write_file "$STATE_DIR/network" 0644 $'never_joins\n'
     else
         step "wireguard-up"
         if is_sandbox; then
@@ -40,9 +48,9 @@ if [ "$PHASE" != reach ]; then
             # comes up, and a greeting to a peer whose tunnel is not up yet is sent again
             # only after WireGuard's 5-second REKEY_TIMEOUT. The reach phase turns it on
             # for the pairs this node checked, once every tunnel is up.
-            if ip link show wg0 >/dev/null 2>&1; then
+            if [ -e /sys/class/net/wg0 ]; then
                 tunnel=up # already up (a peer was added or replaced): only its peers change
-            elif [ -d /sys/module/wireguard ] || modprobe wireguard 2>/dev/null; then
+            elif kernel_has wireguard; then
                 tunnel=kernel
             else
                 # No kernel module (an older kernel, or one built without it): the userspace
@@ -62,12 +70,13 @@ if [ "$PHASE" != reach ]; then
             # What wg-quick up does for this configuration (its peers' addresses all lie in
             # the interface's /24, so the address's own route carries them), without its
             # ~40 subprocesses: a 32-node join is CPU-bound on the nodes' side.
-            wg syncconf wg0 <(wg_config | grep -v '^PersistentKeepalive')
-            ip -4 address replace "$RUNCRATE_PRIVATE_IP/24" dev wg0
-            ip link set mtu 1420 up dev wg0
+            wg_config
+            wg syncconf wg0 <(printf '%s' "$WG_CONFIG")
+            ip -batch - <<<"address replace $RUNCRATE_PRIVATE_IP/24 dev wg0
+link set mtu 1420 up dev wg0"
             if has_systemd; then systemctl enable wg-quick@wg0 >/dev/null 2>&1 || true; fi
         fi
-        write_file "$STATE_DIR/network" 0644 <<<up
+        write_file "$STATE_DIR/network" 0644 $'up\n'
     fi
 fi
 [ "$PHASE" != up ] || exit 0

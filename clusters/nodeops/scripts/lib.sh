@@ -49,17 +49,134 @@ IFS=';' read -r -a CLUSTER_NODES <<<"${RUNCRATE_NODES:?RUNCRATE_NODES is not set
 # shellcheck disable=SC2034 # used by the scripts streamed after this file
 NODE_COUNT="${#CLUSTER_NODES[@]}"
 
-# write_file PATH MODE: write stdin to PATH atomically (readers never see half a file).
-write_file() {
-    local path="$1" mode="$2" tmp="$1.runcrate-tmp.$$"
-    [ -d "${path%/*}" ] || mkdir -p "${path%/*}"
-    [ ! -e "$tmp" ] || rm -f "$tmp"
-    case "$mode" in
-        0644) umask 022; cat >"$tmp"; umask "$SAVED_UMASK" ;;
-        0600) umask 077; cat >"$tmp"; umask "$SAVED_UMASK" ;;
-        *) cat >"$tmp"; chmod "$mode" "$tmp" ;;
+# File operations go to one helper process per script run (`file_op`), not a process each: a
+# step on a node used to start ~20 programs just to rename, chmod and chown the files it wrote
+# (mv, cat, chmod, mkdir, base64), and a node's steps are a few dozen program starts in all
+# (docs/scale.md, issue 38). The helper is perl, which every Debian and Ubuntu machine has
+# (perl-base is Essential), reading one tab-separated request a line and answering "ok" or
+# "error <why>":
+#   rename SRC DST | chmod MODE PATH... | chown USER[:GROUP] PATH... | mkdir PATH... | rm PATH...
+#   b64 TEXT (answers "ok <decoded>": one line of text, else an error; file_op returns 1)
+#   b64file PATH TEXT (writes the decoded bytes to PATH atomically with mode 0400, answers
+#   "ok same" when PATH held them already, else "ok changed")
+# shellcheck disable=SC2016 # perl, not shell: its $ are perl's
+FILE_HELPER_PROGRAM='
+use strict; use warnings; use File::Path qw(make_path); $| = 1;
+sub unb64 {
+    my ($s) = @_;
+    return undef if $s !~ m{^[A-Za-z0-9+/]*={0,2}$} || length($s) % 4;
+    $s =~ s/=+$//; $s =~ tr{A-Za-z0-9+/}{ -_};
+    return join("", map { unpack("u", chr(32 + int(length($_) * 3 / 4)) . $_) } $s =~ /(.{1,60})/gs);
+}
+sub owner {
+    my ($user, $group) = split /:/, $_[0];
+    my @user = $user =~ /^\d+$/ ? ($user, $user, $user, $user) : getpwnam($user);
+    my $gid = !defined $group ? $user[3] : $group =~ /^\d+$/ ? $group : getgrnam($group);
+    return ($user[2], $gid);
+}
+while (my $line = <STDIN>) {
+    chomp $line;
+    my ($op, @args) = split /\t/, $line, -1;
+    my $error = "";
+    if ($op eq "rename") { rename($args[0], $args[1]) or $error = "$!" }
+    elsif ($op eq "chmod") { my $mode = oct(shift @args); chmod($mode, @args) == @args or $error = "$!" }
+    elsif ($op eq "chown") {
+        my ($uid, $gid) = owner(shift @args);
+        if (!defined $uid || !defined $gid) { $error = "no such user or group" }
+        else { chown($uid, $gid, @args) == @args or $error = "$!" }
+    }
+    elsif ($op eq "mkdir") { make_path(@args, { error => \my $failed }); $error = "cannot make the folder" if @$failed }
+    elsif ($op eq "rm") { for (@args) { unlink($_) or $!{ENOENT} or $error = "$!" } }
+    elsif ($op eq "b64") {
+        my $text = unb64($args[0]);
+        if (defined $text && $text !~ /[\n\0]/) { print "ok $text\n"; next }
+        $error = "not valid base64";
+    }
+    elsif ($op eq "b64file") {
+        my ($path, $bytes) = ($args[0], unb64($args[1]));
+        if (!defined $bytes) { print "error not valid base64\n"; next }
+        my $old;
+        if (open(my $in, "<:raw", $path)) { local $/; $old = <$in>; close $in }
+        if (defined $old && $old eq $bytes) { print "ok same\n"; next }
+        my $tmp = "$path.runcrate-tmp.$$";
+        unlink $tmp;
+        if (open(my $out, ">:raw", $tmp) && chmod(0400, $tmp)) {
+            print $out $bytes; close $out or $error = "$!";
+            rename($tmp, $path) or $error = "$!" if $error eq "";
+        } else { $error = "$!" }
+        if ($error eq "") { print "ok changed\n"; next }
+    }
+    else { $error = "unknown operation $op" }
+    print $error eq "" ? "ok\n" : "error $error\n";
+}
+'
+FILE_REPLY=""
+
+# file_op OP ARG...: one request to the helper (started on first use); FILE_REPLY holds what
+# it answered after "ok". In a subshell (a pipeline, `$(...)`) the helper's pipes are not
+# there, and the plain commands do the work.
+file_op() {
+    local op="$1" request
+    shift
+    if [ "$BASHPID" != "$$" ]; then
+        file_op_command "$op" "$@"
+        return
+    fi
+    if [ -z "${FILE_HELPER_PID:-}" ]; then
+        coproc FILE_HELPER { exec perl -e "$FILE_HELPER_PROGRAM"; }
+    fi
+    printf -v request '%s\t' "$op" "$@"
+    printf '%s\n' "${request%$'\t'}" >&"${FILE_HELPER[1]}"
+    IFS= read -r FILE_REPLY <&"${FILE_HELPER[0]}" || die "the file helper ended"
+    case "$FILE_REPLY" in
+        ok) FILE_REPLY="" ;;
+        "ok "*) FILE_REPLY="${FILE_REPLY#ok }" ;;
+        *)
+            # A bad base64 text is the caller's to report, in its own words.
+            [ "$op" != b64 ] || return 1
+            die "$op ${1:-}: ${FILE_REPLY#error }"
+            ;;
     esac
-    mv -f "$tmp" "$path"
+}
+
+# file_op_command OP ARG...: file_op's requests as the usual commands.
+file_op_command() {
+    local op="$1"
+    shift
+    case "$op" in
+        rename) mv -f "$1" "$2" ;;
+        chmod | chown) "$op" "$@" ;;
+        mkdir) mkdir -p "$@" ;;
+        rm) rm -f "$@" ;;
+        b64) FILE_REPLY="$(base64 -d <<<"$1" 2>/dev/null)" ;;
+        b64file)
+            if [ "$(base64 -w0 "$1" 2>/dev/null || true)" = "$2" ]; then
+                FILE_REPLY=same
+            else
+                (umask 077 && base64 -d <<<"$2" >"$1.runcrate-tmp.$$" && chmod 0400 "$1.runcrate-tmp.$$" \
+                    && mv -f "$1.runcrate-tmp.$$" "$1") || die "cannot write $1"
+                FILE_REPLY=changed
+            fi
+            ;;
+        *) die "unknown file operation $op" ;;
+    esac
+}
+
+# write_file PATH MODE [TEXT]: write TEXT (stdin when no TEXT is given) to PATH atomically
+# (readers never see half a file). Text only: bash variables hold no NUL byte.
+write_file() {
+    local path="$1" mode="$2" tmp="$1.runcrate-tmp.$$" content="${3-}"
+    [ "$#" -ge 3 ] || IFS= read -r -d '' content || true
+    [ -d "${path%/*}" ] || file_op mkdir "${path%/*}"
+    [ ! -e "$tmp" ] || file_op rm "$tmp"
+    if [ "$mode" = 0644 ]; then umask 022; else umask 077; fi
+    printf '%s' "$content" >"$tmp"
+    umask "$SAVED_UMASK"
+    case "$mode" in
+        0644 | 0600) ;;
+        *) file_op chmod "$mode" "$tmp" ;;
+    esac
+    file_op rename "$tmp" "$path"
 }
 
 # without_block FILE NAME: set KEPT to FILE's lines outside every "# BEGIN runcrate NAME" ..
@@ -165,15 +282,12 @@ has_systemd() {
 # apt_install PKG...: install only the packages dpkg does not have installed, so a machine
 # that comes with them (an image, real nodes prepared by `make`) never needs the network.
 apt_install() {
-    local package status missing=()
-    local -A installed=()
-    # One dpkg-query for them all: each call parses dpkg's whole status file (~7 ms), and
-    # every node runs this on every step.
-    while read -r package status; do
-        [ "$status" != ii ] || installed[$package]=1
-    done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
+    local package missing=()
+    # dpkg keeps a file list per installed package: a test of it is no process (dpkg-query
+    # parsed dpkg's whole status file, ~7 ms), and every node runs this on every step.
     for package in "$@"; do
-        [ -n "${installed[$package]:-}" ] || missing+=("$package")
+        [ -e "/var/lib/dpkg/info/$package.list" ] || [ -e "/var/lib/dpkg/info/$package:amd64.list" ] \
+            || [ -e "/var/lib/dpkg/info/$package:arm64.list" ] || missing+=("$package")
     done
     [ "${#missing[@]}" -gt 0 ] || return 0
     log "installing ${missing[*]}"
@@ -182,6 +296,19 @@ apt_install() {
         APT_UPDATED=1
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# kernel_has NAME: the kernel knows the filesystem or module NAME, or can load it. Read from
+# /proc and /sys (no process); modprobe only where this machine has modules for its kernel
+# (a container has none).
+kernel_has() {
+    local line release=""
+    while read -r line; do
+        [ "${line##*[[:space:]]}" != "$1" ] || return 0
+    done </proc/filesystems
+    [ ! -d "/sys/module/$1" ] || return 0
+    read -r release </proc/sys/kernel/osrelease || true
+    [ -d "/lib/modules/$release" ] && modprobe "$1" 2>/dev/null
 }
 
 # service_running PIDFILE: the daemon whose pid is in PIDFILE is alive.

@@ -10,7 +10,10 @@ if ! is_sandbox; then
     if has_systemd; then
         hostnamectl set-hostname "$NODE_NAME"
     else
-        hostname "$NODE_NAME"
+        # A machine booted under its node's name keeps it without a process.
+        current=""
+        read -r current </proc/sys/kernel/hostname || true
+        [ "$current" = "$NODE_NAME" ] || hostname "$NODE_NAME"
     fi
 fi
 
@@ -32,21 +35,22 @@ keys=""
 key_count=0
 read -r -a encoded_keys <<<"${RUNCRATE_SSH_KEYS:-}"
 for encoded in "${encoded_keys[@]}"; do
-    key="$(base64 -d <<<"$encoded" 2>/dev/null)" || die "an SSH key is not valid base64"
+    file_op b64 "$encoded" || die "an SSH key is not valid base64"
+    key="$FILE_REPLY"
     [[ "$key" =~ $plain_key ]] || die "refusing SSH key $((key_count + 1)): not one plain public key line"
     keys+="$key"$'\n'
     key_count=$((key_count + 1))
 done
-[ -d "$ROOT$login_home/.ssh" ] || { mkdir -p "$ROOT$login_home/.ssh"; chmod 0700 "$ROOT$login_home/.ssh"; }
+[ -d "$ROOT$login_home/.ssh" ] || { file_op mkdir "$ROOT$login_home/.ssh"; file_op chmod 0700 "$ROOT$login_home/.ssh"; }
 managed_block "$ROOT$login_home/.ssh/authorized_keys" customer "${keys%$'\n'}"
-chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
+file_op chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
 
 step "cluster-key"
 # One key per cluster, so nodes reach each other as root (mpirun, the /shared mount).
 if [ -n "${RUNCRATE_CLUSTER_SSH_KEY:-}" ]; then
-    printf '%s\n' "$RUNCRATE_CLUSTER_SSH_KEY" | write_file "$ROOT$login_home/.ssh/id_ed25519" 0600
-    managed_block "$ROOT$login_home/.ssh/authorized_keys" cluster <<<"${RUNCRATE_CLUSTER_SSH_PUBLIC_KEY:?}"
-    chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
+    write_file "$ROOT$login_home/.ssh/id_ed25519" 0600 "$RUNCRATE_CLUSTER_SSH_KEY"$'\n'
+    managed_block "$ROOT$login_home/.ssh/authorized_keys" cluster "${RUNCRATE_CLUSTER_SSH_PUBLIC_KEY:?}"
+    file_op chmod 0600 "$ROOT$login_home/.ssh/authorized_keys"
 fi
 
 step "known-hosts"

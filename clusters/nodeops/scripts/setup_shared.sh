@@ -32,11 +32,6 @@ SSHFS_OPTIONS+=",HostKeyAlias=node-0,StrictHostKeyChecking=yes,GlobalKnownHostsF
 SSHFS_OPTIONS+=",UserKnownHostsFile=/dev/null,KexAlgorithms=curve25519-sha256,Ciphers=aes128-gcm@openssh.com"
 SSHFS_OPTIONS+=",Compression=no,max_conns=4,max_read=261120,max_write=261120"
 
-# kernel_has FS: the kernel knows the filesystem, or can load it.
-kernel_has() {
-    grep -qw "$1" /proc/filesystems 2>/dev/null || modprobe "$1" 2>/dev/null
-}
-
 # shared_mounted TYPE...: the top mount on /shared is of one of these types. /shared may be a
 # mount point of its own already (a local disk; a node's own folder on one computer), so
 # "something is mounted there" is not enough. Read from the mount table, never by stat: a
@@ -61,11 +56,10 @@ for entry in "${CLUSTER_NODES[@]}"; do
 done
 
 step "node-env"
-write_file "$STATE_DIR/node.env" 0644 <<ENV
-export NODE_RANK=$NODE_RANK
+write_file "$STATE_DIR/node.env" 0644 "export NODE_RANK=$NODE_RANK
 export NODE_NAME=$NODE_NAME
 export NODE_ADDR=$RUNCRATE_PRIVATE_IP
-ENV
+"
 
 # write_job_files DIR: hostfiles (OpenMPI and DeepSpeed read the same "name slots=G"
 # format) and the cluster-wide env file.
@@ -80,14 +74,15 @@ write_job_files() {
     for entry in "${CLUSTER_NODES[@]}"; do
         hostfile+="${entry%% *} slots=$GPUS"$'\n'
     done
-    write_file "$dir/hostfile" 0644 <<<"${hostfile%$'\n'}"
-    write_file "$dir/hostfile.deepspeed" 0644 <<<"${hostfile%$'\n'}"
-    cluster_env "$hostfile_path" | write_file "$dir/runcrate.env" 0644
+    write_file "$dir/hostfile" 0644 "$hostfile"
+    write_file "$dir/hostfile.deepspeed" 0644 "$hostfile"
+    cluster_env "$hostfile_path"
+    write_file "$dir/runcrate.env" 0644 "$CLUSTER_ENV"
 }
 
-# cluster_env HOSTFILE: the cluster-wide variables, as `export` lines.
+# cluster_env HOSTFILE: CLUSTER_ENV is the cluster-wide variables, as `export` lines.
 cluster_env() {
-    cat <<ENV
+    CLUSTER_ENV="\
 export RUNCRATE_CLUSTER_ID=${RUNCRATE_CLUSTER_ID:-}
 export NNODES=$COUNT
 export NODE_NAMES=$(joined 1 ,)
@@ -97,42 +92,47 @@ export MASTER_PORT=29500
 export GPUS_PER_NODE=$GPUS
 export WORLD_SIZE=$((COUNT * GPUS))
 export RUNCRATE_HOSTFILE=$1
-ENV
+"
 }
 
-# private_interface: the interface that carries this node's 10.77.0.x address (wg0 once the
-# node joined; sandbox nodes have none and get the name it has on a real machine).
+# private_interface: PRIVATE_INTERFACE is the interface that carries this node's 10.77.0.x
+# address (wg0 once the node joined; sandbox nodes have none and get the name it has on a
+# real machine). One `ip` a run.
 private_interface() {
-    local name
-    if ! is_sandbox; then
-        name="$(ip -o -4 addr show 2>/dev/null | awk -v ip="$RUNCRATE_PRIVATE_IP" '$4 ~ "^" ip "/" {print $2; exit}')"
-        [ -n "$name" ] || die "no interface carries $RUNCRATE_PRIVATE_IP: the private network is not up"
-        printf '%s' "$name"
-    else
-        printf 'wg0'
+    local _index name _family address _rest
+    [ -z "${PRIVATE_INTERFACE:-}" ] || return 0
+    if is_sandbox; then
+        PRIVATE_INTERFACE=wg0
+        return
     fi
+    while read -r _index name _family address _rest; do
+        if [ "${address%/*}" = "$RUNCRATE_PRIVATE_IP" ]; then
+            PRIVATE_INTERFACE="$name"
+            return
+        fi
+    done < <(ip -o -4 addr show 2>/dev/null || true)
+    die "no interface carries $RUNCRATE_PRIVATE_IP: the private network is not up"
 }
 
 # write_nccl_env PATH: NCCL and Gloo over the private network, with socket settings for an
 # encrypted overlay on Ethernet (no InfiniBand: a self-serve offer never has one).
 write_nccl_env() {
-    local interface
-    interface="$(private_interface)"
-    {
-        printf '# Written by Runcrate: collective traffic over the cluster private network (%s,\n' "$interface"
-        printf '# %s). Every shell has it already; source %s where one does not.\n' "${RUNCRATE_NETWORK:-10.77.0.0/24}" "$2"
-        nccl_env "$interface"
-    } | write_file "$1" 0644
+    local text
+    private_interface
+    printf -v text '# Written by Runcrate: collective traffic over the cluster private network (%s,\n# %s). Every shell has it already; source %s where one does not.\n' \
+        "$PRIVATE_INTERFACE" "${RUNCRATE_NETWORK:-10.77.0.0/24}" "$2"
+    nccl_env "$PRIVATE_INTERFACE"
+    write_file "$1" 0644 "$text$NCCL_ENV"
 }
 
-# nccl_env INTERFACE: NCCL and Gloo settings as `export` lines.
+# nccl_env INTERFACE: NCCL_ENV is the NCCL and Gloo settings as `export` lines.
 nccl_env() {
     local ib_disable=0
     case "${RUNCRATE_INTERCONNECT:-eth}" in
         eth*) ib_disable=1 ;;
         *) ;;
     esac
-    cat <<ENV
+    NCCL_ENV="\
 export NCCL_SOCKET_IFNAME=$1
 export GLOO_SOCKET_IFNAME=$1
 export NCCL_SOCKET_FAMILY=AF_INET
@@ -140,7 +140,7 @@ export NCCL_IB_DISABLE=$ib_disable
 # Several TCP streams per peer: one stream over WireGuard is bound by one core's encryption.
 export NCCL_SOCKET_NTHREADS=4
 export NCCL_NSOCKS_PERTHREAD=4
-ENV
+"
 }
 
 # write_shell_env HOSTFILE: /etc/runcrate/env.sh, everything a job needs, read by every shell
@@ -148,28 +148,29 @@ ENV
 # sshd runs, and the block goes above its "not interactive: return" line), and Slurm jobs
 # (install_slurm's TaskProlog). A copy of its own on every node: a shell never waits on /shared.
 write_shell_env() {
-    local interface
-    interface="$(private_interface)"
-    {
-        printf '# Written by Runcrate: this node and its cluster. Every shell reads it.\n'
-        printf 'export NODE_RANK=%s NODE_NAME=%s NODE_ADDR=%s\n' "$NODE_RANK" "$NODE_NAME" "$RUNCRATE_PRIVATE_IP"
-        cluster_env "$1"
-        nccl_env "$interface"
-        # Open MPI over the private network only (its TCP transport and its daemons' wire-up
-        # would otherwise also use the unencrypted underlay), as root: docs/nodeops.md.
-        printf 'export OMPI_MCA_btl_tcp_if_include=%s OMPI_MCA_oob_tcp_if_include=%s\n' "$interface" "$interface"
-        printf 'export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1\n'
-        printf 'export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n'
-        if [ "${RUNCRATE_SOFTWARE:-none}" = ray ]; then
-            printf 'export RAY_ADDRESS=%s:6379\n' "$HEAD_IP"
-        fi
-        # Ray's own virtualenv last on PATH: `ray` is found, `python` stays the system's.
-        # shellcheck disable=SC2016 # expanded by the shell that reads the file
-        printf '%s\n' 'case ":$PATH:" in *:/opt/ray/bin:*) ;; *) [ ! -d /opt/ray/bin ] || PATH="$PATH:/opt/ray/bin" ;; esac'
-    } | write_file "$STATE_DIR/env.sh" 0644
+    local text
+    private_interface
+    cluster_env "$1"
+    nccl_env "$PRIVATE_INTERFACE"
+    printf -v text '# Written by Runcrate: this node and its cluster. Every shell reads it.\nexport NODE_RANK=%s NODE_NAME=%s NODE_ADDR=%s\n' \
+        "$NODE_RANK" "$NODE_NAME" "$RUNCRATE_PRIVATE_IP"
+    text+="$CLUSTER_ENV$NCCL_ENV"
+    # Open MPI over the private network only (its TCP transport and its daemons' wire-up
+    # would otherwise also use the unencrypted underlay), as root: docs/nodeops.md.
+    text+="export OMPI_MCA_btl_tcp_if_include=$PRIVATE_INTERFACE OMPI_MCA_oob_tcp_if_include=$PRIVATE_INTERFACE
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"
+    if [ "${RUNCRATE_SOFTWARE:-none}" = ray ]; then
+        text+="export RAY_ADDRESS=$HEAD_IP:6379"$'\n'
+    fi
+    # Ray's own virtualenv last on PATH: `ray` is found, `python` stays the system's.
+    # shellcheck disable=SC2016 # expanded by the shell that reads the file
+    text+='case ":$PATH:" in *:/opt/ray/bin:*) ;; *) [ ! -d /opt/ray/bin ] || PATH="$PATH:/opt/ray/bin" ;; esac'$'\n'
+    write_file "$STATE_DIR/env.sh" 0644 "$text"
     local hook='[ ! -r /etc/runcrate/env.sh ] || . /etc/runcrate/env.sh'
-    write_file "$ROOT/etc/profile.d/runcrate.sh" 0644 <<<"$hook"
-    managed_block_first "$ROOT/etc/bash.bashrc" environment <<<"$hook"
+    write_file "$ROOT/etc/profile.d/runcrate.sh" 0644 "$hook"$'\n'
+    managed_block_first "$ROOT/etc/bash.bashrc" environment "$hook"
 }
 
 step "packages"
@@ -229,10 +230,10 @@ case "$KIND" in
     vm | bare_metal)
         if is_head; then
             step "nfs-export"
-            mkdir -p "$ROOT/shared"
-            chmod 1777 "$ROOT/shared"
+            file_op mkdir "$ROOT/shared"
+            file_op chmod 1777 "$ROOT/shared"
             managed_block "$ROOT/etc/exports" shared \
-                <<<"/shared ${RUNCRATE_NETWORK:-10.77.0.0/24}(rw,sync,no_subtree_check,no_root_squash)"
+                "/shared ${RUNCRATE_NETWORK:-10.77.0.0/24}(rw,sync,no_subtree_check,no_root_squash)"
             if ! is_sandbox; then
                 if [ "$share" = nfs-server ]; then
                     if has_systemd; then
@@ -251,17 +252,17 @@ case "$KIND" in
             write_job_files "$ROOT/shared"
             write_nccl_env "$ROOT/shared/nccl.env" /shared/nccl.env
             # Where the launch lines' `sbatch --array` writes each task's output.
-            mkdir -p "$ROOT/shared/logs"
-            chmod 1777 "$ROOT/shared/logs"
+            file_op mkdir "$ROOT/shared/logs"
+            file_op chmod 1777 "$ROOT/shared/logs"
             log "exported /shared, wrote hostfile for $COUNT nodes"
         else
             step "nfs-mount"
             if is_sandbox; then
                 standin_mount_shared  # the stand-in overlay: sandboxes share one computer's disk
             else
-                mkdir -p /shared
+                [ -d /shared ] || file_op mkdir /shared
                 if [ "$share" = nfs ]; then
-                    managed_block /etc/fstab shared <<<"node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
+                    managed_block /etc/fstab shared "node-0:/shared /shared nfs defaults,_netdev,nofail 0 0"
                     shared_mounted nfs nfs4 || mount /shared
                     log "mounted node-0:/shared on /shared (NFS)"
                 elif [ "${RUNCRATE_SHARED_FROM_HOST:-0}" = 1 ] && [ -f /shared/hostfile ] && ! shared_mounted fuse.sshfs; then
@@ -273,7 +274,7 @@ case "$KIND" in
                 else
                     # The one stand-in for NFS where the kernel has no NFS client: a real
                     # network mount of the head's /shared, over SSH on the private network.
-                    managed_block /etc/fstab shared <<<"root@$HEAD_ENDPOINT:/shared /shared fuse.sshfs _netdev,$SSHFS_OPTIONS 0 0"
+                    managed_block /etc/fstab shared "root@$HEAD_ENDPOINT:/shared /shared fuse.sshfs _netdev,$SSHFS_OPTIONS 0 0"
                     shared_mounted fuse.sshfs || sshfs "root@$HEAD_ENDPOINT:/shared" /shared -o "$SSHFS_OPTIONS"
                     log "mounted node-0:/shared on /shared (sshfs: this kernel has no NFS client)"
                 fi
