@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 from fabric import Config, Connection
 
-from clusters.providers.hostruntime import PREPARE_TIMEOUT, HostLogin, RuntimeFailed, SshRuntime
+from offers.hostruntime import PREPARE_TIMEOUT, HostLogin, RuntimeFailed, SshRuntime
 from offers.models import Host, MachineType, PhysicalHost
 
 log = logging.getLogger(__name__)

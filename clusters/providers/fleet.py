@@ -1,6 +1,6 @@
 """Machines on fleet hosts (offers.PhysicalHost): each slot's machine is booted, probed,
 entered and released by the host runtime installed on its host, over SSH
-(clusters.providers.hostruntime). The `local` provider hands every slot of a fleet host here;
+(offers.hostruntime). The `local` provider hands every slot of a fleet host here;
 the runtime and the request it boots from are the same as for this computer's machines.
 
 What the control plane keeps of a booted machine (its underlay address, its customer's
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from clusters.nodeops.operations import MACHINE_STOPPED
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState
-from clusters.providers.hostruntime import HostLogin, RuntimeFailed, SshRuntime
 from clusters.providers.local import realnodes
 from offers.fleet import mark_host_down
+from offers.hostruntime import HostLogin, RuntimeFailed, SshRuntime
 
 if TYPE_CHECKING:
     from clusters.models import Node

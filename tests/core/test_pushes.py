@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from clusters.live import PageState, render_cluster_changes, render_cluster_now
-from clusters.models import Cluster, Node, Status
+from clusters.models import Cluster, Node, NodeStep, Status
 from clusters.services.progress import append_node_logs, mark_degraded
 from offers.models import Host
 from tests.factories import HostFactory
@@ -152,10 +152,10 @@ def test_new_log_lines_travel_alone_and_the_row_keeps_the_pages_log(environment,
     cluster = big_cluster(environment, machine_type, machines=8, status=Status.INSTALLING, state=Node.State.INSTALLING)
     page = joined(cluster)
     node = cluster.nodes.get(index=3)
-    append_node_logs(cluster.pk, {node.pk: [("starting slurmd", "slurmd: started")]})
+    append_node_logs(cluster.pk, {node.pk: [(NodeStep.of_operation("starting_slurmd"), "slurmd: started")]})
     card, rows = render_cluster_changes(cluster.pk, [node.pk], page)
     assert '<pre class="log" id="node-3-log-text" data-keep="4000" hx-swap-oob="beforeend">' in card
-    assert "starting slurmd: slurmd: started\n</pre>" in card and "installer output" not in card
+    assert "Starting slurmd: slurmd: started\n</pre>" in card and "installer output" not in card
     # The step changed with the line: that cell alone, not the row with its log.
     assert rows == '<td data-label="Step" id="node-3-step" hx-swap-oob="true">Starting slurmd</td>'
     assert "installer output" not in rows

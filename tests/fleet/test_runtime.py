@@ -13,10 +13,10 @@ from fabric import Connection
 
 from clusters import connect
 from clusters.models import Status
-from clusters.providers import hostruntime
 from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
+from offers import hostruntime
 from offers.models import Host, PhysicalHost
 from tests.factories import MachineTypeFactory
 from tests.providers.conftest import SETTLED, drive
