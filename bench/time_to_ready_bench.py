@@ -72,7 +72,7 @@ def _count_boot_cpu() -> None:
     local.LocalProvider._boot_real = counted
 
 
-def one_run(environment, count: int, software: str, block: int) -> tuple[float, float, float, float, str]:
+def one_run(environment, count: int, software: str, block: int, image: str) -> tuple[float, float, float, float, str]:
     machine_type = MachineTypeFactory(provider="local", kind="vm", price_per_machine_hour=Decimal("1.00"))
     Host.objects.bulk_create(
         Host(machine_type=machine_type, name=f"ttr-{block}-{i}", address=f"127.76.{block}.{i + 1}", port=2222)
@@ -81,7 +81,7 @@ def one_run(environment, count: int, software: str, block: int) -> tuple[float, 
     BOOT_CPU[0] = 0.0
     started, cpu, machine_cpu = time.monotonic(), time.process_time(), _support.machine_cpu_seconds()
     cluster = create_cluster(environment=environment, name=f"ttr-{block}", machine_type=machine_type,
-                                      machine_count=count, software=software)
+                                      machine_count=count, software=software, image=image)
     deadline = started + 300
     while True:
         again = lifecycle.advance(cluster.pk)
@@ -103,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2,8,32,64")
     parser.add_argument("--software", default="none,slurm")
+    parser.add_argument("--image", default="pytorch", help="the machine image the clusters and the floor boot from")
     parser.add_argument("--no-floor", action="store_true", help="skip the node work driven without the control plane")
     args = parser.parse_args()
     floor = None if args.no_floor or local.mode()[0] != "namespaces" else real_nodes_bench.one_run
@@ -113,7 +114,7 @@ def main() -> None:
         # The network test that follows ready runs in this process under eager Celery: it
         # would be timed as part of the create.
         settings.NETWORK_TEST_AFTER_READY = False
-        print(local.describe_mode())
+        print(local.describe_mode() + f"; machine image {args.image}")
         # What a worker pays once, at its first event's link (the URLconf: every view and the
         # API's schemas imported): ~1 s of CPU that would land on the first size's run only
         # and skew its control-plane CPU per node.
@@ -132,13 +133,13 @@ def main() -> None:
             base = None
             for count in sizes:
                 block += 1
-                seconds, cpu, boot_cpu, machine_cpu, outcome = one_run(environment, count, software, block)
+                seconds, cpu, boot_cpu, machine_cpu, outcome = one_run(environment, count, software, block, args.image)
                 base = base or seconds
                 busy = machine_cpu / (seconds * cpus)
                 alone, ratio = "—", "—"
                 if floor is not None:
                     try:
-                        floor_seconds = floor(count, software, Path(machines) / f"floor-{block}")[0]
+                        floor_seconds = floor(count, software, Path(machines) / f"floor-{block}", args.image)[0]
                     except RuntimeError as error:
                         alone = f"failed: {error}"
                     else:
