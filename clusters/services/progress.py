@@ -41,9 +41,6 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
-SETTLED_NODE_STATES = Node.SETTLED_STATES
-
-
 def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = Node.LOG_KEEP) -> None:
     """Add (step, line) output to each node's log tail and note the step it is on; one push."""
     if not lines_by_node:
@@ -81,7 +78,7 @@ def _append_in_place(texts: dict[int, str], steps: dict[int, str], keep: int) ->
             f"{step} = CASE WHEN t.{state} <> ALL(%s) AND t.{installed_at} IS NULL THEN v.step ELSE t.{step} END "
             "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::text[]) AS text, unnest(%s::bigint[]) AS length, "
             f"unnest(%s::text[]) AS step) AS v WHERE t.{key} = v.id RETURNING t.{key}",
-            [keep, [str(s) for s in SETTLED_NODE_STATES], ids, [texts[pk] for pk in ids],
+            [keep, [str(s) for s in Node.SETTLED_STATES], ids, [texts[pk] for pk in ids],
              [len(texts[pk]) for pk in ids], [steps[pk] for pk in ids]],
         )
         return sorted(row[0] for row in cursor.fetchall())
@@ -99,7 +96,7 @@ def _append_here(texts: dict[int, str], steps: dict[int, str], keep: int) -> lis
     for node in nodes:
         node.log_tail = (node.log_tail + texts[node.pk])[-keep:]
         node.log_written += len(texts[node.pk])
-        if node.state not in SETTLED_NODE_STATES and node.installed_at is None:
+        if node.state not in Node.SETTLED_STATES and node.installed_at is None:
             node.step = steps[node.pk]
     update_rows(Node, nodes, ["log_tail", "log_written", "step"], locked=True)
     return [node.pk for node in nodes]

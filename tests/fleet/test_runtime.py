@@ -3,10 +3,12 @@ boots a cluster's machines on a lab host exactly as on this computer."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
 import tarfile
+from collections.abc import Iterator
 
 import pytest
 from fabric import Connection
@@ -17,7 +19,7 @@ from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
 from offers import hostruntime
-from offers.models import Host, PhysicalHost
+from offers.models import Host, MachineType, PhysicalHost
 from tests.factories import MachineTypeFactory
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import customer_key, customer_ssh, story
@@ -98,6 +100,27 @@ def test_hosts_add_installs_this_version_of_the_runtime_and_it_answers_over_ssh(
     assert sorted(host.slots.values_list("port", flat=True)) == [2200, 2201]
 
 
+@contextlib.contextmanager
+def onboarded(lab_host: dict, machines: int, settings, tmp_path) -> Iterator[tuple[MachineType, PhysicalHost]]:
+    """A machine type sold from `machines` slots of a lab host, booted as real nodes through its
+    runtime; every slot released on its host afterwards."""
+    from clusters.providers.fleet import runtime_for
+    from clusters.providers.local import provider as local
+
+    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
+    settings.LOCAL_NODES = "namespaces"
+    local._MODE.clear()
+    machine_type = MachineTypeFactory(provider="local", gpus_per_machine=1, disk_gb=100)
+    add_host(lab_host, machine_type.pk, machines)
+    host = PhysicalHost.objects.get()
+    try:
+        yield machine_type, host
+    finally:
+        for slot in Host.objects.filter(physical_host=host):
+            runtime_for(host).call("release", {"key": slot.name})
+        local._MODE.clear()
+
+
 @pytest.mark.django_db(transaction=True)
 @needs_lab
 @pytest.mark.skipif(not CAN, reason=f"real nodes need namespaces: {WHY}")
@@ -106,17 +129,10 @@ def test_a_slurm_cluster_boots_on_a_lab_host_through_its_runtime_and_its_custome
 ):
     from accounts.services import add_ssh_key
     from clusters.providers.fleet import runtime_for
-    from clusters.providers.local import provider as local
 
-    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
-    settings.LOCAL_NODES = "namespaces"
-    local._MODE.clear()
     alice_key, alice_public = customer_key(tmp_path, "alice")
     key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=alice_public)
-    machine_type = MachineTypeFactory(provider="local", gpus_per_machine=1, disk_gb=100)
-    add_host(lab["lab-1"], machine_type.pk, 2)
-    host = PhysicalHost.objects.get()
-    try:
+    with onboarded(lab["lab-1"], 2, settings, tmp_path) as (machine_type, host):
         cluster = create_cluster(environment=environment, name="far", machine_type=machine_type, machine_count=2,
                                  software="slurm", ssh_keys=[key])
         cluster = drive(cluster, SETTLED, timeout=180)
@@ -139,10 +155,6 @@ def test_a_slurm_cluster_boots_on_a_lab_host_through_its_runtime_and_its_custome
         receipts = list(cluster.events.filter(event="wipe_receipt").values_list("message", flat=True))
         assert len(receipts) == 2 and all(" was wiped and checked clean at " in line for line in receipts), receipts
         assert set(Host.objects.filter(physical_host=host).values_list("state", flat=True)) == {"free"}
-    finally:
-        for slot in Host.objects.filter(physical_host=host):
-            runtime_for(host).call("release", {"key": slot.name})
-        local._MODE.clear()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -153,39 +165,29 @@ def test_a_host_that_stops_answering_turns_its_nodes_unhealthy_in_customer_words
 ):
     from clusters import tasks
     from clusters.models import NodeHealth
-    from clusters.providers.fleet import runtime_for
-    from clusters.providers.local import provider as local
     from offers.inventory import list_offers
 
     from .conftest import lab_hosts
 
-    settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
-    settings.LOCAL_NODES = "namespaces"
-    local._MODE.clear()
-    machine_type = MachineTypeFactory(provider="local", gpus_per_machine=1, disk_gb=100)
-    add_host(lab["lab-2"], machine_type.pk, 3)
-    host = PhysicalHost.objects.get()
-    try:
-        cluster = create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2,
-                                 software="none", created_by=owner)
-        cluster = drive(cluster, SETTLED, timeout=120)
-        assert cluster.status == Status.READY, story(cluster)
-        assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
-        assert [offer.available_machines for offer in list_offers(machine_type.gpu, 1)] == [1]
+    with onboarded(lab["lab-2"], 3, settings, tmp_path) as (machine_type, host):
+        try:
+            cluster = create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2,
+                                     software="none", created_by=owner)
+            cluster = drive(cluster, SETTLED, timeout=120)
+            assert cluster.status == Status.READY, story(cluster)
+            assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+            assert [offer.available_machines for offer in list_offers(machine_type.gpu, 1)] == [1]
 
-        lab_hosts(lab["lab-2"]["dir"], "stop", "lab-2")
-        found = tasks.check_cluster_health(cluster.pk)
+            lab_hosts(lab["lab-2"]["dir"], "stop", "lab-2")
+            found = tasks.check_cluster_health(cluster.pk)
 
-        assert found == {"node-0": NodeHealth.UNREACHABLE, "node-1": NodeHealth.UNREACHABLE}, found
-        details = {node.name: node.health_detail for node in cluster.nodes.all()}
-        assert details == {"node-0": "node-0's host stopped answering", "node-1": "node-1's host stopped answering"}
-        host.refresh_from_db()
-        assert host.state == PhysicalHost.State.DOWN
-        assert list_offers(machine_type.gpu, 1) == [], "a down host's free slot is still on sale"
-        said = cluster.events.filter(event="node_unhealthy").values_list("message", flat=True)
-        assert any("lab-2" not in line and "host stopped answering" in line for line in said), list(said)
-    finally:
-        lab_hosts(lab["lab-2"]["dir"], "start", "lab-2")
-        for slot in Host.objects.filter(physical_host=host):
-            runtime_for(host).call("release", {"key": slot.name})
-        local._MODE.clear()
+            assert found == {"node-0": NodeHealth.UNREACHABLE, "node-1": NodeHealth.UNREACHABLE}, found
+            details = {node.name: node.health_detail for node in cluster.nodes.all()}
+            assert details == {"node-0": "node-0's host stopped answering", "node-1": "node-1's host stopped answering"}
+            host.refresh_from_db()
+            assert host.state == PhysicalHost.State.DOWN
+            assert list_offers(machine_type.gpu, 1) == [], "a down host's free slot is still on sale"
+            said = cluster.events.filter(event="node_unhealthy").values_list("message", flat=True)
+            assert any("lab-2" not in line and "host stopped answering" in line for line in said), list(said)
+        finally:
+            lab_hosts(lab["lab-2"]["dir"], "start", "lab-2")
