@@ -383,11 +383,19 @@ def _disk_usage(path: Path) -> int:
     return total
 
 
+# A build younger than this is kept even when no node uses it: another checkout of the
+# product on this computer (another recipe) may be between finding it and mounting it.
+PRUNE_AFTER_SECONDS = 24 * 3600
+
+
 def _prune(name: str, keep: Path, say: Callable[[str], None]) -> None:
-    """Older builds of the same image that no node uses (no mount of them is left anywhere)."""
+    """Older builds of the same image that no node uses (no mount of them is left anywhere)
+    and that were built more than PRUNE_AFTER_SECONDS ago."""
     mounted = _mounted_sources()
     for old in IMAGES_DIR.glob(f"{name}-*"):
         if old == keep or not old.is_dir() or not (old / "image.json").exists():
+            continue
+        if time.time() - (old / "image.json").stat().st_mtime < PRUNE_AFTER_SECONDS:
             continue
         if any(source.startswith(f"{old}/") for source in mounted):
             continue

@@ -80,10 +80,19 @@ def _mounted() -> bool:
     return False
 
 
+def _files(registry: Path) -> tuple[Path, Path, Path]:
+    """The lock, pid file and log of the daemon serving this mount namespace's MOUNT. A mount
+    namespace of its own (a lab host of this computer) has a MOUNT of its own and so a daemon
+    of its own: one shared pid file would let one daemon's lock keep the other from starting."""
+    namespace = os.readlink("/proc/self/ns/mnt").strip("mnt:[]")
+    return (registry / f".lxcfs-{namespace}.lock", registry / f"lxcfs-{namespace}.pid",
+            registry / f"lxcfs-{namespace}.log")
+
+
 @contextlib.contextmanager
-def _locked(registry: Path) -> Iterator[None]:
-    registry.mkdir(parents=True, exist_ok=True)
-    with open(registry / ".lxcfs.lock", "a") as lock:
+def _locked(lock_file: Path) -> Iterator[None]:
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -93,20 +102,20 @@ def ensure(registry: Path) -> bool:
     taken away first). Returns True when it started one (running nodes need `rebind`)."""
     if alive():
         return False
-    with _locked(registry):
+    lock_file, pid_file, log = _files(registry)
+    with _locked(lock_file):
         if alive():
             return False
         if _mounted():  # the daemon died: its mount answers ENOTCONN until it goes
             subprocess.run(["umount", "-l", str(MOUNT)], capture_output=True)
         MOUNT.mkdir(parents=True, exist_ok=True)
-        log = registry / "lxcfs.log"
         with open(log, "ab") as output:
             # `setsid -f`: a session of its own whose parent exits at once, so this computer's
             # init reaps it, not the runtime (a worker's child would stay a zombie, and die
             # with the worker's process group). -l: each node's own load average;
             # --enable-pidfd: a pid it tracks cannot be confused with a reused one.
             started = subprocess.run(
-                ["setsid", "-f", "lxcfs", "-f", "-l", "--enable-pidfd", "-p", str(registry / "lxcfs.pid"),
+                ["setsid", "-f", "lxcfs", "-f", "-l", "--enable-pidfd", "-p", str(pid_file),
                  str(MOUNT)],
                 stdin=subprocess.DEVNULL, stdout=output, stderr=output,
             )
@@ -132,9 +141,9 @@ fi
 
 
 def pid_of_daemon(registry: Path) -> int | None:
-    """The pid of the LXCFS the runtime started (tests end it to check it comes back)."""
+    """The pid of the LXCFS the runtime started here (tests end it to check it comes back)."""
     with contextlib.suppress(OSError, ValueError):
-        pid = int((registry / "lxcfs.pid").read_text().split()[0])
+        pid = int(_files(registry)[1].read_text().split()[0])
         if Path(f"/proc/{pid}/exe").resolve().name == "lxcfs":
             return pid
     return None

@@ -968,13 +968,39 @@ def boot(
     slot = underlay.slot_for(key)
     address = underlay.address(slot)
 
+    # LXCFS is this computer's, not the node's: a host without it refuses before anything is held.
+    lxcfs_binds = lxcfs.node_binds("/.host") if keep_lxcfs() is not None else ""
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True)
     (state_dir / "claimed").touch()
     base = UidRanges.claim(state_dir)
-    host_key = _write_seed(state_dir / "seed", image, hostname=hostname, authorized_keys=authorized_keys,
-                           boot_fails=boot_fails, files=files or {})
-    for host_path in (binds or {}).values():
+    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
+                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key="")
+    # From here on a failure releases what the boot held (its uid range first of all), so a
+    # machine that did not start leaves nothing behind for its wipe receipt to find.
+    handle.save()
+    try:
+        dirs, launcher = _launch(state_dir, handle, image, hostname=hostname, authorized_keys=authorized_keys,
+                                 boot_fails=boot_fails, files=files or {}, binds=binds or {}, limits=limits,
+                                 lxcfs_binds=lxcfs_binds)
+    except BaseException:
+        release(run_dir, state_dir)
+        raise
+    assert launcher.stdout is not None
+    with _BootOutput(launcher.stdout) as output:
+        _wait_for_boot(run_dir, handle, hostname, launcher, output, dirs, underlay, drop_wireguard=drop_wireguard)
+    return handle
+
+
+def _launch(state_dir: Path, handle: NodeHandle, image: Path, *, hostname: str, authorized_keys: str,
+            boot_fails: bool, files: dict[str, str], binds: dict[str, str], limits: NodeLimits,
+            lxcfs_binds: str) -> tuple[list[Path], subprocess.Popen]:
+    """Write the node's seed and stage scripts, make its cgroup and start its stage one (the
+    handle gets the node's host key): the node's cgroup folders and stage one's process."""
+    base, cgroup = handle.uid_base, handle.cgroup
+    handle.host_key = _write_seed(state_dir / "seed", image, hostname=hostname, authorized_keys=authorized_keys,
+                                  boot_fails=boot_fails, files=files)
+    for host_path in binds.values():
         Path(host_path).mkdir(parents=True, exist_ok=True)
         # The volume is the node's now: its root owns every file (and the next node's root
         # takes it over on its attach).
@@ -992,28 +1018,21 @@ def boot(
     })
     volumes = "".join(f'mkdir -p "$ROOT"{shlex.quote(node_path)}\n'
                       f'mount --bind "$NODE_DIR/volumes/{index}" "$ROOT"{shlex.quote(node_path)}\n'
-                      for index, node_path in enumerate(binds or {}))
+                      for index, node_path in enumerate(binds))
     (state_dir / "node.sh").write_text(NODE_STAGE % {
-        "booted": BOOTED, "lxcfs": lxcfs.node_binds("/.host") if keep_lxcfs() is not None else "",
-        "binds": volumes, "node_dirs": " ".join(NODE_DIRS),
+        "booted": BOOTED, "lxcfs": lxcfs_binds, "binds": volumes, "node_dirs": " ".join(NODE_DIRS),
     })
-    _write_mounts(state_dir, node_dir, base=base, limits=limits, cgroup=cgroup, binds=binds or {})
+    _write_mounts(state_dir, node_dir, base=base, limits=limits, cgroup=cgroup, binds=binds)
 
     dirs = _make_cgroup(cgroup, limits, spread=(base - FIRST_UID) // RANGE_SIZE)
     # Stage one's and PID 1's stdout and stderr are a pipe read here, never a file of this
     # computer: a node's root can take a copy of any descriptor its PID 1 holds (pidfd_getfd),
     # and a host file would be this computer's disk to fill.
-    launcher = subprocess.Popen(
+    return dirs, subprocess.Popen(
         _in_cgroup(dirs, ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"),
                           str(state_dir), str(base), hostname, str(node_dir), _init_name(state_dir), str(image)]),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
-                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key=host_key)
-    assert launcher.stdout is not None
-    with _BootOutput(launcher.stdout) as output:
-        _wait_for_boot(run_dir, handle, hostname, launcher, output, dirs, underlay, drop_wireguard=drop_wireguard)
-    return handle
 
 
 def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: subprocess.Popen, output: _BootOutput,
