@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +109,42 @@ def test_a_dead_lxcfs_is_started_again_by_a_health_round_and_running_nodes_read_
     second = run.boot("b", limits=realnodes.NodeLimits(memory_mb=512))
     assert _mem_total_kb(sh(second, "cat /proc/meminfo").stdout) == 512 * 1024
     assert realnodes.keep_lxcfs() is False
+
+
+def test_a_mount_namespace_of_its_own_runs_an_lxcfs_of_its_own_beside_this_computers(run):
+    """A lab host is a mount namespace of this computer, with its own /var/lib/lxcfs: its runtime
+    starts a daemon of its own there, and neither keeps the other from starting (one pid file
+    for both did: its lock was the first daemon's)."""
+    assert realnodes.keep_lxcfs() is not None
+    registry = realnodes.HOST_REGISTRY
+    # What a lab host's runtime does on its first boot: in its own mount namespace, where this
+    # computer's daemon's mount is not (the host came up before it), it starts one.
+    started = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-I", "-c", textwrap.dedent(f"""
+            import subprocess, sys
+            sys.path.insert(0, {str(Path(lxcfs.__file__).parent)!r})
+            import lxcfs
+            subprocess.run(["umount", "-l", str(lxcfs.MOUNT)], check=True)
+            assert not lxcfs.alive()
+            print(lxcfs.ensure(__import__("pathlib").Path({str(registry)!r})), lxcfs.pid_of_daemon(
+                __import__("pathlib").Path({str(registry)!r})))
+        """)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    answer, other = started.stdout.split()
+    assert answer == "True"
+    try:
+        ours = lxcfs.pid_of_daemon(registry)
+        assert ours is not None and ours != int(other)
+        # This computer's daemon dies; the runtime starts it again while the other still runs.
+        os.kill(ours, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while lxcfs.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert realnodes.keep_lxcfs() is True
+        assert lxcfs.pid_of_daemon(registry) not in (None, ours, int(other))
+        node = run.boot("a", limits=realnodes.NodeLimits(memory_mb=640))
+        assert _mem_total_kb(sh(node, "cat /proc/meminfo").stdout) == 640 * 1024
+    finally:
+        os.kill(int(other), signal.SIGKILL)
