@@ -142,8 +142,11 @@ class SshRuntime:
         except (ValueError, IndexError):
             raise RuntimeFailed(f"{self.login.name}'s runtime answered no JSON to {command} "
                                 f"(exit {result.exited}: {result.stderr.strip()[-300:]})") from None
-        if isinstance(answer, dict) and "error" in answer:
-            raise RuntimeFailed(f"{self.login.name}'s runtime: {answer['error']}")
+        # A machine that did not start is an answer ({"running": false, "error", "detail"}), not
+        # a runtime that failed: its caller keeps the customer's words and logs the detail.
+        if isinstance(answer, dict) and "error" in answer and "running" not in answer:
+            detail = f" ({answer['detail']})" if answer.get("detail") else ""
+            raise RuntimeFailed(f"{self.login.name}'s runtime: {answer['error']}{detail}")
         return answer
 
     def proxy_command(self, key: str, known_hosts: Path) -> str:

@@ -229,3 +229,14 @@ def test_nodes_of_other_clusters_and_other_runs_are_out_of_reach_through_the_way
             assert sh(target, "cat /root/got").stdout.split() == ["self"]
     finally:
         other.close()
+
+
+def test_a_host_on_a_private_network_gets_a_table_nft_accepts(monkeypatch):
+    """A fleet host whose own network is inside a closed range (a lab host on 10.250.0.0/24, a
+    server on 10.x or 192.168.x) closes it once: nft refuses overlapping intervals in a set."""
+    monkeypatch.setattr(egress, "_uplink_networks", lambda device: ["10.250.0.0/24", "192.168.7.0/24", "203.0.113.0/24"])
+    checked = subprocess.run(["nft", "-c", "-f", "-"], input=egress._ruleset("eth0", ["rcu0"]),
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    ruleset = egress._ruleset("eth0", [])
+    assert "10.0.0.0/8" in ruleset and "203.0.113.0/24" in ruleset and "10.250.0.0/24" not in ruleset
