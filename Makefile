@@ -33,7 +33,7 @@ run: $(STAMP) host images
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py seed_demo --provider $(PROVIDER)
 	@if [ -n "$(FLEET_LAB)" ]; then DEBUG=1 $(PY) manage.py fleet_lab $(FLEET_LAB); fi
-	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) manage.py runstack
+	DEBUG=1 DEFAULT_PROVIDER=$(PROVIDER) $(PY) -m config.stack
 
 test: $(STAMP) host images
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -30,8 +30,9 @@ from pydantic.fields import FieldInfo
 from api import schemas
 from api.app import api
 from api.schemas import ListMeta, PageQuery
-from clusters import connect, network_tests
+from clusters import connect
 from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, Status
+from clusters.network_test import card
 
 _twins: dict[type, type[BaseModel]] = {}
 _lists: dict[type, TypeAdapter[list[Any]]] = {}
@@ -214,12 +215,12 @@ def network_test_rows(tests: Iterable[NetworkTest]) -> list[dict[str, Any]]:
             "id": test.pk, "cluster_id": test.cluster_id, "status": test.status, "trigger": test.trigger,
             "method": test.method, "requested_by": test.requested_by, "expected_gbps": test.expected_gbps,
             "nodes": list(test.node_names), "created_at": test.created_at, "started_at": test.started_at,
-            "finished_at": test.finished_at, "detail": test.detail or None, "summary": network_tests.summary(test),
+            "finished_at": test.finished_at, "detail": test.detail or None, "summary": card.summary(test),
         }
         for test in tests
     ]
 
 
 def network_test_page(request: HttpRequest, tests: QuerySet[NetworkTest], pages: PageQuery) -> HttpResponse:
-    window, total = _window(network_tests.with_pairs(tests), pages)
+    window, total = _window(card.with_pairs(tests), pages)
     return answer(request, schemas.NetworkTestItem, network_test_rows(window), total, pages)

@@ -21,9 +21,10 @@ from pydantic import (
     model_validator,
 )
 
-from clusters import connect, network_tests
+from clusters import connect
 from clusters.images import default_image, offer_images
 from clusters.models import NodeHealth, Reason, Software, Status
+from clusters.network_test import card
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
 from config.money import CENT
 from offers.inventory import Offer as PricedOffer
@@ -879,7 +880,7 @@ class NetworkTestItem(Schema):
 
     @staticmethod
     def resolve_summary(test: Any) -> dict[str, Any]:
-        return network_tests.summary(test)
+        return card.summary(test)
 
 
 class NetworkTest(NetworkTestItem):

@@ -2,7 +2,7 @@
 
 A 64-node Slurm cluster on local sshd endpoints (loopback, sandbox roots; the sandbox's
 stand-ins answer for wg0, slurmd and sinfo) is brought up once; then rounds of
-operations.check_health run against it as the beat's per-cluster task runs them:
+clusters.node_health.node.check_health run against it as the beat's per-cluster task runs them:
 
 - cold: a fresh runner (the first round a worker process makes for a cluster): a new SSH
   connection per node, then one session each;
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import paramiko
 from fabric import Connection
 
+from clusters.node_health import node as health_node
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.providers.local.sandbox import start_endpoints
@@ -74,7 +75,7 @@ class Counted:
 def one_round(spec, runner: NodeRunner) -> tuple[float, float, int, int, dict[str, int]]:
     with Counted() as counted:
         cpu, wall = time.process_time(), time.perf_counter()
-        result = ops.check_health(spec, runner=runner)
+        result = health_node.check_health(spec, runner=runner)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     verdicts: dict[str, int] = {}
     for verdict in result.health.values():
@@ -108,7 +109,7 @@ def record_cost(nodes: int) -> tuple[float, int] | None:
 
     from accounts.models import Environment, Workspace
     from clusters.models import Cluster, Node, NodeHealth, Status
-    from clusters.services.health import record_node_health
+    from clusters.node_health.services import record_node_health
     from offers.models import GPUModel, Host, Location, MachineType
 
     with own_database("health"):
@@ -159,9 +160,9 @@ def main() -> None:
                 bring_up(spec, setup)
             cold = []
             for _ in range(args.rounds):
-                with NodeRunner(ops.HEALTH_POLICY, keep_connections=True) as fresh:
+                with NodeRunner(health_node.HEALTH_POLICY, keep_connections=True) as fresh:
                     cold.append(one_round(spec, fresh))
-            with NodeRunner(ops.HEALTH_POLICY, keep_connections=True) as kept:
+            with NodeRunner(health_node.HEALTH_POLICY, keep_connections=True) as kept:
                 one_round(spec, kept)
                 warm = [one_round(spec, kept) for _ in range(args.rounds)]
         finally:

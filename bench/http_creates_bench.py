@@ -1,4 +1,4 @@
-"""Creates over HTTP against the stack as `make run` ships it: `manage.py runstack` (the web
+"""Creates over HTTP against the stack as `make run` ships it: `python -m config.stack` (the web
 server, both Celery workers, beat and its embedded Redis) on a loopback port of its own, in a
 database of its own, and 200 API creates (POST /api/v1/clusters) sent at once from as many
 threads. Beside it, the in-process figure: the same 200 creates through Django's request
@@ -140,7 +140,7 @@ def run_stack(tmp: Path, database_url: str, port: int) -> subprocess.Popen:
     # As `make run` starts it (DEBUG=1, its embedded Redis), in this bench's database and folder.
     env.update(DATABASE_URL=database_url, DEBUG="1", RUNCRATE_VAR_DIR=str(tmp / "var"), DEFAULT_PROVIDER="simulated",
                LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "manage.py", "runstack", "--host", "127.0.0.1", "--port", str(port)],
+    return subprocess.Popen([sys.executable, "-m", "config.stack", "--host", "127.0.0.1", "--port", str(port)],
                             cwd=_support.ROOT, env=env, stdout=(tmp / "stack.log").open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

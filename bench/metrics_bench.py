@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from clusters.node_health import node as health_node
 from clusters.nodeops import operations as ops
 from clusters.nodeops.metrics import NodeReading, collect_metrics
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
@@ -45,7 +46,7 @@ def collection(nodes: int, rounds: int) -> dict[str, float]:
             with NodeRunner(RetryPolicy(connect_timeout=10, attempts=2, backoff=0.2)) as setup:
                 if not ops.set_names(spec, runner=setup).ok:
                     raise SystemExit("set_names failed")
-            with NodeRunner(ops.HEALTH_POLICY, keep_connections=True) as kept:
+            with NodeRunner(health_node.HEALTH_POLICY, keep_connections=True) as kept:
                 started = time.perf_counter()
                 first = collect_metrics(spec, runner=kept)
                 first_wall = time.perf_counter() - started

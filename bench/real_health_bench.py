@@ -2,7 +2,7 @@
 
 N real nodes (clusters.providers.local.realnodes: namespaces, their own sshd, wireguard-go) are booted
 and joined to the private network as the `local` provider does, then health rounds
-(operations.check_health) run as the beat's per-cluster task runs them: a cold round on a
+(clusters.node_health.node.check_health) run as the beat's per-cluster task runs them: a cold round on a
 fresh runner (a new SSH connection per node) and warm rounds over kept connections.
 
 For each round: wall time; CPU, counted as the control plane's own (this process, every
@@ -11,8 +11,8 @@ children it reaped: the shells and pings a round starts end up there); and the v
 were not healthy (on an idle, healthy cluster every one of them is false). The sandbox's
 health bench (bench/health_bench.py) cannot show this: its `ping` is a stand-in.
 
-`--script FILE` runs another health.sh (e.g. the previous one, `git show <rev>:clusters/nodeops/
-scripts/health.sh > /tmp/old-health.sh`) for a before/after in one run. Prints figures,
+`--script FILE` runs another health.sh (e.g. the previous one, `git show <rev>:clusters/node_health/
+health.sh > /tmp/old-health.sh`) for a before/after in one run. Prints figures,
 asserts nothing; skipped where this computer cannot run namespaces.
 
     .venv/bin/python bench/real_health_bench.py [--sizes 8,64] [--rounds 3] [--script FILE]
@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from clusters.node_health import node as health_node
 from clusters.nodeops import operations
 from clusters.nodeops import runner as runner_module
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
@@ -68,10 +69,10 @@ def use_script(path: str | None) -> None:
     original = runner_module.load_script
     text = Path(path).read_text()
 
-    def load(name: str) -> str:
-        if name == "health.sh":
+    def load(script: str | Path, **options: bool) -> str:
+        if script == health_node.SCRIPT:
             return (runner_module.SCRIPTS_DIR / "lib.sh").read_text() + "\n" + text
-        return original(name)
+        return original(script, **options)
 
     operations.load_script = load  # type: ignore[assignment]
 
@@ -111,7 +112,7 @@ def one_size(count: int, rounds: int, workdir: Path) -> list[tuple[Any, ...]]:
 
         def measured(label: str, runner: NodeRunner) -> None:
             nodes_before, own_before, started = namespace_cpu(pid_namespaces), time.process_time(), time.monotonic()
-            result = operations.check_health(spec, runner=runner)
+            result = health_node.check_health(spec, runner=runner)
             wall = time.monotonic() - started
             own = time.process_time() - own_before
             spent = namespace_cpu(pid_namespaces)
@@ -122,10 +123,10 @@ def one_size(count: int, rounds: int, workdir: Path) -> list[tuple[Any, ...]]:
                 print(f"      {count} nodes, {label} round, false verdict: {line}")
             rows.append((label, wall, own, sum(spent.values()), len(bad)))
 
-        with NodeRunner(operations.HEALTH_POLICY) as cold:
+        with NodeRunner(health_node.HEALTH_POLICY) as cold:
             measured("cold", cold)
-        with NodeRunner(operations.HEALTH_POLICY, keep_connections=True) as warm:
-            operations.check_health(spec, runner=warm)  # opens the kept connections
+        with NodeRunner(health_node.HEALTH_POLICY, keep_connections=True) as warm:
+            health_node.check_health(spec, runner=warm)  # opens the kept connections
             for _ in range(rounds):
                 measured("warm", warm)
                 time.sleep(0.5)

@@ -22,11 +22,11 @@ from django.utils import timezone
 
 from clusters.beats import Beat
 from clusters.models import Cluster, Node, NodeStep, Reason, Software, Status
+from clusters.network_test.services import network_test_after_replace
 from clusters.providers import BootState, Provider, StepOutcome, get_provider
 from clusters.providers.base import StopNotice
 from clusters.services.common import record_event
 from clusters.services.lease import Lease, claim_lease, lease_length, release_lease, renew_lease, request_wake
-from clusters.services.network_tests import network_test_after_replace
 from clusters.services.progress import (
     append_node_logs,
     fail_cluster,

@@ -20,8 +20,9 @@ from django.dispatch import receiver
 from django.template.loader import get_template, render_to_string
 from django.utils.autoreload import file_changed
 
-from clusters import connect, network_tests
+from clusters import connect
 from clusters.models import Cluster, Node, Status
+from clusters.network_test import card
 from clusters.queries import EVENTS_WINDOW, cluster_for_list, cluster_for_push, log_tails, recent_events
 
 # What a node row is rendered from, besides its cluster: every column of the node but the
@@ -310,5 +311,5 @@ def render_network_card(cluster_id: int) -> str:
     cluster = Cluster.objects.select_related("machine_type").filter(pk=cluster_id).first()
     if cluster is None:
         return ""
-    context = _push_context(cluster, network=network_tests.card(cluster))
+    context = _push_context(cluster, network=card.card(cluster))
     return render_to_string("clusters/network.html#network-card", context)

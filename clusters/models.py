@@ -223,7 +223,7 @@ class Cluster(models.Model):
 
     @property
     def unhealthy_nodes(self) -> list[Node]:
-        """Live nodes the last health check found bad (clusters.health), by index. Only a ready
+        """Live nodes the last health check found bad (clusters.node_health), by index. Only a ready
         cluster is checked: on any other, what was last found no longer says anything."""
         if self.status != Status.READY:
             return []
@@ -268,7 +268,7 @@ class Cluster(models.Model):
 
 
 class NodeHealth(models.TextChoices):
-    """What the periodic health check (clusters.health) last saw of a ready node."""
+    """What the periodic health check (clusters.node_health) last saw of a ready node."""
 
     UNKNOWN = "unknown", "Not checked yet"
     HEALTHY = "healthy", "Healthy"
@@ -516,7 +516,7 @@ class NetworkTest(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     # The runner's heartbeat: renewed every few seconds while the test runs
-    # (clusters.network_tests.Heartbeat); a running test whose heartbeat stopped lost its worker.
+    # (clusters.network_test.run.Heartbeat); a running test whose heartbeat stopped lost its worker.
     alive_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True)

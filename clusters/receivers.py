@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from clusters import tasks
+from clusters.network_test import tasks as network_test_tasks
 from clusters.notices import revoke_user_sockets
 
 
@@ -23,7 +24,7 @@ def queue_pass(*, cluster_id: int, **_: object) -> None:
 
 def queue_network_test(*, test_id: int, **_: object) -> None:
     """clusters.notices.network_test_wanted."""
-    tasks.queue_network_test(test_id)
+    network_test_tasks.queue_network_test(test_id)
 
 
 def queue_volume_sync(*, cluster_id: int, **_: object) -> None:

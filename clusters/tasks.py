@@ -9,16 +9,11 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from clusters import enforcement, health, lifecycle, network_tests
+from clusters import enforcement, lifecycle
 from clusters.models import Cluster
 from clusters.providers import get_provider
 from clusters.providers.base import VolumeNotSynced
 from clusters.services.lease import claim_for_sweep, mark_queued
-from clusters.services.network_tests import (
-    claim_lost_network_tests,
-    fail_stale_network_tests,
-    mark_network_test_unqueued,
-)
 from clusters.services.volumes import (
     SYNCABLE,
     SYNCED,
@@ -72,61 +67,6 @@ def sweep_clusters() -> int:
 def meter_and_enforce() -> dict:
     """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
     return enforcement.meter_and_enforce()
-
-
-@shared_task(soft_time_limit=30)
-def check_node_health() -> int:
-    """Beat, every NODE_HEALTH_INTERVAL_SECONDS: queue one health round per ready cluster that
-    is due and not in a round already."""
-    queued = 0
-    for cluster_id in health.due_clusters():
-        if health.is_running(cluster_id):
-            continue
-        try:
-            check_cluster_health.apply_async((cluster_id,), expires=settings.NODE_HEALTH_INTERVAL_SECONDS)
-        except Exception:  # the next beat queues it again
-            log.exception("could not queue a health round for cluster %s", cluster_id)
-            break
-        queued += 1
-    return queued
-
-
-@shared_task(soft_time_limit=settings.NODE_HEALTH_ROUND_SECONDS, time_limit=settings.NODE_HEALTH_ROUND_SECONDS + 15)
-def check_cluster_health(cluster_id: int) -> dict[str, str] | None:
-    if not health.claim(cluster_id):
-        return None  # a round is running for it
-    try:
-        return health.check_cluster(cluster_id)
-    finally:
-        health.release(cluster_id)
-
-
-@shared_task(soft_time_limit=240, time_limit=270)
-def run_network_test(test_id: int) -> str | None:
-    """Run one queued network test (clusters.network_tests); not under the cluster's lease."""
-    return network_tests.run(test_id)
-
-
-def queue_network_test(test_id: int) -> bool:
-    """After a commit: a broker that is down is logged; the sweep queues the test again."""
-    try:
-        run_network_test.delay(test_id)
-    except Exception:  # any broker failure; the sweep is the retry
-        log.exception("could not queue network test %s; the sweep will", test_id)
-        mark_network_test_unqueued(test_id)
-        return False
-    return True
-
-
-@shared_task(soft_time_limit=60)
-def sweep_network_tests() -> dict:
-    """Beat, every SWEEP_INTERVAL_SECONDS: fail running tests whose heartbeat stopped (their
-    worker died); queue again those whose task never reached the broker or never started."""
-    failed = fail_stale_network_tests()
-    lost = claim_lost_network_tests()
-    for test_id in lost:
-        queue_network_test(test_id)
-    return {"failed": failed, "queued_again": len(lost)}
 
 
 @shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)

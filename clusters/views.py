@@ -21,10 +21,10 @@ from clusters.access import get_cluster_for_user
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
 from clusters.images import offer_images
 from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
+from clusters.network_test.services import start_network_test
 from clusters.queries import workspace_instance, workspace_instances
 from clusters.quotas import quota_rows
 from clusters.services.create import create_cluster, plan_cluster, recreate_cluster
-from clusters.services.network_tests import start_network_test
 from clusters.services.progress import retry_install
 from clusters.services.replace import replace_node
 from clusters.services.terminate import refuse_node_termination, terminate_cluster, terminate_instance

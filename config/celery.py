@@ -8,6 +8,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("runcrate")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# A feature of an app that is a package of its own keeps its tasks there (docs/architecture.md).
+app.autodiscover_tasks(["clusters.network_test", "clusters.node_health"])
 
 
 @worker_process_init.connect

@@ -1,6 +1,6 @@
 """The web process: uvicorn serving config.asgi, with a shutdown that always ends.
 
-`python -m config.serve --host 127.0.0.1 --port 8000` is what `make run` (runstack) starts and
+`python -m config.serve --host 127.0.0.1 --port 8000` is what `make run` (config.stack) starts and
 what production runs, N times. On SIGTERM or SIGINT uvicorn stops listening, lets the requests in
 flight finish for up to WEB_SHUTDOWN_GRACE_SECONDS, cancels what is left, and exits. A request
 whose view is stuck in a thread (a lock wait, a call that never returns) could still hold the

@@ -292,13 +292,13 @@ if CELERY_KEY_PREFIX := env_str("CELERY_KEY_PREFIX", ""):
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = CELERY_KEY_PREFIX
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # Webhook deliveries wait on customers' servers: they have a queue of their own, served by a
-# worker of its own (`celery -A config worker -Q webhooks`; runstack starts one), so cluster
+# worker of its own (`celery -A config worker -Q webhooks`; config.stack starts one), so cluster
 # work never queues behind a slow receiver (docs/webhooks.md).
 WEBHOOK_QUEUE = "webhooks"
 CELERY_TASK_ROUTES = {"webhooks.tasks.send_webhook": {"queue": WEBHOOK_QUEUE}}
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 10)
 METERING_INTERVAL_SECONDS = env_int("METERING_INTERVAL_SECONDS", 60)
-# Node health (clusters.health): a round per ready cluster every interval, one SSH session per
+# Node health (clusters.node_health): a round per ready cluster every interval, one SSH session per
 # node; a round that runs longer than NODE_HEALTH_ROUND_SECONDS is cut off.
 NODE_HEALTH_INTERVAL_SECONDS = env_int("NODE_HEALTH_INTERVAL_SECONDS", 30)
 NODE_HEALTH_ROUND_SECONDS = env_int("NODE_HEALTH_ROUND_SECONDS", 60)
@@ -322,8 +322,8 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
     "send-pending-notifications": {"task": "notifications.tasks.send_pending_notifications", "schedule": 60.0},
-    "check-node-health": {"task": "clusters.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
-    "sweep-network-tests": {"task": "clusters.tasks.sweep_network_tests", "schedule": float(SWEEP_INTERVAL_SECONDS)},
+    "check-node-health": {"task": "clusters.node_health.tasks.check_node_health", "schedule": float(NODE_HEALTH_INTERVAL_SECONDS)},
+    "sweep-network-tests": {"task": "clusters.network_test.tasks.sweep_network_tests", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "send-due-webhooks": {"task": "webhooks.tasks.send_due_webhooks", "schedule": 15.0},
     "collect-metrics": {"task": "metrics.tasks.collect_metrics", "schedule": float(METRICS_INTERVAL_SECONDS)},
     "roll-up-metrics": {"task": "metrics.tasks.roll_up_metrics", "schedule": 60.0},
@@ -333,7 +333,7 @@ CELERY_BEAT_SCHEDULE = {
 AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 400)
 if AUDIT_RETENTION_DAYS < 1:
     raise ImproperlyConfigured("AUDIT_RETENTION_DAYS must be at least 1")
-# The network test (clusters.network_tests): run once by itself when a cluster becomes ready
+# The network test (clusters.network_test): run once by itself when a cluster becomes ready
 # (off in tests, which start it where they mean to). A running test's runner beats every
 # NETWORK_TEST_HEARTBEAT_SECONDS; one whose last beat is NETWORK_TEST_STALE_SECONDS old lost
 # its worker (the sweep fails it, and a new test may start).

@@ -10,9 +10,9 @@ from ninja import Query, Router, Status
 from api import rows, schemas
 from api.app import context, not_found, ok, responses
 from api.endpoints.clusters import get_cluster
-from clusters import network_tests
 from clusters.models import NetworkTest
-from clusters.services import network_tests as network_test_services
+from clusters.network_test import card
+from clusters.network_test import services as network_test_services
 
 router = Router(tags=["Network tests"])
 
@@ -20,7 +20,7 @@ NETWORK_TEST = schemas.envelope(schemas.NetworkTest)
 
 
 def _fresh(test_id: int) -> NetworkTest:
-    return network_tests.with_pairs(NetworkTest.objects.filter(pk=test_id)).get()
+    return card.with_pairs(NetworkTest.objects.filter(pk=test_id)).get()
 
 
 @router.post("clusters/{cluster_id}/network-tests", operation_id="startNetworkTest",
@@ -48,7 +48,7 @@ def list_network_tests(request: HttpRequest, cluster_id: schemas.PathId, pages: 
             summary="One network test with every measured pair", response=responses({200: NETWORK_TEST}))
 def network_test_detail(request: HttpRequest, cluster_id: schemas.PathId, test_id: schemas.PathId) -> dict[str, Any]:
     cluster = get_cluster(request, cluster_id)
-    test = network_tests.with_pairs(cluster.network_tests.filter(pk=test_id)).first()
+    test = card.with_pairs(cluster.network_tests.filter(pk=test_id)).first()
     if test is None:
         raise not_found("That network test")
     return ok(test)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clusters.nodeops.operations import HEALTH_POLICY, _run, _Session
+from clusters.node_health.node import HEALTH_POLICY
+from clusters.nodeops.operations import _run, _Session
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec
 

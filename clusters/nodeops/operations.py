@@ -21,9 +21,10 @@ import re
 import secrets as _secrets
 import string
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -33,23 +34,16 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.x509.oid import NameOID
 
 from .parsers import (
-    UNREACHABLE,
-    HealthReport,
-    NcclRow,
-    NodeHealthVerdict,
     NodeReadiness,
-    all_reduce_average_busbw,
-    all_reduce_perf_rows,
-    iperf3_result,
-    judge_health,
     kubernetes_readiness,
-    parse_health_report,
-    ping_average_ms,
     ray_readiness,
     slurm_readiness,
 )
 from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, RetryPolicy, load_script
 from .targets import PRIVATE_NETWORK, WIREGUARD_PORT, ClusterSpec, NodeTarget
+
+if TYPE_CHECKING:
+    from clusters.node_health.parsers import NodeHealthVerdict
 
 FAULTS = ("install_fails", "never_joins")
 SANDBOX_JOIN_WAIT = 3
@@ -386,7 +380,7 @@ class _Session:
 def _run(
     spec: ClusterSpec,
     nodes: Iterable[NodeTarget],
-    script_name: str,
+    script: str | Path,
     step: str,
     runner: NodeRunner,
     on_output: OutputCallback | None,
@@ -406,7 +400,7 @@ def _run(
         deadline = policy.command_timeout if timeout is None else min(policy.command_timeout, timeout)
     return runner.run(
         nodes,
-        load_script(script_name, standins=needs_standins(env)),
+        load_script(script, standins=needs_standins(env)),
         step=step,
         env=env,
         node_env=node_env,
@@ -783,265 +777,3 @@ def stop(
     # Each node's first phase that failed is what its result reports.
     return StepResult("stop", {n.name: network[n.name] if software[n.name].ok and n.name in network
                                else software[n.name] for n in nodes})
-
-
-# How hard one health round tries a node: a machine that does not answer within seconds is
-# unreachable for this round (the next round asks again), and one round never outlasts an
-# interval by much.
-# Its output is a few lines a node (the head's software status: a line a node): a session
-# that prints more is cut off (a node's rc file can print anything).
-HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0,
-                            max_output=1024 * 1024)
-
-
-def health_ring(spec: ClusterSpec) -> NodeEnv:
-    """RUNCRATE_HEALTH_RING for each node: the private addresses of the nodes just before and
-    just after it by index, wrapping round (one in a two-node cluster), which health.sh pings."""
-    ordered = sorted(spec.nodes, key=lambda node: node.index)
-    position = {node.name: place for place, node in enumerate(ordered)}
-
-    def ring(node: NodeTarget) -> dict[str, str]:
-        place = position[node.name]
-        neighbours = dict.fromkeys(
-            ordered[(place + step) % len(ordered)].private_ip for step in (-1, 1) if len(ordered) > 1
-        )
-        return {"RUNCRATE_HEALTH_RING": " ".join(neighbours)}
-
-    return ring
-
-
-# The verdict's detail for a machine its provider knows has stopped (a local node whose PID 1
-# exited): the customer's words, not how it was found out.
-MACHINE_STOPPED = "The machine stopped"
-
-
-def check_health(
-    spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
-    ping_wait: int = 2, stopped: Iterable[str] | Mapping[str, str] = (),
-) -> StepResult:
-    """One round of the periodic health check: health.sh on every node at once, one SSH
-    session each (over the runner's kept connection when it has one). `result.health` has
-    every node's verdict: healthy, unreachable, network_down or software_down, with why.
-    `stopped` names machines the provider knows have stopped: they are not asked, and are
-    unreachable because "The machine stopped", or the provider's own words for each (a mapping:
-    "node-3's host stopped answering")."""
-    env = {"RUNCRATE_HEALTH_PING_WAIT": str(ping_wait)}
-    ring = health_ring(spec)
-    why_stopped = dict(stopped) if isinstance(stopped, Mapping) else dict.fromkeys(stopped, MACHINE_STOPPED)
-    asked = [node for node in spec.nodes if node.name not in why_stopped]
-    with _Session(runner) as session:
-        results = _run(spec, asked, "health.sh", "health", session, on_output, extra_env=env, node_env=ring,
-                       policy=HEALTH_POLICY)
-        # A node that did not answer while every node was being asked at once is asked once
-        # more on its own, after the others finished: a login that timed out under the load
-        # of the round itself is no verdict. Only a node that fails this second time too is
-        # unreachable.
-        again = [node for node in asked if results[node.name].unreachable]
-        if again:
-            results.update(_run(spec, again, "health.sh", "health", session, on_output, extra_env=env, node_env=ring,
-                                policy=HEALTH_POLICY))
-    # A stopped machine answers nothing; its peers' failed pings to it are its own (judged
-    # like any node that could not be asked).
-    reports: dict[str, HealthReport | str] = {node.name: why_stopped[node.name] for node in spec.nodes
-                                              if node.name in why_stopped}
-    for name, result in results.items():
-        if result.unreachable:
-            # "node-1 (host:port) unreachable after 2 attempts: TimeoutError: ..." -> the kind only.
-            kind = result.error.rpartition(" attempts: ")[2].split(":", 1)[0] or "no answer"
-            reports[name] = f"no answer after {result.attempts} attempts ({kind})"
-        else:
-            report = parse_health_report(result.stdout)
-            if result.cut_off:
-                reports[name] = f"its health check {result.error}"
-            else:
-                reports[name] = report if report.printed_anything else (result.error or "the check printed nothing")
-    health = judge_health(reports, spec.software, head=spec.head.name)
-    for name in why_stopped.keys() & set(health):
-        health[name] = NodeHealthVerdict(name, UNREACHABLE, why_stopped[name])
-    return StepResult("check_health", results, health=health, detail=spec.software)
-
-
-# -- the network test ------------------------------------------------------------------
-
-# All ordered pairs are measured one by one (a node in one pair at a time) up to this many
-# nodes; a larger cluster is measured by the ring only (its pairs would take too long).
-ALL_PAIRS_MAX_NODES = 8
-NETWORK_TEST_SECONDS = 2
-
-
-@dataclass(frozen=True)
-class PairMeasurement:
-    """One direction between two nodes: `source` sent to `target` (node names)."""
-
-    phase: str  # "ring" (every node to the next at once) | "pairs" (one pair per node at a time)
-    source: str
-    target: str
-    gbps: float | None
-    latency_ms: float | None
-    error: str = ""
-
-
-@dataclass
-class NetworkTestResult:
-    method: str  # "iperf3" | "nccl"
-    pairs: list[PairMeasurement] = field(default_factory=list)
-    nccl_rows: list[NcclRow] = field(default_factory=list)
-    nccl_average_busbw_gbs: float | None = None
-    # Why the test could not run (or stopped); empty when every measurement was taken.
-    error: str = ""
-    stopped: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-class NetworkTestReport:
-    """What the caller hears while a network test runs. The default hears nothing."""
-
-    def started(self, method: str) -> None:
-        """The method is known (after every node answered the probe)."""
-
-    def measured(self, pairs: list[PairMeasurement]) -> None:
-        """One round's pairs finished (called from the caller's thread, in round order)."""
-
-    def keep_going(self) -> bool:
-        """Asked before every round: False stops the test (the cluster is going away)."""
-        return True
-
-
-# action(nodes, name, node_env): run network_test.sh's action `name` on `nodes`.
-_Action = Callable[..., dict[str, NodeResult]]
-
-
-def ring_round(count: int) -> list[tuple[int, int]]:
-    """Every node to the next one, all at once (positions in the node list)."""
-    return [(i, (i + 1) % count) for i in range(count)] if count > 1 else []
-
-
-def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
-    """Every ordered pair once, in rounds where each node is in at most one pair (as sender
-    or receiver): the circle method pairs the nodes up, each pairing runs both ways."""
-    players: list[int | None] = [*range(count), *([None] if count % 2 else [])]
-    rounds: list[list[tuple[int, int]]] = []
-    for _ in range(len(players) - 1):
-        half = len(players) // 2
-        matches = [(a, b) for a, b in zip(players[:half], reversed(players[half:]), strict=True)
-                   if a is not None and b is not None]
-        rounds.append([(a, b) for a, b in matches])
-        rounds.append([(b, a) for a, b in matches])
-        players = [players[0], players[-1], *players[1:-1]]
-    return [r for r in rounds if r]
-
-
-def _failure(result: NodeResult) -> str:
-    return (result.tail(2) or result.error or f"exit status {result.exit_code}").strip()[-240:]
-
-
-def _pair_failure(result: NodeResult, target: str) -> str:
-    """Why one pair has no figure, in the customer's words: the tool's last line of complaint
-    (never the script's own step and section markers), or that nothing came back."""
-    said = [line.strip() for line in (result.stdout + "\n" + result.stderr).splitlines()
-            if line.strip() and not line.lstrip().startswith("::")]
-    if said:
-        return said[-1][-200:]
-    return f"no measurement came back from {target}"
-
-
-def network_test(
-    spec: ClusterSpec,
-    *,
-    runner: NodeRunner | None = None,
-    on_output: OutputCallback | None = None,
-    report: NetworkTestReport | None = None,
-    prefer_nccl: bool = False,
-    seconds: int = NETWORK_TEST_SECONDS,
-    all_pairs: bool | None = None,
-) -> NetworkTestResult:
-    """Measure the private network: an iperf3 server on every node, then the ring (every
-    node sends to the next at once), then every ordered pair (clusters of up to
-    ALL_PAIRS_MAX_NODES), each pair with its ping latency. With `prefer_nccl` and GPUs,
-    nccl-tests and mpirun on every node, nccl-tests' all_reduce_perf across every node
-    instead. Results reach `report` as each round ends; `report.keep_going()` is asked
-    before every round."""
-    report = report or NetworkTestReport()
-    env = {"RUNCRATE_NETTEST_SECONDS": str(seconds)}
-    with _Session(runner) as session:
-
-        def action(nodes: Iterable[NodeTarget], name: str, node_env: NodeEnv | None = None) -> dict[str, NodeResult]:
-            return _run(spec, nodes, "network_test.sh", f"network_test_{name}", session, on_output,
-                        {**env, "RUNCRATE_NETTEST_ACTION": name}, node_env)
-
-        served = action(spec.nodes, "serve")
-        try:
-            broken = [r for r in served.values() if not r.ok]
-            if broken:
-                return NetworkTestResult("iperf3", error="; ".join(f"{r.name}: {_failure(r)}" for r in broken))
-            probes = {name: _probe(result.stdout) for name, result in served.items()}
-            result = NetworkTestResult("iperf3")
-            if prefer_nccl:
-                missing = [name for name, p in probes.items()
-                           if p.get("gpus", "0") in ("", "0") or p.get("nccl_tests", "none") == "none"
-                           or p.get("mpirun") != "yes"]
-                if missing:
-                    result.notes.append(
-                        "nccl-tests (all_reduce_perf), mpirun or a GPU is missing on " + ", ".join(missing)
-                        + ": measured with iperf3 over the private network instead"
-                    )
-                else:
-                    result.method = "nccl"
-            report.started(result.method)
-            if result.method == "nccl":
-                return _nccl(spec, action, report, result)
-            count = len(spec.nodes)
-            rounds = [("ring", ring_round(count))]
-            if all_pairs if all_pairs is not None else count <= ALL_PAIRS_MAX_NODES:
-                rounds += [("pairs", r) for r in pair_rounds(count)]
-            for phase, pairs in rounds:
-                if not report.keep_going():
-                    result.stopped = True
-                    result.error = "stopped: the cluster is no longer ready"
-                    return result
-                measured = _measure(spec, action, phase, pairs)
-                result.pairs.extend(measured)
-                report.measured(measured)
-            return result
-        finally:
-            action(spec.nodes, "stop")
-
-
-def _probe(stdout: str) -> dict[str, str]:
-    for line in stdout.splitlines():
-        if line.startswith("PROBE "):
-            return dict(word.split("=", 1) for word in line.split()[1:] if "=" in word)
-    return {}
-
-
-def _measure(spec: ClusterSpec, action: _Action, phase: str, pairs: list[tuple[int, int]]) -> list[PairMeasurement]:
-    """One round: every source measures its target at once."""
-    targets = {spec.nodes[s].name: spec.nodes[t] for s, t in pairs}
-
-    def node_env(node: NodeTarget) -> dict[str, str]:
-        target = targets[node.name]
-        return {"RUNCRATE_NETTEST_TARGET": f"{target.name} {target.private_ip}"}
-
-    results = action([spec.nodes[s] for s, _ in pairs], "measure", node_env)
-    measured = []
-    for source, target in targets.items():
-        node_result = results[source]
-        iperf = iperf3_result(_between(node_result.stdout, f"::begin-iperf3 {target.name}::", "::end-iperf3::"))
-        latency = ping_average_ms(_between(node_result.stdout, f"::begin-ping {target.name}::", "::end-ping::"))
-        error = "" if node_result.ok else _pair_failure(node_result, target.name)
-        measured.append(PairMeasurement(phase, source, target.name, iperf.gbps if not error else None, latency,
-                                        error or iperf.error))
-    return measured
-
-
-def _nccl(spec: ClusterSpec, action: _Action, report: NetworkTestReport, result: NetworkTestResult) -> NetworkTestResult:
-    if not report.keep_going():
-        result.stopped, result.error = True, "stopped: the cluster is no longer ready"
-        return result
-    head = action([spec.head], "nccl")[spec.head.name]
-    output = _between(head.stdout, "::begin-nccl::", "::end-nccl::")
-    result.nccl_rows = all_reduce_perf_rows(output)
-    result.nccl_average_busbw_gbs = all_reduce_average_busbw(output)
-    if not head.ok or not result.nccl_rows:
-        result.error = f"all_reduce_perf did not finish: {_failure(head)}"
-    return result

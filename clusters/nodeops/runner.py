@@ -131,11 +131,11 @@ STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "local" / "standins
 REMOTE_COMMAND = "BASH_ENV= ENV= exec bash --noprofile --norc -c 'eval \"$(cat)\"'"
 
 
-def load_script(name: str, *, standins: bool = False) -> str:
+def load_script(script: str | Path, *, standins: bool = False) -> str:
     """The text bash receives: the shared helpers, the stand-in overlay when asked, then the
-    named script."""
+    script: one of scripts/ by name, or a feature's own (clusters/node_health/health.sh) by path."""
     lib = (SCRIPTS_DIR / "lib.sh").read_text()
-    body = (SCRIPTS_DIR / name).read_text()
+    body = (script if isinstance(script, Path) else SCRIPTS_DIR / script).read_text()
     overlay = STANDINS_OVERLAY.read_text() + "\n" if standins else ""
     return lib + "\n" + overlay + body
 

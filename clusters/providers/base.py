@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from clusters.image_facts import ImageFacts
     from clusters.models import Cluster, Node
+    from clusters.network_test.node import NetworkTestReport, NetworkTestResult
     from clusters.nodeops.metrics import MetricsRound
-    from clusters.nodeops.operations import NetworkTestReport, NetworkTestResult
     from offers.models import MachineType
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class Provider(abc.ABC):
         return None
 
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport] | None:
-        """One round of the periodic health check of a ready cluster's `nodes` (clusters.health):
+        """One round of the periodic health check of a ready cluster's `nodes` (clusters.node_health):
         each node's health and why. None: this driver has nothing it could check."""
         return None
 
@@ -172,9 +172,9 @@ class Provider(abc.ABC):
         raise VolumeNotSynced(f"The {self.name} provider has no machines to copy a volume from.")
 
     def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
-        """Measure what the private network carries between `nodes` (clusters.network_tests).
+        """Measure what the private network carries between `nodes` (clusters.network_test).
         A driver without machines to measure says so; it never makes figures up."""
-        from clusters.nodeops.operations import NetworkTestResult
+        from clusters.network_test.node import NetworkTestResult
 
         return NetworkTestResult("iperf3", error=f"The {self.name} provider has no network to measure.")
 

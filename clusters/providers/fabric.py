@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING
 
 from accounts.sshkeys import node_payload
 from clusters.models import Software
+from clusters.network_test import node as network_test_node
+from clusters.network_test.node import NetworkTestReport, NetworkTestResult
+from clusters.node_health import node as health_node
 from clusters.nodeops import operations
 from clusters.nodeops.metrics import collect_metrics
-from clusters.nodeops.operations import ClusterSecrets, NetworkTestReport, NetworkTestResult, StepResult
+from clusters.nodeops.operations import ClusterSecrets, StepResult
 from clusters.nodeops.runner import NodeResult, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.base import (
@@ -66,7 +69,7 @@ class HealthRunners:
 
     def get(self, cluster_id: int) -> NodeRunner:
         with self._lock:
-            runner = self._runners.pop(cluster_id, None) or NodeRunner(operations.HEALTH_POLICY, keep_connections=True)
+            runner = self._runners.pop(cluster_id, None) or NodeRunner(health_node.HEALTH_POLICY, keep_connections=True)
             self._runners[cluster_id] = runner
             evicted = []
             while len(self._runners) > self.size:
@@ -229,7 +232,7 @@ class FabricProvider(Provider):
         if not any(node.index == 0 for node in nodes):
             return None  # the head answers for the software: no round without it
         spec = self.spec_for(cluster, nodes)
-        result = operations.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk), stopped=self.stopped_machines(nodes))
+        result = health_node.check_health(spec, runner=HEALTH_RUNNERS.get(cluster.pk), stopped=self.stopped_machines(nodes))
         return {name: NodeHealthReport(verdict.health, verdict.detail) for name, verdict in result.health.items()}
 
     def stopped_machines(self, nodes: list[Node]) -> dict[str, str]:
@@ -298,7 +301,7 @@ class FabricProvider(Provider):
     def network_test(self, cluster: Cluster, nodes: list[Node], report: NetworkTestReport) -> NetworkTestResult:
         spec = self.spec_for(cluster, nodes)
         with self._runner() as runner:
-            return operations.network_test(
+            return network_test_node.network_test(
                 spec, runner=runner, report=report, prefer_nccl=self.measures_with_nccl(cluster)
             )
 

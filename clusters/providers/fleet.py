@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusters.nodeops.operations import MACHINE_STOPPED
+from clusters.node_health.node import MACHINE_STOPPED
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState
 from clusters.providers.local import realnodes

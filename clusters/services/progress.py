@@ -16,8 +16,8 @@ from billing import services as billing
 from clusters import emails as cluster_emails
 from clusters.errors import Conflict
 from clusters.models import Cluster, Node, NodeHealth, NodeStep, Reason, Software, Status
+from clusters.network_test.services import network_test_after_ready
 from clusters.services.common import SYSTEM, after_commit_changed, record_event, transition
-from clusters.services.network_tests import network_test_after_ready
 from config.bulk import lock_rows, update_rows
 from offers import inventory
 

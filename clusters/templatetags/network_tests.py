@@ -7,12 +7,12 @@ from typing import Any
 
 from django import template
 
-from clusters import network_tests
 from clusters.models import Cluster
+from clusters.network_test import card
 
 register = template.Library()
 
 
 @register.simple_tag
 def network_card(cluster: Cluster) -> dict[str, Any]:
-    return network_tests.card(cluster)
+    return card.card(cluster)

@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from clusters import tasks
 from clusters.models import NetworkTest
-from clusters.nodeops.operations import PairMeasurement
-from clusters.services.network_tests import (
+from clusters.network_test import tasks as network_test_tasks
+from clusters.network_test.node import PairMeasurement
+from clusters.network_test.services import (
     claim_network_test,
     finish_network_test,
     record_network_pairs,
@@ -74,7 +74,7 @@ def test_a_test_of_another_cluster_is_404_under_this_one(api, environment, machi
 def test_simulated_machines_have_no_network_to_measure_and_the_test_says_so(api, environment, machine_type):
     cluster = ready_cluster(environment, machine_type)
     _, body = api.post(f"/clusters/{cluster.pk}/network-tests")
-    assert tasks.run_network_test(body["data"]["id"]) == "failed"
+    assert network_test_tasks.run_network_test(body["data"]["id"]) == "failed"
     status, body = api.get(f"/clusters/{cluster.pk}/network-tests/{body['data']['id']}")
     assert status == 200
     assert body["data"]["status"] == "failed" and "no network to measure" in body["data"]["detail"]
@@ -138,7 +138,7 @@ def test_a_test_left_running_by_a_dead_worker_is_failed_by_the_sweep_and_a_new_o
     NetworkTest.objects.filter(pk=test.pk).update(
         alive_at=timezone.now() - dt.timedelta(seconds=settings.NETWORK_TEST_STALE_SECONDS + 1)
     )
-    assert tasks.sweep_network_tests() == {"failed": 1, "queued_again": 0}
+    assert network_test_tasks.sweep_network_tests() == {"failed": 1, "queued_again": 0}
     test.refresh_from_db()
     assert test.status == "failed" and "stopped before it finished" in test.detail
     # A late round from the dead worker's test is not recorded.
@@ -149,12 +149,12 @@ def test_a_test_left_running_by_a_dead_worker_is_failed_by_the_sweep_and_a_new_o
 def test_a_queued_test_whose_task_was_lost_is_queued_again_by_the_sweep(environment, machine_type, settings):
     cluster = ready_cluster(environment, machine_type, machines=2)
     test = start_network_test(cluster, actor="alice")
-    assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
+    assert network_test_tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
     NetworkTest.objects.filter(pk=test.pk).update(
         queued_at=timezone.now() - dt.timedelta(seconds=settings.CLUSTER_QUEUED_GRACE_SECONDS + 1)
     )
     # Tasks run inline here: queued again means it ran (simulated machines: it fails, saying why).
-    assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}
+    assert network_test_tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}
     test.refresh_from_db()
     assert test.status == "failed" and "no network to measure" in test.detail
 
@@ -163,7 +163,7 @@ def test_a_queued_test_of_a_cluster_terminated_before_it_ran_is_not_run(api, env
     cluster = ready_cluster(environment, machine_type, machines=2)
     test = start_network_test(cluster, actor="alice")
     terminate_cluster(cluster, actor="alice")
-    assert tasks.run_network_test(test.pk) == "failed"
+    assert network_test_tasks.run_network_test(test.pk) == "failed"
     test.refresh_from_db()
     assert test.detail == "Not run: the cluster is terminating." and not test.pairs.exists()
     status, body = api.post(f"/clusters/{cluster.pk}/network-tests")

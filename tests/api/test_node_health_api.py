@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import health
+from clusters.node_health import rounds
 from clusters.services.create import create_cluster
 from offers.models import Host, HostFault
 
@@ -29,7 +29,7 @@ def test_each_node_carries_its_health_and_the_cluster_counts_the_bad_ones(api, d
     assert body["data"]["unhealthy_nodes"] == 0
 
     Host.objects.filter(nodes__cluster=cluster, nodes__index=1).update(fault=HostFault.NEVER_JOINS)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     for client in (api, dev_api):
         status, body = client.get(f"/clusters/{cluster.pk}")
         nodes = body["data"]["nodes"]
@@ -42,6 +42,6 @@ def test_each_node_carries_its_health_and_the_cluster_counts_the_bad_ones(api, d
 
 
 def test_another_workspace_cannot_read_a_clusters_node_health(outsider_api, cluster):
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     status, body = outsider_api.get(f"/clusters/{cluster.pk}")
     assert status == 404 and body["error"]["code"] == "not_found"

@@ -138,7 +138,7 @@ def test_the_spend_chart_draws_no_cumulative_line_into_days_to_come():
 
 
 def test_emails_link_to_the_port_make_run_serves_on():
-    from clusters.management.commands.runstack import site_environment
+    from config.stack import site_environment
 
     assert site_environment({}, "127.0.0.1", 8106)["SITE_URL"] == "http://127.0.0.1:8106"
     assert site_environment({"SITE_URL": "https://clusters.example"}, "127.0.0.1", 8106)["SITE_URL"] == "https://clusters.example"

@@ -5,8 +5,8 @@ below it:
         < clusters < metrics < quotes < api
 
 runcrate_client (the CLI and MCP server) imports none of them: it speaks to the API. Entry
-points that wire everything together (config's settings, URLs, ASGI and Celery app, management
-commands, migrations) are left out.
+points that wire everything together (config's settings, URLs, ASGI and Celery app, the stack
+`make run` starts, management commands, migrations) are left out.
 
 What counts as a dependency of a module:
 - every import, function-level ones too (a deferred import is a loop all the same);
@@ -36,7 +36,8 @@ from django.conf import settings
 LAYERS = ["config", "audit.models", "audit.recording", "accounts", "audit", "notifications", "offers", "webhooks",
           "billing", "clusters", "metrics", "quotes", "api"]
 APPS = [*dict.fromkeys(layer.split(".")[0] for layer in LAYERS), "runcrate_client"]
-WIRING = {"config/settings.py", "config/urls.py", "config/asgi.py", "config/celery.py", "config/wsgi.py"}
+WIRING = {"config/settings.py", "config/urls.py", "config/asgi.py", "config/celery.py", "config/wsgi.py",
+          "config/stack.py"}
 IMPORT, DOTTED, MODEL = "import", "dotted", "model"
 _DOTTED = re.compile(r"^({})(\.[A-Za-z_]\w*)+$".format("|".join(APPS)))
 

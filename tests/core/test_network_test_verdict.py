@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusters.models import NetworkTest, NetworkTestPair
-from clusters.services.network_tests import network_test_verdict
+from clusters.network_test.services import network_test_verdict
 
 PAIRS, RING = NetworkTestPair.Phase.PAIRS, NetworkTestPair.Phase.RING
 

@@ -10,10 +10,12 @@ import time
 import pytest
 from django.utils import timezone
 
-from clusters import network_tests, tasks
+from clusters import tasks
 from clusters.models import Cluster, NetworkTest, Status
+from clusters.network_test import run
+from clusters.network_test import tasks as network_test_tasks
+from clusters.network_test.services import claim_network_test, start_network_test
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import claim_network_test, start_network_test
 from offers.models import Host
 from tests.api.conftest import drive, make_cluster
 from tests.factories import machine_type_with_hosts
@@ -44,7 +46,7 @@ def booting(environment):
 @pytest.fixture
 def ready(environment, monkeypatch):
     """A ready cluster whose network tests are queued, not run inline: the test drives them."""
-    monkeypatch.setattr(tasks.run_network_test, "delay", lambda test_id: None)
+    monkeypatch.setattr(network_test_tasks.run_network_test, "delay", lambda test_id: None)
     cluster = make_cluster(environment, machine_type_with_hosts(2), name="net", machines=2)
     drive(cluster)
     assert cluster.status == Status.READY
@@ -71,7 +73,7 @@ def test_a_network_test_whose_worker_died_fails_within_half_a_minute_and_a_new_o
     # The runner's last heartbeat was 25 s ago; the test started 26 s ago.
     NetworkTest.objects.filter(pk=test.pk).update(started_at=ago(26), alive_at=ago(25))
     assert settings.NETWORK_TEST_STALE_SECONDS + settings.SWEEP_INTERVAL_SECONDS <= RECOVERY_SECONDS + 5
-    assert tasks.sweep_network_tests()["failed"] == 1
+    assert network_test_tasks.sweep_network_tests()["failed"] == 1
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.FAILED
     assert start_network_test(ready, actor="alice").status == NetworkTest.Status.QUEUED
 
@@ -80,7 +82,7 @@ def test_a_long_network_test_whose_runner_is_alive_is_left_running(ready):
     test = start_network_test(ready, actor="alice")
     claim_network_test(test.pk)
     NetworkTest.objects.filter(pk=test.pk).update(started_at=ago(600), alive_at=ago(2))
-    assert tasks.sweep_network_tests()["failed"] == 0
+    assert network_test_tasks.sweep_network_tests()["failed"] == 0
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.RUNNING
 
 
@@ -88,7 +90,7 @@ def test_the_runner_beats_while_it_measures(ready):
     test = start_network_test(ready, actor="alice")
     claim_network_test(test.pk)
     NetworkTest.objects.filter(pk=test.pk).update(alive_at=ago(60))
-    with network_tests.Heartbeat(test.pk, interval=0.1):
+    with run.Heartbeat(test.pk, interval=0.1):
         time.sleep(0.5)
     alive_at = NetworkTest.objects.get(pk=test.pk).alive_at
     assert alive_at is not None and alive_at > ago(5)
@@ -98,13 +100,13 @@ def test_a_network_test_queued_while_redis_was_down_is_queued_by_the_first_sweep
     def broker_down(*args, **kwargs):
         raise ConnectionError("Redis is down")
 
-    monkeypatch.setattr(tasks.run_network_test, "delay", broker_down)
+    monkeypatch.setattr(network_test_tasks.run_network_test, "delay", broker_down)
     test = start_network_test(ready, actor="alice")  # its publish failed after the commit
     assert NetworkTest.objects.get(pk=test.pk).status == NetworkTest.Status.QUEUED
 
     ran: list[int] = []
-    monkeypatch.setattr(tasks.run_network_test, "delay", lambda test_id: ran.append(test_id))
+    monkeypatch.setattr(network_test_tasks.run_network_test, "delay", lambda test_id: ran.append(test_id))
     # Redis is back a few seconds later: the very next sweep queues it, no grace to sit out.
-    assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}
+    assert network_test_tasks.sweep_network_tests() == {"failed": 0, "queued_again": 1}
     assert ran == [test.pk]
-    assert tasks.sweep_network_tests()["queued_again"] == 0  # and not again while it waits its turn
+    assert network_test_tasks.sweep_network_tests()["queued_again"] == 0  # and not again while it waits its turn

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from clusters.management.commands.runstack import Child, worker_command
+from config.stack import Child, worker_command
 
 
 def test_a_process_of_the_stack_that_exits_is_started_again(tmp_path):
@@ -32,8 +32,8 @@ def test_the_worker_runs_a_pool_that_survives_a_redis_outage():
 
 
 def test_webhook_deliveries_go_to_a_queue_that_only_the_webhook_worker_takes():
-    from clusters.management.commands.runstack import worker_commands
     from config.celery import app
+    from config.stack import worker_commands
 
     def queue_of(task: str) -> str:
         return app.amqp.router.route({}, task)["queue"].name

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from clusters.management.commands.runstack import Child, accepts_connections, web_command
+from config.stack import Child, accepts_connections, web_command
 from tests.live.processes import free_port, wait_for
 
 

@@ -13,9 +13,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from clusters.models import NetworkTest
-from clusters.nodeops.operations import PairMeasurement
+from clusters.network_test.node import PairMeasurement
+from clusters.network_test.services import claim_network_test, finish_network_test, record_network_pairs
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import claim_network_test, finish_network_test, record_network_pairs
 from clusters.services.terminate import terminate_cluster
 from tests.client.client_support import REPO_ROOT, runcrate_env
 from tests.e2e_client.test_mcp_live import call, refused

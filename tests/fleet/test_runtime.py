@@ -163,8 +163,8 @@ def test_a_slurm_cluster_boots_on_a_lab_host_through_its_runtime_and_its_custome
 def test_a_host_that_stops_answering_turns_its_nodes_unhealthy_in_customer_words_and_goes_down_out_of_sale(
     lab, environment, owner, settings, tmp_path
 ):
-    from clusters import tasks
     from clusters.models import NodeHealth
+    from clusters.node_health import tasks
     from offers.inventory import list_offers
 
     from .conftest import lab_hosts

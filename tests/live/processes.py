@@ -1,5 +1,5 @@
 """Real processes for tests of outages and crashes: a private redis-server on a port of its
-own, and Celery workers and beat started as runstack starts them, against this test's database."""
+own, and Celery workers and beat started as config.stack starts them, against this test's database."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from clusters.management.commands.runstack import beat_command, worker_command
+from config.stack import beat_command, worker_command
 
 BASE_DIR = Path(settings.BASE_DIR)
 

@@ -25,8 +25,8 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.models import Role
-from clusters.management.commands.runstack import web_command
 from clusters.models import Cluster, Status
+from config.stack import web_command
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 

@@ -11,9 +11,9 @@ import pytest
 
 from accounts.models import Role
 from clusters.models import NetworkTest
-from clusters.nodeops.operations import PairMeasurement
+from clusters.network_test.node import PairMeasurement
+from clusters.network_test.services import claim_network_test, finish_network_test, record_network_pairs
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import claim_network_test, finish_network_test, record_network_pairs
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.test_browser import CHROMIUM, PHONE, SCREENSHOTS, WAIT_MS, Stack, stack  # noqa: F401 - fixture
 from tests.live.test_dashboard_rules import browse

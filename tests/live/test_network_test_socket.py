@@ -6,9 +6,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from clusters.models import NetworkTest
-from clusters.nodeops.operations import PairMeasurement
+from clusters.network_test.node import PairMeasurement
+from clusters.network_test.services import claim_network_test, record_network_pairs
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import claim_network_test, record_network_pairs
 from tests.live.test_sockets import TIMEOUT, close_layer, communicator, receive_until, session_cookie  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("isolated_channel_layer")]

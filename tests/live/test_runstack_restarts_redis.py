@@ -63,7 +63,7 @@ def test_runstack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(tm
                 "SWEEP_INTERVAL_SECONDS": "2", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "DB_POOL_SIZE": "2",
                 "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"})
     log = tmp_path / "runstack.log"
-    stack = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(port)], cwd=BASE_DIR, env=env,
+    stack = subprocess.Popen([sys.executable, "-m", "config.stack", "--port", str(port)], cwd=BASE_DIR, env=env,
                              stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     workspace = WorkspaceFactory()
     owner = MembershipFactory(workspace=workspace, user=UserFactory(username="redis"), role=Role.OWNER).user

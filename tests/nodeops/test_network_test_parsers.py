@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from clusters.nodeops.operations import pair_rounds, ring_round
-from clusters.nodeops.parsers import (
+from clusters.network_test.node import pair_rounds, ring_round
+from clusters.network_test.parsers import (
     all_reduce_average_busbw,
     all_reduce_perf_rows,
     iperf3_result,

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from clusters.nodeops.parsers import (
+from clusters.node_health.parsers import (
     HealthReport,
     judge_health,
     parse_health_report,

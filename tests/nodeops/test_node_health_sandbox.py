@@ -1,13 +1,13 @@
-"""The health round (scripts/health.sh + operations.check_health) against real sshd
+"""The health round (clusters/node_health: health.sh + node.check_health) against real sshd
 processes on loopback addresses, with the sandbox's stand-ins for wg0 and the daemons."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
+from clusters.node_health import node as health_node
 from clusters.nodeops import operations as ops
 from clusters.nodeops.runner import NodeRunner, RetryPolicy
 from clusters.nodeops.targets import NodeTarget, private_ip
@@ -20,7 +20,7 @@ def test_a_cluster_that_came_up_is_healthy_on_every_node(endpoints, runner, soft
     spec = endpoints.spec(software=software)
     assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
 
-    result = ops.check_health(spec, runner=runner)
+    result = health_node.check_health(spec, runner=runner)
 
     assert {name: verdict.health for name, verdict in result.health.items()} == {
         f"node-{i}": "healthy" for i in range(4)
@@ -33,7 +33,7 @@ def test_a_node_whose_tunnel_went_down_is_network_down_and_its_peers_stay_health
     assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
     (root(spec, 2) / "etc/runcrate/network").write_text("down\n")
 
-    health = ops.check_health(spec, runner=runner).health
+    health = health_node.check_health(spec, runner=runner).health
 
     assert health["node-2"].health == "network_down" and health["node-2"].detail == "wg0 is down"
     assert [health[f"node-{i}"].health for i in (0, 1, 3)] == ["healthy"] * 3
@@ -47,7 +47,7 @@ def test_a_node_whose_daemon_stopped_is_software_down_from_its_own_view_and_the_
     registry = root(spec, 0) / "var/lib/runcrate-sim/slurm/registered"
     (registry / "node-3").unlink()
 
-    health = ops.check_health(spec, runner=runner).health
+    health = health_node.check_health(spec, runner=runner).health
 
     assert health["node-3"].health == "software_down"
     assert health["node-3"].detail == "slurmd not running"
@@ -62,7 +62,7 @@ def test_a_node_that_does_not_answer_over_ssh_is_unreachable(endpoints):
         closed = dataclasses.replace(spec.nodes[1], port=free_port(spec.nodes[1].host))
         broken = dataclasses.replace(spec, nodes=(spec.nodes[0], closed, *spec.nodes[2:]))
 
-        health = ops.check_health(broken, runner=runner).health
+        health = health_node.check_health(broken, runner=runner).health
 
     assert health["node-1"].health == "unreachable"
     assert health["node-1"].detail.startswith("Does not answer over SSH: no answer after")
@@ -74,15 +74,15 @@ def test_one_round_is_one_ssh_session_per_node_over_kept_connections(endpoints):
     with NodeRunner(keep_connections=True) as runner:
         assert [step.summary() for step in bring_up(spec, runner).values() if not step.ok] == []
         opened = {key: id(conn) for key, conn in runner._connections.items()}
-        first = ops.check_health(spec, runner=runner)
-        second = ops.check_health(spec, runner=runner)
+        first = health_node.check_health(spec, runner=runner)
+        second = health_node.check_health(spec, runner=runner)
         kept = {key: id(conn) for key, conn in runner._connections.items()}
     assert kept == opened and len(kept) == len(spec.nodes), "the same connections carried both rounds"
     assert first.results.keys() == second.results.keys() == {node.name for node in spec.nodes}
 
 
 def test_the_health_script_is_part_of_the_scripts_shellcheck_reads():
-    assert (Path(ops.__file__).parent / "scripts" / "health.sh").exists()
+    assert health_node.SCRIPT.exists()
 
 
 class FirstLoginTimesOut(NodeRunner):
@@ -108,7 +108,7 @@ def test_a_login_that_timed_out_during_the_round_is_asked_again_alone_before_any
     # node-1's closed port refuses at once; the others get a timeout a busy computer meets.
     flaky = FirstLoginTimesOut(RetryPolicy(connect_timeout=10, attempts=2, backoff=0.05))
     with flaky:
-        health = ops.check_health(spec, runner=flaky).health
+        health = health_node.check_health(spec, runner=flaky).health
 
     assert flaky.failed_once
     assert {name: verdict.health for name, verdict in health.items()} == dict.fromkeys(
@@ -128,7 +128,7 @@ def ring_spec(indices: list[int]) -> ops.ClusterSpec:
 
 def test_each_node_pings_the_nodes_before_and_after_it_by_index_wrapping_round_gaps_and_all():
     spec = ring_spec([0, 1, 2, 5])
-    ring = ops.health_ring(spec)
+    ring = health_node.health_ring(spec)
     by_name = {node.name: ring(node)["RUNCRATE_HEALTH_RING"] for node in spec.nodes}
 
     assert by_name == {
@@ -138,4 +138,4 @@ def test_each_node_pings_the_nodes_before_and_after_it_by_index_wrapping_round_g
         "node-5": f"{private_ip(2)} {private_ip(0)}",
     }
     two = ring_spec([0, 1])
-    assert [ops.health_ring(two)(node)["RUNCRATE_HEALTH_RING"] for node in two.nodes] == [private_ip(1), private_ip(0)]
+    assert [health_node.health_ring(two)(node)["RUNCRATE_HEALTH_RING"] for node in two.nodes] == [private_ip(1), private_ip(0)]

@@ -18,7 +18,8 @@ from clusters.nodeops.runner import STANDINS_OVERLAY, NodeRunner, RetryPolicy, l
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 from clusters.providers.local.sandbox import Blackhole
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "clusters" / "nodeops" / "scripts").glob("*.sh"))
+# Every script a node receives: the shared ones, and each feature's own (clusters/node_health/health.sh).
+SCRIPTS = sorted(path for path in (Path(__file__).resolve().parents[2] / "clusters").rglob("*.sh") if "standins" not in path.parts)
 
 
 def root(spec: ClusterSpec, index: int) -> Path:
@@ -394,7 +395,7 @@ def test_every_script_is_clean_under_shellcheck(shellcheck):
         if script.name == "lib.sh":
             continue
         for standins in (False, True):
-            payload = "#!/usr/bin/env bash\n" + load_script(script.name, standins=standins)
+            payload = "#!/usr/bin/env bash\n" + load_script(script, standins=standins)
             result = subprocess.run([shellcheck, "-s", "bash", "-"], input=payload, capture_output=True, text=True)
             assert result.returncode == 0, f"{script.name} (stand-ins: {standins}):\n{result.stdout}"
 

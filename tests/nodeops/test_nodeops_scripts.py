@@ -16,6 +16,7 @@ from clusters.nodeops.parsers import parse_sinfo
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "clusters/nodeops/scripts"
 LIB = (SCRIPTS / "lib.sh").read_text()
+HEALTH_SCRIPT = Path(__file__).resolve().parents[2] / "clusters/node_health/health.sh"
 ENV = {"RUNCRATE_NODE_NAME": "node-0", "RUNCRATE_NODE_INDEX": "0", "RUNCRATE_NODES": "node-0 10.77.0.1", "PATH": "/usr/bin:/bin"}
 
 line = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30).filter(
@@ -101,7 +102,7 @@ def test_apt_install_asks_apt_only_for_the_packages_dpkg_does_not_have(tmp_path)
 def test_a_daemon_runs_while_its_process_lives_and_not_once_it_has_exited(tmp_path):
     """health.sh's process_runs: a killed wireguard-go that its parent has not reaped yet (a
     zombie) is not a running daemon."""
-    health = (SCRIPTS / "health.sh").read_text()
+    health = HEALTH_SCRIPT.read_text()
     start = health.index("process_runs() {")
     function = health[start : health.index("\n}\n", start) + 3]
     name = f"rcz{secrets.token_hex(4)}"  # a command name no other process here has

@@ -8,10 +8,11 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from clusters import health, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
+from clusters.node_health import rounds
+from clusters.node_health import tasks as health_tasks
+from clusters.node_health.services import record_node_health
 from clusters.services.create import create_cluster
-from clusters.services.health import record_node_health
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from notifications.models import Notification
@@ -41,11 +42,11 @@ def health_events(cluster: Cluster) -> list[tuple[str, str]]:
 
 def test_a_node_that_turns_bad_gets_an_event_and_one_email_and_one_more_when_it_recovers(smtp, cluster):
     smtp.messages.clear()  # the ready email
-    assert health.check_cluster(cluster.pk) == {"node-0": "healthy", "node-1": "healthy", "node-2": "healthy"}
+    assert rounds.check_cluster(cluster.pk) == {"node-0": "healthy", "node-1": "healthy", "node-2": "healthy"}
     assert smtp.messages == [] and health_events(cluster) == []
 
     break_network(cluster, 1)
-    assert (health.check_cluster(cluster.pk) or {})["node-1"] == NodeHealth.NETWORK_DOWN
+    assert (rounds.check_cluster(cluster.pk) or {})["node-1"] == NodeHealth.NETWORK_DOWN
     bad = node(cluster, 1)
     assert bad.health == NodeHealth.NETWORK_DOWN and bad.health_detail == "wg0 is down"
     assert bad.health_changed_at == bad.health_checked_at
@@ -55,15 +56,15 @@ def test_a_node_that_turns_bad_gets_an_event_and_one_email_and_one_more_when_it_
     assert "wg0 is down" in text_of(message) and "stays ready" in text_of(message)
 
     # Still bad, round after round: nothing new is recorded or sent.
-    health.check_cluster(cluster.pk)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     assert len(smtp.messages) == 1 and len(health_events(cluster)) == 1
     checked_again = node(cluster, 1).health_checked_at
     assert checked_again and bad.health_checked_at and checked_again > bad.health_checked_at
     assert node(cluster, 1).health_changed_at == bad.health_changed_at
 
     break_network(cluster, 1, broken=False)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     assert node(cluster, 1).health == NodeHealth.HEALTHY
     assert health_events(cluster) == [("node_unhealthy", Reason.NODE_NETWORK_DOWN), ("node_recovered", "")]
     assert [subject_of(m) for m in smtp.messages][1:] == ["node-1 of your cluster train is healthy again"]
@@ -72,7 +73,7 @@ def test_a_node_that_turns_bad_gets_an_event_and_one_email_and_one_more_when_it_
 
     # A second episode is its own: one more email each way.
     break_network(cluster, 1)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     assert len(smtp.messages) == 3
     assert Notification.objects.filter(kind="node_unhealthy").count() == 2
 
@@ -90,7 +91,7 @@ def test_a_node_that_stays_bad_differently_gets_an_event_but_no_second_email(smt
 
 def test_the_first_healthy_check_is_no_news(smtp, cluster):
     smtp.messages.clear()
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     assert smtp.messages == [] and health_events(cluster) == []
     assert set(cluster.nodes.values_list("health", flat=True)) == {NodeHealth.HEALTHY}
 
@@ -103,7 +104,7 @@ def test_the_round_skips_machines_being_swapped_in_the_node_they_replace_and_nod
     incoming = Node.objects.create(cluster=cluster, index=1, host=spare, state=Node.State.READY, replacing=old)
     Node.objects.filter(pk=node(cluster, 2).pk).update(state=Node.State.INSTALLING)
 
-    assert health.check_cluster(cluster.pk) == {"node-0": "healthy"}
+    assert rounds.check_cluster(cluster.pk) == {"node-0": "healthy"}
     incoming.refresh_from_db()
     assert incoming.health == NodeHealth.UNKNOWN and incoming.health_checked_at is None
     assert node(cluster, 1).pk == old.pk and node(cluster, 1).health == NodeHealth.UNKNOWN  # not checked
@@ -112,7 +113,7 @@ def test_the_round_skips_machines_being_swapped_in_the_node_they_replace_and_nod
 
 def test_clusters_that_are_not_ready_are_not_checked(cluster):
     terminate_cluster(cluster)
-    assert health.check_cluster(cluster.pk) is None
+    assert rounds.check_cluster(cluster.pk) is None
     assert not cluster.nodes.filter(health_checked_at__isnull=False).exists()
 
 
@@ -130,19 +131,19 @@ def test_the_beat_task_checks_each_due_ready_cluster_once_and_skips_one_in_a_rou
     other = create_cluster(
         environment=environment, name="other", machine_type=machine_type, machine_count=2, created_by=owner,
     )
-    assert health.due_clusters() == [cluster.pk, other.pk]
-    assert health.claim(other.pk)  # a round for `other` is running elsewhere
+    assert rounds.due_clusters() == [cluster.pk, other.pk]
+    assert rounds.claim(other.pk)  # a round for `other` is running elsewhere
     try:
-        assert tasks.check_node_health() == 1
+        assert health_tasks.check_node_health() == 1
     finally:
-        health.release(other.pk)
+        rounds.release(other.pk)
     assert not cluster.nodes.filter(health_checked_at__isnull=True).exists()
     assert not other.nodes.filter(health_checked_at__isnull=False).exists()
     # Just checked: not due again until half an interval has passed.
-    assert health.due_clusters() == [other.pk]
-    assert tasks.check_node_health() == 1
-    assert health.due_clusters() == []
-    assert cache.get(health.lock_key(cluster.pk)) is None, "each round let go of its cluster"
+    assert rounds.due_clusters() == [other.pk]
+    assert health_tasks.check_node_health() == 1
+    assert rounds.due_clusters() == []
+    assert cache.get(rounds.lock_key(cluster.pk)) is None, "each round let go of its cluster"
 
 
 def test_two_rounds_that_find_the_same_change_at_once_record_and_email_it_once(smtp, cluster):
@@ -180,18 +181,18 @@ def test_a_node_with_a_replacement_on_the_way_is_not_checked_until_the_swap_is_g
     old = node(cluster, 1)
     spare = Host.objects.create(machine_type=cluster.machine_type, name="spare")
     new = Node.objects.create(cluster=cluster, index=1, host=spare, replacing=old, state=Node.State.BOOTING)
-    assert "node-1" not in (health.check_cluster(cluster.pk) or {})
+    assert "node-1" not in (rounds.check_cluster(cluster.pk) or {})
     Node.objects.filter(pk=new.pk).update(state=Node.State.JOINED, joined_at=old.joined_at)
-    assert "node-1" not in (health.check_cluster(cluster.pk) or {})
+    assert "node-1" not in (rounds.check_cluster(cluster.pk) or {})
     # A swap given up: the old machine is the node again, and checked again.
     Node.objects.filter(pk=new.pk).update(state=Node.State.FAILED, released_at=timezone.now())
-    assert (health.check_cluster(cluster.pk) or {}).get("node-1") == NodeHealth.HEALTHY
+    assert (rounds.check_cluster(cluster.pk) or {}).get("node-1") == NodeHealth.HEALTHY
 
 
 def test_an_unhealthy_head_is_never_suggested_for_replacement_and_the_advice_says_what_to_do_instead(smtp, cluster):
     smtp.messages.clear()
     break_network(cluster, 0)
-    assert (health.check_cluster(cluster.pk) or {})["node-0"] == NodeHealth.NETWORK_DOWN
+    assert (rounds.check_cluster(cluster.pk) or {})["node-0"] == NodeHealth.NETWORK_DOWN
 
     [message] = cluster.events.filter(event="node_unhealthy").values_list("message", flat=True)
     assert "replace node-0" not in message
@@ -201,13 +202,13 @@ def test_an_unhealthy_head_is_never_suggested_for_replacement_and_the_advice_say
 
     # A worker still is.
     break_network(cluster, 1)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     worker = cluster.events.filter(event="node_unhealthy").order_by("-id").values_list("message", flat=True)[0]
     assert "replace node-1 or terminate the cluster" in worker
 
 
 def test_a_stopped_machine_carries_no_health(cluster, client, owner):
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
     old = node(cluster, 1)
     assert old.health == NodeHealth.HEALTHY
 

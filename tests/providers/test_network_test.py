@@ -14,9 +14,9 @@ import pytest
 
 from clusters import connect
 from clusters.models import NetworkTest, NetworkTestPair, Status
+from clusters.network_test.services import record_network_pairs, start_network_test
 from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import record_network_pairs, start_network_test
 from clusters.services.terminate import terminate_cluster
 from tests.providers.conftest import SETTLED, drive
 from tests.providers.test_real_nodes import handle, on_node, real_machine_type, real_machines, story  # noqa: F401
@@ -109,7 +109,7 @@ def test_terminating_the_cluster_mid_test_stops_it_cleanly_after_the_round_in_fl
         terminate_cluster(cluster, actor="alice")
         return recorded
 
-    monkeypatch.setattr("clusters.network_tests.record_network_pairs", then_terminate)
+    monkeypatch.setattr("clusters.network_test.run.record_network_pairs", then_terminate)
     test = start_network_test(cluster, actor="alice")
     test.refresh_from_db()
     cluster.refresh_from_db()

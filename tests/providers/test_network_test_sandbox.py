@@ -10,11 +10,13 @@ import signal
 
 import pytest
 
-from clusters import connect, network_tests, tasks
+from clusters import connect
 from clusters.models import NetworkTest, Status
+from clusters.network_test import run
+from clusters.network_test import tasks as network_test_tasks
+from clusters.network_test.services import start_network_test
 from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
-from clusters.services.network_tests import start_network_test
 from tests.providers.conftest import SETTLED, drive, local_machine_type
 
 pytestmark = [
@@ -37,7 +39,7 @@ def test_sandbox_machines_measure_between_their_loopback_addresses(environment, 
     assert len(pairs) == 3 + 6 and all(p.gbps and p.gbps > 0 and not p.error for p in pairs)
     assert all(p.latency_ms is not None for p in pairs)
     # No server is left listening once the test is over.
-    assert tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
+    assert network_test_tasks.sweep_network_tests() == {"failed": 0, "queued_again": 0}
     for node in cluster.nodes.select_related("host"):
         assert not (local_machines / node.host.name / "root" / "etc" / "runcrate" / "iperf3.pid").exists()
 
@@ -62,7 +64,7 @@ def test_pairs_a_node_cannot_serve_are_said_in_plain_words_and_the_others_are_co
                     SETTLED)
     assert cluster.status == Status.READY
     node_2 = cluster.nodes.select_related("host").get(index=2)
-    started = network_tests._Recorder.started
+    started = run._Recorder.started
 
     def started_then_node_2_stops_serving(self, method):
         # Every node answered the probe; then node-2's iperf3 server goes away.
@@ -70,7 +72,7 @@ def test_pairs_a_node_cannot_serve_are_said_in_plain_words_and_the_others_are_co
         os.kill(int(pid), signal.SIGTERM)
         started(self, method)
 
-    monkeypatch.setattr(network_tests._Recorder, "started", started_then_node_2_stops_serving)
+    monkeypatch.setattr(run._Recorder, "started", started_then_node_2_stops_serving)
     test = start_network_test(cluster, actor="alice")
     test.refresh_from_db()
     pairs = list(test.pairs.all())

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from api.keys import create_api_key
-from clusters import health, tasks
 from clusters.models import Cluster, Node, NodeHealth, Reason, Status
+from clusters.node_health import rounds
+from clusters.node_health import tasks as health_tasks
 from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from notifications.models import Notification
@@ -42,7 +43,7 @@ def rounds_until(cluster: Cluster, index: int, wanted: str, rounds: int) -> tupl
     """Run the beat's per-cluster task up to `rounds` times; the round it saw `wanted`."""
     found: dict[str, str] = {}
     for number in range(1, rounds + 1):
-        found = tasks.check_cluster_health(cluster.pk) or {}
+        found = health_tasks.check_cluster_health(cluster.pk) or {}
         if found.get(f"node-{index}") == wanted:
             return number, found
         time.sleep(1)
@@ -60,7 +61,7 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
     cluster = drive(cluster, SETTLED, timeout=150)
     assert cluster.status == Status.READY, story(cluster)
     # What a round costs is bench/real_health_bench.py's to measure.
-    assert tasks.check_cluster_health(cluster.pk) == {f"node-{i}": NodeHealth.HEALTHY for i in range(3)}
+    assert health_tasks.check_cluster_health(cluster.pk) == {f"node-{i}": NodeHealth.HEALTHY for i in range(3)}
     nodes = list(cluster.nodes.select_related("host").order_by("index"))
 
     # wireguard-go of node-1 dies: node-1 has lost the private network, its peers have not.
@@ -107,7 +108,7 @@ def test_killing_wireguard_go_or_slurmd_turns_that_node_unhealthy_and_restarting
     kinds = list(Notification.objects.filter(workspace=environment.workspace, kind__startswith="node_")
                  .order_by("id").values_list("kind", flat=True))
     assert kinds == ["node_unhealthy", "node_recovered", "node_unhealthy", "node_recovered"]
-    assert health.due_clusters() == [], "every node was just checked"
+    assert rounds.due_clusters() == [], "every node was just checked"
 
 
 def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_never_suggested_for_replacement(
@@ -119,13 +120,13 @@ def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_neve
     )
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.READY, story(cluster)
-    assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+    assert health_tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
     nodes = list(cluster.nodes.select_related("host").order_by("index"))
 
     # The interface stays, set down (wireguard-go keeps running): node-1's own check fails,
     # so the lost link is node-1's; node-0, which merely cannot reach it, stays healthy.
     assert on_node(real_machines, nodes[1], "ip link set wg0 down").returncode == 0
-    found = tasks.check_cluster_health(cluster.pk)
+    found = health_tasks.check_cluster_health(cluster.pk)
     assert found == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.NETWORK_DOWN}, found
     assert cluster.nodes.get(index=1).health_detail == "wg0 is down"
     assert "cannot reach node-1" in cluster.nodes.get(index=0).health_detail
@@ -133,7 +134,7 @@ def test_wg0_set_down_on_one_node_is_that_nodes_fault_alone_and_the_head_is_neve
 
     # The head's own wg0 down: the head alone, and the advice is not to replace it.
     assert on_node(real_machines, nodes[0], "ip link set wg0 down").returncode == 0
-    found = tasks.check_cluster_health(cluster.pk)
+    found = health_tasks.check_cluster_health(cluster.pk)
     assert found == {"node-0": NodeHealth.NETWORK_DOWN, "node-1": NodeHealth.HEALTHY}, found
     advice = cluster.events.filter(event="node_unhealthy").order_by("-id").values_list("message", flat=True)[0]
     assert advice.startswith("node-0 is private network down: wg0 is down.") and "replace node-0" not in advice
@@ -152,13 +153,13 @@ def test_a_node_whose_pid_1_died_is_unhealthy_because_the_machine_stopped_at_the
     )
     cluster = drive(cluster, SETTLED, timeout=120)
     assert cluster.status == Status.READY, story(cluster)
-    assert tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
+    assert health_tasks.check_cluster_health(cluster.pk) == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}
     node = cluster.nodes.select_related("host").get(index=1)
     pid = handle(real_machines, node).pid
 
     os.kill(pid, signal.SIGKILL)
     assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
-    found = tasks.check_cluster_health(cluster.pk)
+    found = health_tasks.check_cluster_health(cluster.pk)
     assert found == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.UNREACHABLE}, found
     assert cluster.nodes.get(index=1).health_detail == "The machine stopped"
     event = cluster.events.filter(event="node_unhealthy").get()

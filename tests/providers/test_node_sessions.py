@@ -18,8 +18,9 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from clusters import health, lifecycle
+from clusters import lifecycle
 from clusters.models import Node, NodeHealth, Status
+from clusters.node_health import rounds
 from clusters.nodeops import operations
 from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
@@ -90,7 +91,7 @@ def test_hangs_and_floods_in_every_rc_file_hold_no_round_and_no_terminate(enviro
     plant(hanging, RC_FILES, HANG)
     for node_handle in (flooding, hanging):
         plant(node_handle, ("/etc/environment",), "BASH_ENV=/root/.bashrc")
-    finished, found = within(round_budget, lambda: health.check_cluster(cluster.pk))
+    finished, found = within(round_budget, lambda: rounds.check_cluster(cluster.pk))
     assert finished, "a health round waited on a node's rc files"
     assert found == {"node-0": NodeHealth.HEALTHY, "node-1": NodeHealth.HEALTHY}, found
 
@@ -100,7 +101,7 @@ def test_hangs_and_floods_in_every_rc_file_hold_no_round_and_no_terminate(enviro
     plant(hanging, ALWAYS_READ, HANG)
     for node_handle in (flooding, hanging):
         plant(node_handle, ("/root/.ssh/environment",), "SHLVL=0")
-    finished, found = within(round_budget, lambda: health.check_cluster(cluster.pk))
+    finished, found = within(round_budget, lambda: rounds.check_cluster(cluster.pk))
     assert finished, "a health round outlasted its budget"
     assert found == {"node-0": NodeHealth.UNREACHABLE, "node-1": NodeHealth.UNREACHABLE}, found
     details = {f"node-{index}": detail for index, detail in cluster.nodes.values_list("index", "health_detail")}

@@ -163,8 +163,8 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
 
     from api.keys import create_api_key
     from api.schemas import timestamp
-    from clusters import tasks
     from clusters.models import NodeHealth
+    from clusters.node_health import tasks
     from clusters.providers.local import realnodes
     from clusters.providers.local.provider import LocalProvider
     from tests.providers.test_node_health import pids_named, rounds_until

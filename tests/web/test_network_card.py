@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from clusters.models import NetworkTest
-from clusters.nodeops.operations import PairMeasurement
-from clusters.services.network_tests import (
+from clusters.network_test.node import PairMeasurement
+from clusters.network_test.services import (
     claim_network_test,
     finish_network_test,
     record_network_pairs,

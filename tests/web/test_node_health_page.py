@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import health, live
+from clusters import live
 from clusters.models import Cluster, NodeHealth
+from clusters.node_health import rounds
 from clusters.services.terminate import terminate_cluster
 from offers.models import Host, HostFault
 from tests.factories import ready_cluster
@@ -21,7 +22,7 @@ def cluster(environment, machine_type, owner) -> Cluster:
 
 def break_node(cluster: Cluster, index: int) -> None:
     Host.objects.filter(nodes__cluster=cluster, nodes__index=index).update(fault=HostFault.NEVER_JOINS)
-    health.check_cluster(cluster.pk)
+    rounds.check_cluster(cluster.pk)
 
 
 def test_before_the_first_check_the_page_shows_no_health_and_no_banner(member_client, cluster):
@@ -46,7 +47,7 @@ def test_an_outsider_cannot_see_the_page(outsider_client, cluster):
 
 
 def test_the_push_after_a_round_carries_the_row_whose_health_changed_alone_and_the_banner(cluster):
-    health.check_cluster(cluster.pk)  # every node healthy, and the page shows it
+    rounds.check_cluster(cluster.pk)  # every node healthy, and the page shows it
     page = live.PageState()
     live.render_cluster_now(cluster.pk, page)
     break_node(cluster, 1)

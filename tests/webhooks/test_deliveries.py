@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Cluster, Reason, Status
+from clusters.node_health.services import record_node_health
 from clusters.services.create import create_cluster
-from clusters.services.health import record_node_health
 from clusters.services.terminate import terminate_cluster
 from tests.factories import WorkspaceFactory
 from tests.webhooks.conftest import Receiver

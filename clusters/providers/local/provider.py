@@ -40,6 +40,7 @@ from django.db import connection
 from django.utils import timezone
 
 from clusters.models import Node
+from clusters.node_health.node import MACHINE_STOPPED
 from clusters.nodeops import operations
 from clusters.nodeops.runner import RetryPolicy
 from clusters.nodeops.targets import NodeTarget
@@ -322,7 +323,7 @@ class LocalProvider(FabricProvider):
         realnodes.keep_lxcfs()
         on_fleet = [node for node in nodes if self._on_fleet(node)]
         stopped = self.fleet.stopped(on_fleet) if on_fleet else {}
-        return stopped | {node.name: operations.MACHINE_STOPPED for node in nodes
+        return stopped | {node.name: MACHINE_STOPPED for node in nodes
                           if not self._on_fleet(node) and realnodes.running(self._dir(node.host)) is None}
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:

@@ -20,8 +20,8 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from clusters.models import Cluster, Node, NodeHealth, Status
+from clusters.node_health.services import record_node_health
 from clusters.providers import get_provider
-from clusters.services.health import record_node_health
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Node health: what a health round found, recorded; a node that turns bad or recovers gets
-an event and one email (clusters.health runs the rounds)."""
+an event and one email (clusters.node_health.rounds runs the rounds)."""
 
 from __future__ import annotations
 

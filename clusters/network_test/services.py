@@ -1,5 +1,5 @@
 """Network tests: queued after ready or on request, claimed, recorded round by round and
-finished with a verdict. Measured outside the cluster's lease (clusters.network_tests): a test
+finished with a verdict. Measured outside the cluster's lease (clusters.network_test.run): a test
 never delays ready, a grow or a terminate, and a terminate stops it between two rounds."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from audit.recording import Action
 from clusters import notices, rules
 from clusters.errors import Conflict
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
-from clusters.nodeops.operations import ALL_PAIRS_MAX_NODES
+from clusters.network_test.node import ALL_PAIRS_MAX_NODES
 from clusters.services.common import SYSTEM, after_commit_changed, record_event
 from clusters.services.replace import replacement_in_progress
 

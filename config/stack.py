@@ -1,6 +1,6 @@
 """Run the whole product on one machine: Redis (embedded unless REDIS_URL is set), the ASGI
 server, two Celery workers (cluster work, and webhook deliveries on their own queue) and beat.
-Ctrl-C stops everything.
+`python -m config.stack [--host H] [--port P]` is what `make run` starts. Ctrl-C stops everything.
 
 Every child, the embedded Redis included, is started again when it exits (after a short
 backoff), and the console says so. The web server is also watched from outside: one
@@ -9,6 +9,7 @@ in its shutdown) is killed and started again, so the site is never down for good
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -19,10 +20,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import django
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.color import color_style
 
 
 def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str]:
@@ -37,7 +38,7 @@ def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str
 
 def worker_command(name: str, *, concurrency: int = 4, loglevel: str = "INFO", queues: str | None = None) -> list[str]:
     # Prefork: the pool a Redis outage does not take down; the worker reconnects for as long
-    # as the broker is gone (CELERY_BROKER_CONNECTION_MAX_RETRIES), and runstack restarts it
+    # as the broker is gone (CELERY_BROKER_CONNECTION_MAX_RETRIES), and the stack restarts it
     # if it exits anyway.
     command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", loglevel,
                "--concurrency", str(concurrency), "--pool", "prefork", "-n", f"{name}@%h"]
@@ -109,14 +110,24 @@ def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
 
 
-class Command(BaseCommand):
-    help = "Start Redis (embedded when REDIS_URL is unset), the web server, Celery workers and beat."
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m config.stack",
+        description="Start Redis (embedded when REDIS_URL is unset), the web server, Celery workers and beat.",
+    )
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    Stack().run(host=args.host, port=args.port)
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
 
-    def handle(self, *args: Any, port: int, host: str, **options: Any) -> None:
+class Stack:
+    def __init__(self) -> None:
+        self.style = color_style()
+
+    def run(self, *, port: int, host: str) -> None:
         env = site_environment(os.environ.copy(), host, port)
         grace = web_grace()
         children: dict[str, Child] = {}
@@ -148,7 +159,7 @@ class Command(BaseCommand):
             children[name] = Child(name, command, env, grace=grace,
                                    alive=accepts_connections(host, port) if name == "web" else None)
         time.sleep(1.5)
-        self.stdout.write(self.style.SUCCESS(
+        print(self.style.SUCCESS(
             f"\n  Runcrate Clusters is running at http://{host}:{port}/\n"
             f"  Sign in as demo / demo (Owner of the funded 'Demo Lab' workspace), or sign up at http://{host}:{port}/signup/\n"
             f"  Redis: {'embedded at ' + env['REDIS_URL'] if embedded else env['REDIS_URL']}\n"
@@ -157,7 +168,7 @@ class Command(BaseCommand):
             f"  Processes: {', '.join(f'{c.name} (pid {c.process.pid})' for c in children.values())}; "
             f"each is started again if it exits, and this console says so.\n"
             f"  Press Ctrl-C to stop.\n"
-        ))
+        ), flush=True)
         stopping = False
 
         def stop(*_: object) -> None:
@@ -171,11 +182,11 @@ class Command(BaseCommand):
                 for child in children.values():
                     exited = child.restart_if_exited()
                     if exited is not None:
-                        self.stderr.write(f"{child.name} (pid {child.last_pid}) exited with {exited}; "
-                                          f"restarted it as pid {child.process.pid}.")
+                        print(f"{child.name} (pid {child.last_pid}) exited with {exited}; "
+                              f"restarted it as pid {child.process.pid}.", file=sys.stderr, flush=True)
                     elif child.restart_if_wedged():
-                        self.stderr.write(f"{child.name} stopped answering for {grace:.0f} s without exiting; "
-                                          "killed and restarted it.")
+                        print(f"{child.name} stopped answering for {grace:.0f} s without exiting; "
+                              "killed and restarted it.", file=sys.stderr, flush=True)
                 time.sleep(0.5)
         finally:
             # Redis last: the workers and the web server finish talking to it first.
@@ -257,3 +268,7 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""A network test read for people: the page's Network card, the API's summary and the CLI's
+node x node matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+
+from clusters import rules
+from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
+from clusters.network_test.node import ALL_PAIRS_MAX_NODES
+from offers.models import PRIVATE_NETWORK_SPEED
+
+HISTORY = 5
+
+
+@dataclass(frozen=True)
+class Cell:
+    target: str
+    gbps: float | None
+    latency_ms: float | None
+    slow: bool
+    error: str
+    measured: bool
+
+    @property
+    def css(self) -> str:
+        if not self.measured:
+            return "pending"
+        if self.error:
+            return "error"
+        return "slow" if self.slow else "ok"
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    source: str
+    cells: list[Cell | None]  # None on the diagonal
+
+
+def matrix(test: NetworkTest, phase: str = NetworkTestPair.Phase.PAIRS) -> list[MatrixRow]:
+    """node x node: rows send, columns receive; cells not measured yet are `pending`."""
+    names = list(test.node_names)
+    found: dict[tuple[int, int], NetworkTestPair] = {
+        (p.source_index, p.target_index): p for p in test.pairs.all() if p.phase == phase
+    }
+    rows = []
+    for source in names:
+        s = int(source.removeprefix("node-"))
+        cells: list[Cell | None] = []
+        for target in names:
+            t = int(target.removeprefix("node-"))
+            if s == t:
+                cells.append(None)
+                continue
+            pair = found.get((s, t))
+            cells.append(Cell(target, pair.gbps, pair.latency_ms, pair.slow, pair.error, True) if pair
+                         else Cell(target, None, None, False, "", False))
+        rows.append(MatrixRow(source, cells))
+    return rows
+
+
+def ring(test: NetworkTest) -> list[NetworkTestPair]:
+    return sorted((p for p in test.pairs.all() if p.phase == NetworkTestPair.Phase.RING), key=lambda p: p.source_index)
+
+
+def expected_pairs(test: NetworkTest) -> int:
+    count = len(test.node_names)
+    if test.method == NetworkTest.Method.NCCL:
+        return 0
+    return count + (count * (count - 1) if count <= ALL_PAIRS_MAX_NODES else 0)
+
+
+def summary(test: NetworkTest) -> dict[str, Any]:
+    pairs = list(test.pairs.all())
+    figures = [p.gbps for p in pairs if p.gbps is not None]
+    latencies = [p.latency_ms for p in pairs if p.latency_ms is not None]
+    peak_busbw = max((row["busbw_gbs"] for row in test.nccl_rows), default=None)
+    return {
+        "pairs_measured": len(pairs),
+        "pairs_expected": expected_pairs(test),
+        "slow_pairs": sum(p.slow for p in pairs),
+        "failed_pairs": sum(bool(p.error) for p in pairs),
+        "min_gbps": min(figures) if figures else None,
+        "max_gbps": max(figures) if figures else None,
+        "max_latency_ms": max(latencies) if latencies else None,
+        "nccl_peak_busbw_gbs": peak_busbw,
+    }
+
+
+def with_pairs(tests: QuerySet[NetworkTest]) -> QuerySet[NetworkTest]:
+    return tests.prefetch_related(Prefetch("pairs", queryset=NetworkTestPair.objects.order_by("phase", "source_index", "target_index")))
+
+
+def card(cluster: Cluster) -> dict[str, Any]:
+    """What the cluster page's Network card shows: the newest test, its matrix and ring, and
+    the few runs before it."""
+    tests = list(with_pairs(cluster.network_tests.order_by("-created_at", "-id"))[: HISTORY + 1])
+    latest = tests[0] if tests else None
+    return {
+        "latest": latest,
+        "matrix": matrix(latest) if latest else [],
+        "ring": ring(latest) if latest else [],
+        "summary": summary(latest) if latest else None,
+        "history": [(t, summary(t)) for t in tests[1:]],
+        "can_start": cluster.status == Status.READY and not (latest and not latest.is_finished),
+        "shown": bool(tests) or cluster.status == Status.READY,
+        "floor_gbps": latest.expected_gbps if latest else rules.network_test_floor_gbps(),
+        "promise": PRIVATE_NETWORK_SPEED,
+    }
