@@ -87,7 +87,7 @@ def stack_cpu(session: int) -> dict[str, float]:
             continue
         role = ("web" if "config.serve" in command else "webhooks" if "-Q webhooks" in command
                 else "worker" if " worker " in command else "beat" if " beat " in command
-                else "redis" if "redis" in command else "runstack")
+                else "redis" if "redis" in command else "stack")
         used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return used
 
@@ -196,7 +196,7 @@ def main() -> None:
                 stack.wait()
     rate = row["created"] / row["seconds"] if row["seconds"] else 0.0
     inside_rate = inside["created"] / inside["seconds"] if inside.get("seconds") else 0.0
-    print(f"{args.creates} concurrent creates over HTTP against runstack (web + workers + beat), "
+    print(f"{args.creates} concurrent creates over HTTP against the stack (web + workers + beat), "
           f"machines booting for an hour")
     print(_support.table([
         ("creates/s over HTTP", f"{rate:.1f}/s ({row['created']} × 201 in {row['seconds']:.1f} s); "

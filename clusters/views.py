@@ -21,6 +21,7 @@ from clusters.access import get_cluster_for_user
 from clusters.forms import SOFTWARE_HELP, CreateClusterForm, SoftwareSelect, VolumeForm, is_id
 from clusters.images import offer_images
 from clusters.models import LIVE_STATUSES, Cluster, Software, Status, Volume
+from clusters.network_test import card as network_test_card
 from clusters.network_test.services import start_network_test
 from clusters.queries import workspace_instance, workspace_instances
 from clusters.quotas import quota_rows
@@ -178,6 +179,8 @@ def cluster_detail(request: AuthenticatedHttpRequest, cluster_id: int) -> HttpRe
     partial = request.GET.get("partial")
     if request.htmx and partial in {"status-card", "nodes-table", "connect-card", "events-list", "older-events"}:
         return render(request, f"clusters/detail.html#{partial}", context)
+    # The Network card, as the socket pushes it (clusters.live.render_network_card).
+    context["network"] = network_test_card.card(cluster)
     return render(request, "clusters/detail.html", context)
 
 

@@ -10,7 +10,7 @@ from django.db.models import Prefetch, QuerySet
 
 from clusters import rules
 from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
-from clusters.network_test.node import ALL_PAIRS_MAX_NODES
+from clusters.network_test.services import expected_measurements
 from offers.models import PRIVATE_NETWORK_SPEED
 
 HISTORY = 5
@@ -66,13 +66,6 @@ def ring(test: NetworkTest) -> list[NetworkTestPair]:
     return sorted((p for p in test.pairs.all() if p.phase == NetworkTestPair.Phase.RING), key=lambda p: p.source_index)
 
 
-def expected_pairs(test: NetworkTest) -> int:
-    count = len(test.node_names)
-    if test.method == NetworkTest.Method.NCCL:
-        return 0
-    return count + (count * (count - 1) if count <= ALL_PAIRS_MAX_NODES else 0)
-
-
 def summary(test: NetworkTest) -> dict[str, Any]:
     pairs = list(test.pairs.all())
     figures = [p.gbps for p in pairs if p.gbps is not None]
@@ -80,7 +73,7 @@ def summary(test: NetworkTest) -> dict[str, Any]:
     peak_busbw = max((row["busbw_gbs"] for row in test.nccl_rows), default=None)
     return {
         "pairs_measured": len(pairs),
-        "pairs_expected": expected_pairs(test),
+        "pairs_expected": expected_measurements(len(test.node_names), test.method),
         "slow_pairs": sum(p.slow for p in pairs),
         "failed_pairs": sum(bool(p.error) for p in pairs),
         "min_gbps": min(figures) if figures else None,

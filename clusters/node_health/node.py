@@ -5,21 +5,29 @@ clusters.nodeops: no Django."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusters.node_health.parsers import UNREACHABLE, HealthReport, NodeHealthVerdict, judge_health, parse_health_report
 from clusters.nodeops.operations import StepResult, _run, _Session
-from clusters.nodeops.runner import NodeEnv, NodeRunner, OutputCallback, RetryPolicy
+from clusters.nodeops.runner import ROUND_CONNECT_TIMEOUT, NodeEnv, NodeRunner, OutputCallback, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec, NodeTarget
 
 SCRIPT = Path(__file__).with_name("health.sh")
+
+
+@dataclass
+class HealthRound(StepResult):
+    # Every node's verdict.
+    health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
+
 
 # How hard one health round tries a node: a machine that does not answer within seconds is
 # unreachable for this round (the next round asks again), and one round never outlasts an
 # interval by much.
 # Its output is a few lines a node (the head's software status: a line a node): a session
 # that prints more is cut off (a node's rc file can print anything).
-HEALTH_POLICY = RetryPolicy(connect_timeout=5.0, attempts=2, backoff=0.5, command_timeout=40.0,
+HEALTH_POLICY = RetryPolicy(connect_timeout=ROUND_CONNECT_TIMEOUT, attempts=2, backoff=0.5, command_timeout=40.0,
                             max_output=1024 * 1024)
 
 
@@ -47,7 +55,7 @@ MACHINE_STOPPED = "The machine stopped"
 def check_health(
     spec: ClusterSpec, *, runner: NodeRunner | None = None, on_output: OutputCallback | None = None,
     ping_wait: int = 2, stopped: Iterable[str] | Mapping[str, str] = (),
-) -> StepResult:
+) -> HealthRound:
     """One round of the periodic health check: health.sh on every node at once, one SSH
     session each (over the runner's kept connection when it has one). `result.health` has
     every node's verdict: healthy, unreachable, network_down or software_down, with why.
@@ -87,4 +95,4 @@ def check_health(
     health = judge_health(reports, spec.software, head=spec.head.name)
     for name in why_stopped.keys() & set(health):
         health[name] = NodeHealthVerdict(name, UNREACHABLE, why_stopped[name])
-    return StepResult("check_health", results, health=health, detail=spec.software)
+    return HealthRound("check_health", results, health=health, detail=spec.software)

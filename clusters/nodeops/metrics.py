@@ -11,15 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clusters.node_health.node import HEALTH_POLICY
 from clusters.nodeops.operations import _run, _Session
-from clusters.nodeops.runner import NodeRunner, RetryPolicy
+from clusters.nodeops.runner import ROUND_CONNECT_TIMEOUT, NodeRunner, RetryPolicy
 from clusters.nodeops.targets import ClusterSpec
 
 # A round is bounded: a node that has not answered in this long is reported without figures.
 # It holds to this on the health rounds' kept connections too (their own deadline is longer),
 # and reads back at most what a node's exporter lines take, with room to spare.
-METRICS_POLICY = RetryPolicy(connect_timeout=HEALTH_POLICY.connect_timeout, attempts=1, backoff=0.0, command_timeout=20.0,
+METRICS_POLICY = RetryPolicy(connect_timeout=ROUND_CONNECT_TIMEOUT, attempts=1, backoff=0.0, command_timeout=20.0,
                              max_output=1024 * 1024)
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')

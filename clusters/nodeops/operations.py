@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -41,9 +40,6 @@ from .parsers import (
 )
 from .runner import NodeEnv, NodeResult, NodeRunner, OutputCallback, RetryPolicy, load_script
 from .targets import PRIVATE_NETWORK, WIREGUARD_PORT, ClusterSpec, NodeTarget
-
-if TYPE_CHECKING:
-    from clusters.node_health.parsers import NodeHealthVerdict
 
 FAULTS = ("install_fails", "never_joins")
 SANDBOX_JOIN_WAIT = 3
@@ -63,8 +59,6 @@ class StepResult:
     # acceptance job ran on every other node but failed on (a fault, not "not yet").
     readiness: dict[str, NodeReadiness] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
-    # check_health: every node's verdict.
-    health: dict[str, NodeHealthVerdict] = field(default_factory=dict)
     # set_names: every node's SSH host key ("type base64"), as its sshd presented it.
     host_keys: dict[str, str] = field(default_factory=dict)
     # join_network: how long each round took ("up", "reach"), in seconds (the bench's rows).

@@ -48,6 +48,12 @@ OutputCallback = Callable[[str, str, str], None]
 NodeEnv = Callable[[NodeTarget], Mapping[str, str]]
 
 
+# A periodic round (health, metrics) gives a machine this long to take an SSH connection: one
+# that has not answered within seconds is unreachable for this round (the next asks again).
+# The rounds share their kept connections, so they share this too.
+ROUND_CONNECT_TIMEOUT = 5.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How hard to try to reach a node before declaring it unreachable."""

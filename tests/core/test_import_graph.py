@@ -295,3 +295,90 @@ def test_the_offers_page_no_longer_reaches_into_clusters():
     assert {(a, b) for a, b, _ in project().app_edges() if a == "offers"} <= {
         ("offers", "accounts"), ("offers", "config"), ("offers", "notifications"),
     }
+
+
+# Each feature of clusters that is more than its state changes is one package: its services,
+# what runs it, its tasks, what people read of it and its node side (docs/architecture.md).
+FEATURES = {"clusters.network_test": "network_test", "clusters.node_health": "health"}
+# The node side runs anywhere, Django or not (docs/nodeops.md): nodeops and each feature's
+# node module and parsers.
+NODE_SIDE = ("clusters.nodeops", "clusters.network_test.node", "clusters.network_test.parsers",
+             "clusters.node_health.node", "clusters.node_health.parsers")
+
+
+def _is_node_side(module: str) -> bool:
+    return any(module == side or module.startswith(side + ".") for side in NODE_SIDE)
+
+
+def node_side_leaks(found: Project) -> set[tuple[str, str]]:
+    """(module, what it depends on) for a node-side module that reaches past the node side:
+    into Django, or into the control plane's modules (models, services, tasks, providers)."""
+    leaks = set()
+    for name, edges in found.edges.items():
+        if not _is_node_side(name):
+            continue
+        leaks |= {(name, target) for target, _ in edges
+                  if not _is_node_side(target) and target not in FEATURES and target != "clusters"}
+        for node in ast.walk(found.trees[name]):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                leaks |= {(name, module) for module in modules if module.split(".")[0] == "django"}
+    return leaks
+
+
+def features_outside_their_package(found: Project, features: dict[str, str]) -> set[str]:
+    """Modules of the app a feature belongs to, named after the feature, outside its package."""
+    return {
+        name for name in found.paths for package, word in features.items()
+        if name.startswith(package.split(".")[0] + ".") and word in name.rpartition(".")[2]
+        and not (name == package or name.startswith(package + "."))
+    }
+
+
+def test_each_feature_is_one_package():
+    found = project()
+    assert set(FEATURES) <= set(found.paths), "a feature package is missing"
+    assert features_outside_their_package(found, FEATURES) == set()
+    for package in FEATURES:
+        scripts = {path.name for path in (found.base / package.replace(".", "/")).glob("*.sh")}
+        assert scripts, f"{package} keeps its node script"
+        assert not {path.name for path in (found.base / "clusters/nodeops/scripts").glob("*.sh")} & scripts
+
+
+def test_a_features_module_left_outside_its_package_is_found(tmp_path):
+    _write(tmp_path, {
+        "clusters/network_test/__init__.py": "", "clusters/network_test/services.py": "",
+        "clusters/services/network_tests.py": "", "clusters/templatetags/network_tests.py": "",
+        "clusters/health.py": "", "clusters/node_health/__init__.py": "",
+    })
+    assert features_outside_their_package(project(tmp_path), FEATURES) == {
+        "clusters.services.network_tests", "clusters.templatetags.network_tests", "clusters.health",
+    }
+
+
+def test_the_node_side_needs_neither_django_nor_the_control_plane():
+    assert node_side_leaks(project()) == set()
+
+
+def test_a_node_side_module_reaching_into_django_or_the_models_is_found(tmp_path):
+    _write(tmp_path, {
+        "clusters/nodeops/operations.py": "from clusters.nodeops.runner import NodeRunner\n",
+        "clusters/nodeops/runner.py": "class NodeRunner: ...\n",
+        "clusters/node_health/__init__.py": "",
+        "clusters/node_health/node.py": (
+            "from clusters.nodeops.operations import NodeRunner\n"
+            "from django.conf import settings\n"
+            "def check():\n    from clusters.models import Node\n"
+        ),
+        "clusters/models.py": "class Node: ...\n",
+    })
+    assert node_side_leaks(project(tmp_path)) == {
+        ("clusters.node_health.node", "django.conf"), ("clusters.node_health.node", "clusters.models"),
+    }
+
+
+def test_nodeops_depends_on_no_feature():
+    """nodeops is what every feature's node side is built on: it names none of them."""
+    found = project()
+    assert {(name, target) for name, edges in found.edges.items() if name.startswith("clusters.nodeops")
+            for target, _ in edges if any(target == f or target.startswith(f + ".") for f in FEATURES)} == set()

@@ -1,5 +1,5 @@
 """The web server `make run` and production start stops within its grace period on SIGTERM,
-answering the requests in flight first; runstack kills and restarts one that stops answering
+answering the requests in flight first; the stack (config.stack) kills and restarts one that stops answering
 without exiting."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_sigterm_with_requests_in_flight_answers_them_and_exits_within_the_grace
     assert answers == [200] * 8, (tmp_path / "web.log").read_text()
 
 
-def test_runstack_kills_and_restarts_a_server_that_stopped_listening_but_never_exits(tmp_path):
+def test_the_stack_kills_and_restarts_a_server_that_stopped_listening_but_never_exits(tmp_path):
     port = free_port()
     runs = tmp_path / "runs"
     # Listens for a second, then closes its socket and hangs on, as daphne did after SIGTERM.

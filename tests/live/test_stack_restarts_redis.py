@@ -1,5 +1,5 @@
-"""`make run`'s stack (manage.py runstack, embedded Redis) keeps working after its Redis dies:
-the test kills the embedded redis-server by its pid, runstack says it restarted it, and a
+"""`make run`'s stack (python -m config.stack, embedded Redis) keeps working after its Redis dies:
+the test kills the embedded redis-server by its pid, the stack says it restarted it, and a
 create made afterwards is driven to ready."""
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ def serving(port: int) -> bool:
         return False
 
 
-def test_runstack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(tmp_path):
+def test_the_stack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update({"DATABASE_URL": database_url(), "RUNCRATE_VAR_DIR": str(tmp_path / "var"), "DEBUG": "1",
                 "SECRET_KEY": uuid.uuid4().hex * 2, "DEFAULT_PROVIDER": "simulated", "CLUSTER_POLL_SECONDS": "1",
                 "SWEEP_INTERVAL_SECONDS": "2", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "DB_POOL_SIZE": "2",
                 "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"})
-    log = tmp_path / "runstack.log"
+    log = tmp_path / "stack.log"
     stack = subprocess.Popen([sys.executable, "-m", "config.stack", "--port", str(port)], cwd=BASE_DIR, env=env,
                              stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     workspace = WorkspaceFactory()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
+
+from django.conf import settings
 
 from config.stack import Child, worker_command
 
@@ -46,3 +50,18 @@ def test_webhook_deliveries_go_to_a_queue_that_only_the_webhook_worker_takes():
     assert queue_of("webhooks.tasks.send_webhook") not in queues(workers["worker"])
     for task in ("clusters.tasks.advance_cluster", "clusters.tasks.sweep_clusters", "webhooks.tasks.send_due_webhooks"):
         assert queue_of(task) in queues(workers["worker"]) and queue_of(task) not in queues(workers["webhooks"])
+
+
+def test_a_worker_knows_every_task_beat_sends_and_every_features_tasks():
+    """A worker imports what the Celery app discovers, nothing more: the tasks of a feature
+    package (clusters/node_health/tasks.py) must be found by the app, or beat's health round-up
+    would reach workers that do not know it."""
+    script = ("import json, django; django.setup()\n"
+              "from config.celery import app\n"
+              "app.loader.import_default_modules()\n"
+              "print(json.dumps(sorted(app.tasks)))\n")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"}
+    known = set(json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                          check=True, cwd=settings.BASE_DIR).stdout.splitlines()[-1]))
+    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= known
+    assert {"clusters.node_health.tasks.check_cluster_health", "clusters.network_test.tasks.run_network_test"} <= known
