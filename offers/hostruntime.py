@@ -143,7 +143,8 @@ class SshRuntime:
             raise RuntimeFailed(f"{self.login.name}'s runtime answered no JSON to {command} "
                                 f"(exit {result.exited}: {result.stderr.strip()[-300:]})") from None
         if isinstance(answer, dict) and "error" in answer:
-            raise RuntimeFailed(f"{self.login.name}'s runtime: {answer['error']}")
+            detail = f" ({answer['detail']})" if answer.get("detail") else ""
+            raise RuntimeFailed(f"{self.login.name}'s runtime: {answer['error']}{detail}")
         return answer
 
     def proxy_command(self, key: str, known_hosts: Path) -> str:
