@@ -194,7 +194,16 @@ class PhysicalHost(models.Model):
     # [{"check": "kernel", "verdict": "pass" | "fail", "detail": "6.1.0"}, …] (offers.fleet.grade).
     grade = models.JSONField(default=list, blank=True)
     graded_at = models.DateTimeField(null=True, blank=True)
+    # Why the last grade ran: onboarding, the daily grade, a new runtime, a changed GPU driver.
+    graded_because = models.CharField(max_length=120, blank=True)
+    # The host runtime's version installed there when it was last graded (offers.hostruntime).
+    runtime_version = models.CharField(max_length=40, blank=True)
     gpus = models.JSONField(default=list, blank=True, help_text="GPUs nvidia-smi listed: index, name, memory, driver.")
+    # When the host was marked down (it stopped answering): its machines are billed up to this
+    # instant and no further. Cleared when it returns and its leftover machines are wiped.
+    down_since = models.DateTimeField(null=True, blank=True)
+    # The state it goes back to when it returns (on sale, or draining if an operator drained it).
+    state_before_down = models.CharField(max_length=20, choices=State.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -81,7 +81,8 @@ class Provider(abc.ABC):
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         self.on_output: OutputCallback = on_output or (lambda node, step, text: None)
         # The wipe receipt of every machine this provider released, by host id.
-        self.wipe_receipts: dict[int, dict[str, Any]] = {}
+        # None: the machine's host is down; it is released and wiped when the host returns.
+        self.wipe_receipts: dict[int, dict[str, Any] | None] = {}
 
     def images(self, machine_type: MachineType) -> list[ImageFacts] | None:
         """The machine images this driver's machines of `machine_type` can start now, with their
