@@ -14,6 +14,7 @@ from clusters import network_tests, tasks
 from clusters.models import Cluster, NetworkTest, Status
 from clusters.services.create import create_cluster
 from clusters.services.network_tests import claim_network_test, start_network_test
+from offers import lab
 from offers.models import Host
 from tests.api.conftest import drive, make_cluster
 from tests.factories import machine_type_with_hosts
@@ -37,7 +38,7 @@ def published(monkeypatch):
 @pytest.fixture
 def booting(environment):
     machine_type = machine_type_with_hosts(2)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=300)
     return create_cluster(environment=environment, name="boot", machine_type=machine_type, machine_count=2)
 
 
