@@ -109,6 +109,7 @@ def creates_child(count: int) -> dict:
 
     from accounts.models import Environment, Membership, Role, Workspace
     from api.keys import create_api_key
+    from offers import lab
     from offers.models import GPUModel, Host, Location, MachineType
 
     user = get_user_model().objects.create_user(f"bench-{count}-{time.time_ns()}", password="x")
@@ -120,8 +121,8 @@ def creates_child(count: int) -> dict:
     location, _ = Location.objects.get_or_create(code="bench-1", defaults={"name": "Bench", "country": "US"})
     offer = MachineType.objects.create(gpu=gpu, location=location, kind="vm", gpus_per_machine=8, interconnect="eth_100g",
                                        price_per_machine_hour=Decimal("1.00"), provider="simulated")
-    Host.objects.bulk_create([Host(machine_type=offer, name=f"{user.username}-{i}", boot_seconds=3600)
-                              for i in range(count * 2)])
+    lab.inject(Host.objects.bulk_create([Host(machine_type=offer, name=f"{user.username}-{i}")
+                              for i in range(count * 2)]), boot_seconds=3600)
     connection.close()
 
     statuses: list[int] = []
@@ -223,6 +224,7 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
     from clusters.models import Cluster, Node, Status
     from clusters.services.create import create_cluster
     from clusters.services.terminate import terminate_cluster
+    from offers import lab
     from offers.models import GPUModel, Host, Location, MachineType
 
     settings.SIMULATED_JOIN_WORK_SECONDS = join_seconds
@@ -236,8 +238,8 @@ def bench_wakeup(runs: int = 5, join_seconds: float = 2.0) -> list[float]:
                                        price_per_machine_hour=Decimal("1.00"), provider="simulated")
     latencies = []
     for run in range(runs):
-        Host.objects.bulk_create([Host(machine_type=offer, name=f"wake-{time.time_ns()}-{i}", boot_seconds=3600)
-                                  for i in range(2)])
+        lab.inject(Host.objects.bulk_create([Host(machine_type=offer, name=f"wake-{time.time_ns()}-{i}")
+                                  for i in range(2)]), boot_seconds=3600)
         cluster = create_cluster(environment=environment, name=f"wake-{run}", machine_type=offer, machine_count=2)
         Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - timedelta(hours=2))
 

@@ -40,6 +40,7 @@ def _workspace(count: int) -> tuple[str, int]:
 
     from accounts.models import Environment, Membership, Role, Workspace
     from api.keys import create_api_key
+    from offers import lab
     from offers.models import GPUModel, Host, Location, MachineType
 
     user = get_user_model().objects.create_user(f"http-bench-{time.time_ns()}", password="x")
@@ -51,8 +52,8 @@ def _workspace(count: int) -> tuple[str, int]:
     location, _ = Location.objects.get_or_create(code="bench-1", defaults={"name": "Bench", "country": "US"})
     offer = MachineType.objects.create(gpu=gpu, location=location, kind="vm", gpus_per_machine=8, interconnect="eth_100g",
                                        price_per_machine_hour=Decimal("1.00"), provider="simulated")
-    Host.objects.bulk_create([Host(machine_type=offer, name=f"{user.username}-{i}", boot_seconds=3600)
-                              for i in range(count * 2)])
+    lab.inject(Host.objects.bulk_create([Host(machine_type=offer, name=f"{user.username}-{i}")
+                              for i in range(count * 2)]), boot_seconds=3600)
     return raw, offer.pk
 
 

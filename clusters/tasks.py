@@ -13,6 +13,7 @@ from clusters import enforcement, lifecycle
 from clusters.models import Cluster
 from clusters.providers import get_provider
 from clusters.providers.base import VolumeNotSynced
+from clusters.services import hosts
 from clusters.services.lease import claim_for_sweep, mark_queued
 from clusters.services.volumes import (
     SYNCABLE,
@@ -67,6 +68,13 @@ def sweep_clusters() -> int:
 def meter_and_enforce() -> dict:
     """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
     return enforcement.meter_and_enforce()
+
+
+@shared_task(soft_time_limit=240, time_limit=270)
+def wipe_returned_hosts() -> list[dict]:
+    """Beat, every HOST_RETURN_SECONDS: a down host that answers again has its leftover
+    machines released and wiped, then goes back to the state it had (clusters.services.hosts)."""
+    return hosts.wipe_returned_hosts()
 
 
 @shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)

@@ -318,6 +318,11 @@ if not 5 <= METRICS_INTERVAL_SECONDS <= 60 or METRICS_COARSE_STEP_SECONDS < METR
 # Idle spend (metrics.idle): a machine is idle under these; the hours are per environment.
 IDLE_CPU_PERCENT = env_int("IDLE_CPU_PERCENT", 5)
 IDLE_GPU_PERCENT = env_int("IDLE_GPU_PERCENT", 5)
+# Fleet hosts: how often their facts are read to grade them again when due (daily, or at once
+# after their runtime or GPU driver changed), and how often a down host is asked whether it
+# answers again (then its leftover machines are wiped before its slots are sold).
+HOST_WATCH_SECONDS = env_int("HOST_WATCH_SECONDS", 600)
+HOST_RETURN_SECONDS = env_int("HOST_RETURN_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {
     "sweep-clusters": {"task": "clusters.tasks.sweep_clusters", "schedule": float(SWEEP_INTERVAL_SECONDS)},
     "meter-and-enforce-billing": {"task": "clusters.tasks.meter_and_enforce", "schedule": float(METERING_INTERVAL_SECONDS)},
@@ -328,6 +333,8 @@ CELERY_BEAT_SCHEDULE = {
     "collect-metrics": {"task": "metrics.tasks.collect_metrics", "schedule": float(METRICS_INTERVAL_SECONDS)},
     "roll-up-metrics": {"task": "metrics.tasks.roll_up_metrics", "schedule": 60.0},
     "prune-audit-log": {"task": "audit.tasks.prune_audit_log", "schedule": 3600.0},
+    "watch-hosts": {"task": "offers.tasks.watch_hosts", "schedule": float(HOST_WATCH_SECONDS)},
+    "wipe-returned-hosts": {"task": "clusters.tasks.wipe_returned_hosts", "schedule": float(HOST_RETURN_SECONDS)},
 }
 # How long the audit log keeps an entry (docs/security.md); then audit.tasks.prune_audit_log deletes it.
 AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 400)

@@ -31,6 +31,8 @@ class Kind(models.TextChoices):
     QUOTE_CONFIRMATION = "quote_confirmation", "Quote request confirmation"
     INVITATION = "invitation", "Invitation to a workspace"
     HOST_QUARANTINED = "host_quarantined", "Host taken out of sale (to operators)"
+    HOST_DOWN = "host_down", "Host stopped answering (to operators)"
+    HOST_GRADE_FELL = "host_grade_fell", "Host failed its grade and is draining (to operators)"
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,20 @@ SPECS: dict[str, KindSpec] = {
     Kind.QUOTE_CONFIRMATION: KindSpec("We received your quote request", critical=True),
     Kind.HOST_QUARANTINED: KindSpec("Taken out of sale: {host_names} (a machine failed to start, join or install)",
                                     critical=True),
+    Kind.HOST_DOWN: KindSpec("Host down: {host.name} stopped answering ({machines_running} machines on it)",
+                             critical=True),
+    Kind.HOST_GRADE_FELL: KindSpec("Host draining: {host.name} failed its grade ({failing})", critical=True),
     Kind.INVITATION: KindSpec("{inviter} invited you to {workspace_name} on Runcrate Clusters", critical=True),
 }
 
+# Sent to the operators (settings.OPERATOR_EMAILS and staff), never to customers.
+OPERATOR_KINDS = (Kind.HOST_QUARANTINED, Kind.HOST_DOWN, Kind.HOST_GRADE_FELL)
 CRITICAL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.critical)
 # What a user sees on the settings page; sales' own copy is not a user's choice.
 OPTIONAL_KINDS = [kind for kind in Kind if not SPECS[kind].critical]
 # Sent to addresses, not to members: nothing a member could turn on or off.
 USER_FACING_CRITICAL_KINDS = [
-    kind for kind in Kind if SPECS[kind].critical and kind not in (Kind.QUOTE_RECEIVED, Kind.INVITATION, Kind.HOST_QUARANTINED)
+    kind for kind in Kind if SPECS[kind].critical and kind not in (Kind.QUOTE_RECEIVED, Kind.INVITATION, *OPERATOR_KINDS)
 ]
 
 

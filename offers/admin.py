@@ -4,9 +4,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from offers.fleet import drain_host
+from offers.fleet import Refused, drain_host, return_host_to_sale
 from offers.inventory import return_hosts_to_sale
-from offers.models import GPUModel, Host, Location, MachineType, PhysicalHost
+from offers.models import GPUModel, Host, InjectedFault, Location, MachineType, PhysicalHost
 
 
 @admin.register(GPUModel)
@@ -22,7 +22,7 @@ class LocationAdmin(admin.ModelAdmin):
 class HostInline(admin.TabularInline):
     model = Host
     extra = 0
-    fields = ["name", "state", "address", "port", "ssh_user", "boot_seconds", "join_seconds", "install_seconds", "fault"]
+    fields = ["name", "state", "address", "port", "ssh_user"]
 
 
 @admin.register(MachineType)
@@ -52,8 +52,8 @@ class QuarantinedFilter(admin.SimpleListFilter):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ["name", "machine_type", "physical_host", "state", "sale", "address", "port", "fault"]
-    list_filter = [QuarantinedFilter, "state", "machine_type__gpu", "machine_type__location", "fault"]
+    list_display = ["name", "machine_type", "physical_host", "state", "sale", "address", "port"]
+    list_filter = [QuarantinedFilter, "state", "machine_type__gpu", "machine_type__location"]
     search_fields = ["name", "address"]
     readonly_fields = ["quarantined_at", "quarantine_reason"]
     actions = ["return_to_sale"]
@@ -91,13 +91,20 @@ class PhysicalHostAdmin(admin.ModelAdmin):
     """Servers of the fleet. They are added only through `manage.py hosts add`, which grades
     them first: a host added here would sell machines nothing checked."""
 
-    list_display = ["name", "address", "port", "state", "verdict", "graded_at"]
+    list_display = ["name", "address", "port", "state", "verdict", "graded_at", "down_since"]
     list_filter = ["state"]
     search_fields = ["name", "address"]
-    fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "state", "grade_table", "graded_at", "gpus", "host_key"]
-    readonly_fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "grade_table", "graded_at", "gpus", "host_key"]
+    fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "state", "down_since", "grade_table", "graded_at",
+              "graded_because", "regrade", "runtime_version", "gpus", "host_key"]
+    readonly_fields = ["name", "address", "port", "ssh_user", "ssh_key_path", "down_since", "grade_table", "graded_at",
+                       "graded_because", "regrade", "runtime_version", "gpus", "host_key"]
     inlines = [SlotInline]
-    actions = ["drain"]
+    actions = ["drain", "return_to_sale"]
+
+    @admin.display(description="Graded again")
+    def regrade(self, host: PhysicalHost) -> str:
+        return ("daily, and at once when its runtime or GPU driver changes; a host whose grade fails goes to "
+                "draining and the operators are emailed")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -123,3 +130,23 @@ class PhysicalHostAdmin(admin.ModelAdmin):
         for host in queryset:
             drain_host(host.name)
         self.message_user(request, f"{queryset.count()} host(s) draining.", messages.SUCCESS)
+
+    @admin.action(description="Return to sale (a draining host whose last grade passes)")
+    def return_to_sale(self, request: HttpRequest, queryset: QuerySet[PhysicalHost]) -> None:
+        for host in queryset:
+            try:
+                return_host_to_sale(host.name)
+            except Refused as refused:
+                self.message_user(request, str(refused), messages.ERROR)
+            else:
+                self.message_user(request, f"{host.name} is on sale.", messages.SUCCESS)
+
+
+@admin.register(InjectedFault)
+class InjectedFaultAdmin(admin.ModelAdmin):
+    """Lab only: delays and faults of simulated and local machines, for demos and tests."""
+
+    list_display = ["host", "fault", "boot_seconds", "join_seconds", "install_seconds"]
+    list_filter = ["fault"]
+    search_fields = ["host__name"]
+    autocomplete_fields = ["host"]

@@ -6,4 +6,4 @@ class OffersConfig(AppConfig):
     verbose_name = "Offers and inventory"
 
     def ready(self) -> None:
-        from offers import inventory  # noqa: F401  (registers its email context)
+        from offers import emails, inventory  # noqa: F401  (register their email contexts)

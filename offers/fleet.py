@@ -9,6 +9,7 @@ place, on the control plane.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 import shlex
@@ -22,7 +23,11 @@ from django.db import transaction
 from django.utils import timezone
 from fabric import Config, Connection
 
+from notifications.kinds import Kind
+from notifications.services import notify
 from offers.hostruntime import PREPARE_TIMEOUT, HostLogin, RuntimeFailed, SshRuntime
+from offers.hostruntime import version as runtime_version
+from offers.inventory import operator_addresses
 from offers.models import Host, MachineType, PhysicalHost
 
 log = logging.getLogger(__name__)
@@ -36,6 +41,8 @@ RUNTIME_TOOLS = ("ip", "nsenter", "unshare", "socat", "sshd", "mount", "losetup"
 CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 # One attempt, bounded: a host that does not answer within this is refused, never waited on.
 SSH_TIMEOUT = 10.0
+# How long a host's runtime has to answer a health round's question (after its SSH login).
+HOST_ANSWER_SECONDS = 10.0
 FACTS_TIMEOUT = 60.0
 MAX_MACHINES_PER_HOST = 64
 # Slot i's machine takes its customers' SSH on port FIRST_MACHINE_PORT + i of its host, which
@@ -128,8 +135,10 @@ def _gb(kb: int) -> str:
     return f"{kb / 1024 / 1024:,.1f} GB"
 
 
-def grade(facts: Facts, machine_type: MachineType, machines: int) -> list[Check]:
-    """Every check with its verdict; a failing one's detail is the reason the host is refused."""
+def grade(facts: Facts, machine_type: MachineType, machines: int, *, disk_for: int | None = None) -> list[Check]:
+    """Every check with its verdict; a failing one's detail is the reason the host is refused.
+    `disk_for`: how many machines still need their disk free (a regrade of a host whose
+    machines run: theirs is taken already); all of them unless given."""
     checks = []
     kernel = facts.get("kernel")
     kernel_version = _version(kernel)
@@ -164,14 +173,15 @@ def grade(facts: Facts, machine_type: MachineType, machines: int) -> list[Check]
     checks.append(wireguard)
     checks.append(_gpu_check(facts, machine_type, machines))
     free_kb = int(facts.get("disk_free_kb") or 0)
-    need_kb = machine_type.disk_gb * machines * 1024 * 1024
+    needing = machines if disk_for is None else disk_for
+    need_kb = machine_type.disk_gb * needing * 1024 * 1024
     where = facts.get("disk_path") or HOST_STATE_DIR
     checks.append(_check(
         "disk", free_kb >= need_kb,
-        f"{_gb(free_kb)} free at {where}, {machines} machines need {machine_type.disk_gb * machines:,} GB"
+        f"{_gb(free_kb)} free at {where}, {needing} machines need {machine_type.disk_gb * needing:,} GB"
         if free_kb >= need_kb else
-        f"too little disk: {_gb(free_kb)} free at {where}, {machines} machines of "
-        f"{machine_type.disk_gb:,} GB need {machine_type.disk_gb * machines:,} GB",
+        f"too little disk: {_gb(free_kb)} free at {where}, {needing} machines of "
+        f"{machine_type.disk_gb:,} GB need {machine_type.disk_gb * needing:,} GB",
     ))
     python = facts.get("python")
     python_version = _version(python)
@@ -320,6 +330,7 @@ def onboard_host(
         host = PhysicalHost.objects.create(
             name=name, address=address, port=port, ssh_user=user, ssh_key_path=login.key_path, host_key=host_key,
             state=PhysicalHost.State.ON_SALE, grade=checks, graded_at=timezone.now(), gpus=gpu_rows(facts),
+            graded_because="onboarding", runtime_version=runtime_version(),
         )
         Host.objects.bulk_create([
             Host(machine_type=machine_type, physical_host=host, name=f"{name}-{i}", address=address,
@@ -345,15 +356,109 @@ def install_runtime(login: HostLogin) -> Check:
     return _check("runtime", True, f"runtime {answer['version']} on Python {answer['python']}: {answer['why']}")
 
 
-def mark_host_down(host_id: int) -> bool:
-    """A host that stopped answering: out of sale, its machines' nodes unhealthy (the health
-    round says so). Returns whether it was up until now. It stays down until an operator acts."""
-    changed = PhysicalHost.objects.filter(pk=host_id).exclude(state=PhysicalHost.State.DOWN).update(
-        state=PhysicalHost.State.DOWN
-    )
-    if changed:
-        log.warning("host %s stopped answering: marked down", host_id)
-    return bool(changed)
+def login_for(host: PhysicalHost) -> HostLogin:
+    return HostLogin(name=host.name, address=host.address, port=host.port, user=host.ssh_user,
+                     key_path=host.ssh_key_path, host_key=host.host_key)
+
+
+def runtime_for(host: PhysicalHost) -> SshRuntime:
+    """The host runtime on the host, at the version this control plane ships."""
+    return SshRuntime(login_for(host))
+
+
+# -- grading again ---------------------------------------------------------------------------
+
+# A host on sale or draining is graded again this often, and at once when its runtime or its
+# GPU driver changes (watch_hosts looks every HOST_WATCH_SECONDS, settings).
+REGRADE_EVERY = dt.timedelta(days=1)
+# Slots that hold or can hold a machine (a removed host's old slots are detached, not counted).
+COUNTED_SLOTS = (Host.State.FREE, Host.State.RESERVED, Host.State.QUARANTINED)
+
+
+def _drivers(gpus: list[dict[str, str]]) -> str:
+    return ", ".join(sorted({gpu.get("driver", "") for gpu in gpus if gpu.get("driver")})) or "none"
+
+
+def why_grade_again(host: PhysicalHost, facts: Facts, now: dt.datetime) -> str:
+    """Why the host's grade must run again now ("" when it need not)."""
+    if facts.get("runtime_installed") != runtime_version():
+        return f"a new runtime version ({facts.get('runtime_installed') or 'none'} → {runtime_version()})"
+    before, after = _drivers(host.gpus), _drivers(gpu_rows(facts))
+    if before != after:
+        return f"the GPU driver changed ({before} → {after})"
+    if host.graded_at is None or now - host.graded_at >= REGRADE_EVERY:
+        return "the daily grade"
+    return ""
+
+
+def regrade_host(host: PhysicalHost, facts: Facts, because: str) -> list[Check]:
+    """Grade the host again (installing this control plane's runtime if it is not the one
+    there) and record it. A host on sale whose grade fails goes to draining and the operators
+    are emailed: its running machines keep running, no new one lands there."""
+    slots = list(Host.objects.select_related("machine_type__gpu").filter(physical_host=host, state__in=COUNTED_SLOTS))
+    if not slots:
+        return []
+    machine_type = slots[0].machine_type
+    free = sum(slot.state == Host.State.FREE for slot in slots)
+    checks = grade(facts, machine_type, len(slots), disk_for=free)
+    runtime = next(check for check in checks if check["check"] == "runtime")
+    if runtime["verdict"] == "pass":
+        try:
+            checks = [*checks[:-1], install_runtime(login_for(host))]
+        except Refused as refused:
+            checks = [*checks[:-1], _check("runtime", False, str(refused))]
+    failing = [check for check in checks if check["verdict"] != "pass"]
+    with transaction.atomic():
+        locked = PhysicalHost.objects.select_for_update().get(pk=host.pk)
+        fell = locked.grade_passes and bool(failing)
+        PhysicalHost.objects.filter(pk=host.pk).update(
+            grade=checks, graded_at=timezone.now(), graded_because=because[:120], gpus=gpu_rows(facts),
+            runtime_version=facts.get("runtime_installed") if failing and runtime["verdict"] != "pass"
+            else runtime_version(),
+        )
+        drained = bool(failing) and PhysicalHost.objects.filter(
+            pk=host.pk, state=PhysicalHost.State.ON_SALE).update(state=PhysicalHost.State.DRAINING)
+        if fell or drained:
+            notify(
+                Kind.HOST_GRADE_FELL, recipients=operator_addresses(),
+                context={"host_id": host.pk, "why": because, "failing": failing},
+                dedupe_key=f"host-grade-fell:{host.pk}:{timezone.now().isoformat()}",
+            )
+    if failing:
+        log.warning("host %s failed its grade (%s): %s", host.name, because, "; ".join(c["detail"] for c in failing))
+    return checks
+
+
+def watch_hosts(now: dt.datetime | None = None) -> dict[str, str]:
+    """Beat: read every serving host's facts (one read-only SSH command each) and grade again
+    those due: daily, and at once after their runtime or GPU driver changed. A host that does
+    not answer is left to the health rounds, which mark it down. Returns {host: why} graded."""
+    now = now or timezone.now()
+    graded = {}
+    for host in PhysicalHost.objects.filter(state__in=(PhysicalHost.State.ON_SALE, PhysicalHost.State.DRAINING)):
+        try:
+            facts, _ = read_facts(Login(host.address, host.port, host.ssh_user, host.ssh_key_path))
+        except Refused as refused:
+            log.info("host %s not graded: %s", host.name, refused)
+            continue
+        because = why_grade_again(host, facts, now)
+        if because:
+            regrade_host(host, facts, because)
+            graded[host.name] = because
+    return graded
+
+
+def return_host_to_sale(name: str) -> PhysicalHost:
+    """An operator puts a draining host back on sale; refused unless its last grade passes."""
+    host = find_host(name)
+    if host.state != PhysicalHost.State.DRAINING:
+        raise Refused(f"{name} is {host.get_state_display().lower()}, not draining")
+    if not host.grade_passes:
+        failing = ", ".join(c["check"] for c in host.grade if c.get("verdict") != "pass") or "no grade"
+        raise Refused(f"{name} does not pass its grade ({failing}): fix it and let it be graded again")
+    PhysicalHost.objects.filter(pk=host.pk, state=PhysicalHost.State.DRAINING).update(state=PhysicalHost.State.ON_SALE)
+    host.refresh_from_db()
+    return host
 
 
 def find_host(name: str) -> PhysicalHost:

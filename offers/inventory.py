@@ -167,6 +167,12 @@ def release_hosts(host_ids: list[int]) -> int:
     return held.filter(quarantined_at__isnull=True).update(state=Host.State.FREE)
 
 
+def operator_addresses() -> list[str]:
+    """Who hears about hosts: OPERATOR_EMAILS and every active staff member with an address."""
+    staff = get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="").values_list("email", flat=True)
+    return [*settings.OPERATOR_EMAILS, *staff]
+
+
 def quarantine_hosts(reasons: dict[int, str]) -> list[int]:
     """Take hosts whose machine failed a boot, a join or an install out of sale (host id ->
     what happened, in an operator's words), and tell the operators once per quarantine. A
@@ -183,11 +189,8 @@ def quarantine_hosts(reasons: dict[int, str]) -> list[int]:
             newly.append(host_id)
     Host.objects.filter(pk__in=newly, state=Host.State.FREE).update(state=Host.State.QUARANTINED)
     if newly:
-        staff = list(
-            get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="").values_list("email", flat=True)
-        )
         notify(
-            Kind.HOST_QUARANTINED, recipients=[*settings.OPERATOR_EMAILS, *staff], context={"host_ids": newly},
+            Kind.HOST_QUARANTINED, recipients=operator_addresses(), context={"host_ids": newly},
             dedupe_key=f"hosts-quarantined:{','.join(map(str, newly))}:{now.isoformat()}",
         )
     return newly

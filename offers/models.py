@@ -194,7 +194,16 @@ class PhysicalHost(models.Model):
     # [{"check": "kernel", "verdict": "pass" | "fail", "detail": "6.1.0"}, …] (offers.fleet.grade).
     grade = models.JSONField(default=list, blank=True)
     graded_at = models.DateTimeField(null=True, blank=True)
+    # Why the last grade ran: onboarding, the daily grade, a new runtime, a changed GPU driver.
+    graded_because = models.CharField(max_length=120, blank=True)
+    # The host runtime's version installed there when it was last graded (offers.hostruntime).
+    runtime_version = models.CharField(max_length=40, blank=True)
     gpus = models.JSONField(default=list, blank=True, help_text="GPUs nvidia-smi listed: index, name, memory, driver.")
+    # When the host was marked down (it stopped answering): its machines are billed up to this
+    # instant and no further. Cleared when it returns and its leftover machines are wiped.
+    down_since = models.DateTimeField(null=True, blank=True)
+    # The state it goes back to when it returns (on sale, or draining if an operator drained it).
+    state_before_down = models.CharField(max_length=20, choices=State.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -238,12 +247,6 @@ class Host(models.Model):
     port = models.PositiveIntegerField(default=22)
     ssh_user = models.CharField(max_length=64, default="root")
     ssh_key_ref = models.CharField(max_length=255, blank=True, help_text="Path of the operator's private key.")
-    # Simulated/local providers: per-host delays and faults, so every failure path can be
-    # driven on purpose in tests and demos.
-    boot_seconds = models.FloatField(default=0)
-    join_seconds = models.FloatField(default=0)
-    install_seconds = models.FloatField(default=0)
-    fault = models.CharField(max_length=20, choices=HostFault.choices, default=HostFault.NONE, blank=True)
     # Set when a machine on this host failed to boot, join or install (offers.inventory
     # .quarantine_hosts). A host held by a running cluster keeps `reserved` until it is let go,
     # then goes to `quarantined` instead of `free`; only an operator clears it.
@@ -256,3 +259,22 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class InjectedFault(models.Model):
+    """Lab only: delays and a fault injected into one machine of the simulated or local
+    inventories, so every failure path can be driven on purpose in tests and demos
+    (offers.lab). A host is not its faults: a production host has no row here, and the
+    providers never read one for a fleet host's slot."""
+
+    host = models.OneToOneField(Host, on_delete=models.CASCADE, primary_key=True, related_name="injected_fault")
+    boot_seconds = models.FloatField(default=0)
+    join_seconds = models.FloatField(default=0)
+    install_seconds = models.FloatField(default=0)
+    fault = models.CharField(max_length=20, choices=HostFault.choices, default=HostFault.NONE, blank=True)
+
+    class Meta:
+        verbose_name = "injected fault (lab only)"
+
+    def __str__(self) -> str:
+        return f"{self.host_id}: {self.fault or 'no fault'}"

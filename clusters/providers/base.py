@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from offers import lab
+
 if TYPE_CHECKING:
     from clusters.image_facts import ImageFacts
     from clusters.models import Cluster, Node
@@ -68,7 +70,7 @@ def boot_due(node: Node) -> dt.datetime | None:
     """When a machine asked to boot is due up: its host's boot time after the request."""
     if node.boot_requested_at is None:
         return None
-    return node.boot_requested_at + dt.timedelta(seconds=node.host.boot_seconds)
+    return node.boot_requested_at + dt.timedelta(seconds=lab.of(node.host).boot_seconds)
 
 
 # (node name, step, output) — lets a provider stream each node's progress to the page.
@@ -81,7 +83,8 @@ class Provider(abc.ABC):
     def __init__(self, on_output: OutputCallback | None = None) -> None:
         self.on_output: OutputCallback = on_output or (lambda node, step, text: None)
         # The wipe receipt of every machine this provider released, by host id.
-        self.wipe_receipts: dict[int, dict[str, Any]] = {}
+        # None: the machine's host is down; it is released and wiped when the host returns.
+        self.wipe_receipts: dict[int, dict[str, Any] | None] = {}
 
     def images(self, machine_type: MachineType) -> list[ImageFacts] | None:
         """The machine images this driver's machines of `machine_type` can start now, with their
@@ -109,6 +112,7 @@ class Provider(abc.ABC):
 
     def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
         """`boot_status` of each node, in order (a provider may ask them at once)."""
+        lab.load([node.host for node in nodes])
         return [self.boot_status(node) for node in nodes]
 
     def news_at(self, cluster: Cluster, nodes: list[Node]) -> dt.datetime | None:

@@ -19,25 +19,17 @@ from clusters.node_health.node import MACHINE_STOPPED
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState
 from clusters.providers.local import realnodes
-from offers.fleet import mark_host_down
-from offers.hostruntime import HostLogin, RuntimeFailed, SshRuntime
+from clusters.services.hosts import mark_host_down
+from offers.fleet import HOST_ANSWER_SECONDS, runtime_for
+from offers.hostruntime import RuntimeFailed
 
 if TYPE_CHECKING:
     from clusters.models import Node
     from offers.models import Host, PhysicalHost
 
 log = logging.getLogger(__name__)
-# How long a host's runtime has to answer a health round's question (after its SSH login).
-HOST_ANSWER_SECONDS = 10.0
-
-
-def login_for(physical: PhysicalHost) -> HostLogin:
-    return HostLogin(name=physical.name, address=physical.address, port=physical.port, user=physical.ssh_user,
-                     key_path=physical.ssh_key_path, host_key=physical.host_key)
-
-
-def runtime_for(physical: PhysicalHost) -> SshRuntime:
-    return SshRuntime(login_for(physical))
+# The node's health detail while its host is down (customer words: no host name).
+HOST_STOPPED = "{node}'s host stopped answering"
 
 
 class FleetMachines:
@@ -143,10 +135,12 @@ class FleetMachines:
         for group in by_host.values():
             physical = group[0].host.physical_host
             assert physical is not None
-            answer = self._listed(physical)
+            # A host marked down is not asked again here: its machines are lost to their
+            # clusters (unbilled from then on) even if it answers before the beat wipes them.
+            answer = None if physical.state == physical.State.DOWN else self._listed(physical)
             if answer is None:
                 mark_host_down(physical.pk)
-                stopped |= {node.name: f"{node.name}'s host stopped answering" for node in group}
+                stopped |= {node.name: HOST_STOPPED.format(node=node.name) for node in group}
                 continue
             running = {machine["key"] for machine in answer["machines"] if machine["running"]}
             stopped |= {node.name: MACHINE_STOPPED for node in group if node.host.name not in running}
@@ -163,10 +157,13 @@ class FleetMachines:
                 log.warning("host %s, attempt %d: %s", physical.name, attempt, error)
         return None
 
-    def release(self, host: Host) -> dict[str, Any]:
-        """Release the slot's machine on its host; returns its wipe receipt."""
+    def release(self, host: Host) -> dict[str, Any] | None:
+        """Release the slot's machine on its host; returns its wipe receipt, or None when the
+        host is down (its machine is released and wiped when the host returns)."""
         physical = host.physical_host
         assert physical is not None
+        if physical.state == physical.State.DOWN:
+            return None
         answer = runtime_for(physical).call("release", {"key": host.name})
         self._record_path(host).unlink(missing_ok=True)
         return answer["receipt"]

@@ -1,8 +1,8 @@
 """In-process provider for tests and fast demos.
 
-Time drives it: a machine is up `host.boot_seconds` after it was asked to boot, joined
-`host.join_seconds` after it was up, installed `host.install_seconds` after installing
-began. `host.fault` makes a machine fail to boot, never join, or fail its install.
+Time drives it: a machine is up `lab.of(host).boot_seconds` after it was asked to boot, joined
+`lab.of(host).join_seconds` after it was up, installed `lab.of(host).install_seconds` after installing
+began. `lab.of(host).fault` makes a machine fail to boot, never join, or fail its install.
 SIMULATED_JOIN_WORK_SECONDS makes each join call work that long inside the worker, as a real
 join over SSH does, so a pass can be caught (and a worker killed) mid-join.
 """
@@ -19,6 +19,7 @@ from django.utils import timezone
 from clusters.image_facts import ImageFacts
 from clusters.models import Node
 from clusters.providers.base import NO_NEWS, BootReport, BootState, NodeHealthReport, Provider, StepOutcome, boot_due
+from offers import lab
 from offers.models import HostFault
 
 if TYPE_CHECKING:
@@ -49,30 +50,32 @@ class SimulatedProvider(Provider):
 
     def boot_status(self, node: Node) -> BootReport:
         host = node.host
-        if not _elapsed(node.boot_requested_at, host.boot_seconds):
+        if not _elapsed(node.boot_requested_at, lab.of(host).boot_seconds):
             return BootReport(BootState.BOOTING)
-        if host.fault == HostFault.BOOT_FAILS:
+        if lab.of(host).fault == HostFault.BOOT_FAILS:
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
         return BootReport(BootState.UP, address=f"sim://{host.name}")
 
     def news_at(self, cluster: Cluster, nodes: list[Node]) -> dt.datetime | None:
+        lab.load([node.host for node in nodes])
         # Time is this provider's runtime: each machine's news is due at a known instant. A
         # machine that never joins has none (the cluster's deadline is looked at instead).
         due = [boot_due(node) for node in nodes if node.state == Node.State.BOOTING]
-        due += [node.up_at + dt.timedelta(seconds=node.host.join_seconds) for node in nodes
-                if node.state == Node.State.UP and node.up_at is not None and node.host.fault != HostFault.NEVER_JOINS]
+        due += [node.up_at + dt.timedelta(seconds=lab.of(node.host).join_seconds) for node in nodes
+                if node.state == Node.State.UP and node.up_at is not None and lab.of(node.host).fault != HostFault.NEVER_JOINS]
         if any(node.state in (Node.State.JOINED, Node.State.INSTALLING) for node in nodes):
-            due += [cluster.status_changed_at + dt.timedelta(seconds=node.host.install_seconds) for node in nodes
+            due += [cluster.status_changed_at + dt.timedelta(seconds=lab.of(node.host).install_seconds) for node in nodes
                     if node.state in (Node.State.JOINED, Node.State.INSTALLING)]
         return min((at for at in due if at is not None), default=NO_NEWS)
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        lab.load([node.host for node in nodes])
         if settings.SIMULATED_JOIN_WORK_SECONDS:
             self.on_output(nodes[0].name, "network", "joining the private network")
             time.sleep(settings.SIMULATED_JOIN_WORK_SECONDS)
         outcome = StepOutcome()
         for node in nodes:
-            if node.host.fault == HostFault.NEVER_JOINS or not _elapsed(node.up_at, node.host.join_seconds):
+            if lab.of(node.host).fault == HostFault.NEVER_JOINS or not _elapsed(node.up_at, lab.of(node.host).join_seconds):
                 outcome.pending.add(node.name)
         for node in nodes:
             if node.name not in outcome.pending:
@@ -80,11 +83,12 @@ class SimulatedProvider(Provider):
         return outcome
 
     def install_software(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
+        lab.load([node.host for node in nodes])
         outcome = StepOutcome()
         for node in nodes:
-            if not _elapsed(cluster.status_changed_at, node.host.install_seconds):
+            if not _elapsed(cluster.status_changed_at, lab.of(node.host).install_seconds):
                 outcome.pending.add(node.name)
-            elif node.host.fault == HostFault.INSTALL_FAILS:
+            elif lab.of(node.host).fault == HostFault.INSTALL_FAILS:
                 outcome.failed[node.name] = f"The {cluster.get_software_display()} install failed on {node.name}; its log has the details."
             else:
                 self.on_output(node.name, "install", f"{cluster.get_software_display()} installed")
@@ -94,10 +98,11 @@ class SimulatedProvider(Provider):
         return StepOutcome.done()
 
     def check_health(self, cluster: Cluster, nodes: list[Node]) -> dict[str, NodeHealthReport]:
+        lab.load([node.host for node in nodes])
         # Simulated machines have no daemons to lose: what a host's fault says, nothing more.
         return {
             node.name: NodeHealthReport("network_down", "wg0 is down")
-            if node.host.fault == HostFault.NEVER_JOINS else NodeHealthReport("healthy", "simulated machine")
+            if lab.of(node.host).fault == HostFault.NEVER_JOINS else NodeHealthReport("healthy", "simulated machine")
             for node in nodes
         }
 

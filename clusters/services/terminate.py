@@ -32,7 +32,8 @@ def terminate_cluster(cluster: Cluster, *, actor: str = SYSTEM, reason: str = Re
             cluster.billing_ended_at = now
         live_nodes = Node.objects.filter(cluster=cluster, released_at__isnull=True)
         live_nodes.update(state=Node.State.STOPPING, step=NodeStep.STOPPING)
-        live_nodes.filter(billing_started_at__isnull=False).update(billing_ended_at=now)
+        # A machine whose billing already stopped (its host went down) keeps that instant.
+        live_nodes.filter(billing_started_at__isnull=False, billing_ended_at__isnull=True).update(billing_ended_at=now)
         billing.end_usage(cluster, now)
         label = Reason(reason).label
         record_event(cluster, "terminating", f"Termination requested: {label}. Billing stopped.", actor=actor, reason=reason,

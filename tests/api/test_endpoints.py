@@ -11,6 +11,7 @@ from django.utils import timezone
 from accounts.models import Environment, SSHKey, Workspace
 from api.models import IdempotentRequest
 from clusters.models import Cluster, Status
+from offers import lab
 from offers.models import HostFault
 from tests.api.conftest import ApiClient, drive, error_of, make_cluster
 from tests.factories import machine_type_with_hosts
@@ -387,7 +388,7 @@ def test_a_node_cannot_be_terminated_on_its_own(api, environment, machine_type):
 
 def test_retry_install_needs_a_degraded_cluster(api, environment):
     broken = machine_type_with_hosts(2)
-    broken.hosts.update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(broken.hosts, fault=HostFault.INSTALL_FAILS)
     cluster = make_cluster(environment, broken, software="slurm")
     status, body = api.post(f"/clusters/{cluster.pk}/retry-install")
     assert status == 409 and error_of(body)["code"] == "not_degraded"

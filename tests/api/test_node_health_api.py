@@ -7,6 +7,7 @@ import pytest
 
 from clusters.node_health import rounds
 from clusters.services.create import create_cluster
+from offers import lab
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +29,7 @@ def test_each_node_carries_its_health_and_the_cluster_counts_the_bad_ones(api, d
     ]
     assert body["data"]["unhealthy_nodes"] == 0
 
-    Host.objects.filter(nodes__cluster=cluster, nodes__index=1).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(nodes__cluster=cluster, nodes__index=1), fault=HostFault.NEVER_JOINS)
     rounds.check_cluster(cluster.pk)
     for client in (api, dev_api):
         status, body = client.get(f"/clusters/{cluster.pk}")

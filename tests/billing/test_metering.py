@@ -15,6 +15,7 @@ from billing import services as billing
 from billing.models import LedgerEntry, MachineUsage
 from clusters.models import Node
 from config.money import to_cents
+from offers import lab
 from tests.billing.conftest import T0, at, running_cluster
 
 pytestmark = pytest.mark.django_db
@@ -102,7 +103,7 @@ def test_a_failed_cluster_posts_nothing(environment, machine_type):
     from clusters.services.create import create_cluster
     from offers.models import Host, HostFault
 
-    Host.objects.filter(pk=machine_type.hosts.order_by("id").first().pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=machine_type.hosts.order_by("id").first().pk), fault=HostFault.BOOT_FAILS)
     from clusters import lifecycle
 
     cluster = create_cluster(environment=environment, name="doomed", machine_type=machine_type, machine_count=2)

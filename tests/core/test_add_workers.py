@@ -15,6 +15,7 @@ from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers, mark_workers_joined
+from offers import lab
 from offers.inventory import return_hosts_to_sale
 from offers.models import Host, HostFault
 
@@ -48,7 +49,7 @@ def test_a_worker_joins_and_is_billed_from_when_it_is_up(ready_cluster):
 
 def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
-    Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=free.pk), fault=HostFault.BOOT_FAILS)
     add_workers(ready_cluster, 1)
     cluster = Cluster.objects.get(pk=ready_cluster.pk)
     assert cluster.status == Status.READY
@@ -61,7 +62,7 @@ def test_a_worker_that_fails_to_boot_is_released_alone(ready_cluster, machine_ty
 
 def test_a_worker_that_never_joins_is_released_at_its_deadline(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
-    Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=free.pk), fault=HostFault.NEVER_JOINS)
     add_workers(ready_cluster, 1)
     worker = Node.objects.get(cluster=ready_cluster, index=2)
     assert worker.state == Node.State.UP
@@ -74,7 +75,7 @@ def test_a_worker_that_never_joins_is_released_at_its_deadline(ready_cluster, ma
 
 def test_a_worker_install_failure_degrades_the_cluster(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
-    Host.objects.filter(pk=free.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=free.pk), fault=HostFault.INSTALL_FAILS)
     add_workers(ready_cluster, 1)
     assert Cluster.objects.get(pk=ready_cluster.pk).status == Status.DEGRADED
 
@@ -101,10 +102,10 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
     ready_cluster, environment, machine_type
 ):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
-    Host.objects.filter(pk=free.pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=free.pk), fault=HostFault.BOOT_FAILS)
     add_workers(ready_cluster, 1)
     assert Host.objects.get(pk=free.pk).state == Host.State.QUARANTINED
-    Host.objects.filter(pk=free.pk).update(fault="")
+    lab.inject(Host.objects.filter(pk=free.pk), fault="")
     return_hosts_to_sale([free.pk])  # the operator checked it
     other = create_cluster(environment=environment, name="other", machine_type=machine_type, machine_count=4)
     assert other.nodes.filter(host=free).exists()
@@ -118,7 +119,7 @@ def test_terminating_keeps_the_host_of_a_released_worker_that_another_cluster_ho
 
 def test_a_worker_that_joins_after_terminate_was_requested_is_never_billed(ready_cluster, machine_type):
     free = machine_type.hosts.filter(state=Host.State.FREE).order_by("id").first()
-    Host.objects.filter(pk=free.pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=free.pk), fault=HostFault.NEVER_JOINS)
     add_workers(ready_cluster, 1)
     worker = Node.objects.get(cluster=ready_cluster, index=2)
     assert worker.state == Node.State.UP

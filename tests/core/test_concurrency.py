@@ -12,6 +12,7 @@ from clusters.errors import ClusterError
 from clusters.models import LIVE_STATUSES, Cluster, Node
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
+from offers import lab
 from offers.models import Host
 from tests.factories import WorkspaceFactory, machine_type_with_hosts
 
@@ -57,7 +58,7 @@ def assert_no_double_booking(machine_type) -> None:
 def slow_hosts(db):
     # Hosts that take a while to boot keep every winner live (holding its hosts) while we look.
     machine_type = machine_type_with_hosts(6)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=600)
     return machine_type
 
 
@@ -155,7 +156,7 @@ def test_two_owners_stepping_down_at_once_leave_one_owner(db):
 
 def test_twelve_simultaneous_creates_with_one_name_make_exactly_one_cluster(db):
     machine_type = machine_type_with_hosts(2 * THREADS)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=600)
     environment = WorkspaceFactory(credit_balance=100000).default_environment
     job = {"environment": environment, "name": "same", "machine_type": machine_type, "machine_count": 2}
 

@@ -9,6 +9,7 @@ from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
 from clusters.services.progress import retry_install
 from clusters.services.replace import replace_node
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import machine_type_with_hosts
 from tests.notifications.conftest import smtp, subject_of  # noqa: F401 - the fixture
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def degraded_cluster(environment, owner, hosts: int = 4) -> tuple[Cluster, Host]:
     machine_type = machine_type_with_hosts(hosts)
     bad = machine_type.hosts.order_by("id")[1]
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.INSTALL_FAILS)
     cluster = create_cluster(environment=environment, name="deg", machine_type=machine_type, machine_count=3,
                              software="slurm", created_by=owner)
     cluster.refresh_from_db()

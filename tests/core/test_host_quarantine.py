@@ -13,6 +13,7 @@ from clusters.models import Cluster, Status
 from clusters.services.create import create_cluster, recreate_cluster
 from clusters.services.progress import retry_install
 from clusters.services.terminate import terminate_cluster
+from offers import lab
 from offers.inventory import free_host_count, list_offers
 from offers.models import Host, HostFault
 from tests.factories import UserFactory, WorkspaceFactory, machine_type_with_hosts
@@ -40,7 +41,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
 ):
     machine_type = machine_type_with_hosts(5)
     bad = machine_type.hosts.order_by("id")[0]
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.BOOT_FAILS)
 
     failed = create(environment, machine_type)
     assert failed.status == Status.FAILED
@@ -71,7 +72,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
     assert machine_type.hosts.exclude(pk=bad.pk)[0].name not in page
 
     # Clearing the fault alone does not return it to sale; the operator's action does.
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.NONE)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.NONE)
     bad.refresh_from_db()
     assert bad.state == Host.State.QUARANTINED
     response = operator.post(
@@ -85,7 +86,7 @@ def test_a_host_that_fails_to_boot_is_quarantined_and_a_recreate_never_lands_on_
 def test_a_host_that_never_joins_is_quarantined(environment, smtp):
     machine_type = machine_type_with_hosts(3)
     bad = machine_type.hosts.order_by("-id")[0]
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.NEVER_JOINS)
     cluster = create(environment, machine_type, count=3)
     assert cluster.status == Status.PROVISIONING
     # Every machine is up; the bad one never reaches its peers, past the deadline.
@@ -101,7 +102,7 @@ def test_a_host_that_never_joins_is_quarantined(environment, smtp):
 def test_a_host_whose_install_failed_leaves_sale_when_its_degraded_cluster_lets_it_go(environment, smtp):
     machine_type = machine_type_with_hosts(3)
     bad = machine_type.hosts.order_by("id")[0]
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     assert cluster.status == Status.DEGRADED
     bad.refresh_from_db()
@@ -119,7 +120,7 @@ def test_a_retried_install_that_fails_again_on_a_quarantined_host_emails_the_ope
 ):
     machine_type = machine_type_with_hosts(2)
     bad = machine_type.hosts.order_by("id")[0]
-    Host.objects.filter(pk=bad.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=bad.pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     retry_install(cluster)
     cluster.refresh_from_db()

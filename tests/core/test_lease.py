@@ -16,6 +16,7 @@ from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
 from clusters.services.lease import claim_lease, lease_length
 from clusters.services.terminate import terminate_cluster
+from offers import lab
 from offers.models import Host
 from tests.factories import machine_type_with_hosts
 
@@ -29,7 +30,7 @@ def create(environment, machine_type, name="lease") -> Cluster:
 @pytest.fixture
 def booting(environment):
     machine_type = machine_type_with_hosts(2)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=300)
     return create(environment, machine_type)
 
 
@@ -68,7 +69,7 @@ def test_a_terminate_during_a_pass_is_acted_on_as_that_pass_ends(settings, envir
     settings.SIMULATED_JOIN_WORK_SECONDS = 2
     settings.CLUSTER_SELF_RESCHEDULE = False
     machine_type = machine_type_with_hosts(2)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=300)
     cluster = create(environment, machine_type)
     Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(seconds=301))
 

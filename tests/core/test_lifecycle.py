@@ -17,6 +17,7 @@ from clusters.services.create import create_cluster
 from clusters.services.lease import claim_lease, release_lease
 from clusters.services.progress import append_node_logs, retry_install, update_nodes
 from clusters.services.terminate import refuse_node_termination, terminate_cluster
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import HostFactory, machine_type_with_hosts
 
@@ -56,7 +57,7 @@ def test_it_installs_software_then_is_ready(environment, machine_type, software)
 
 
 def test_it_waits_while_machines_boot_then_proceeds(environment, machine_type):
-    Host.objects.update(boot_seconds=60)
+    lab.inject(Host.objects, boot_seconds=60)
     cluster = create(environment, machine_type)
     cluster.refresh_from_db()
     assert cluster.status == Status.PROVISIONING
@@ -67,7 +68,7 @@ def test_it_waits_while_machines_boot_then_proceeds(environment, machine_type):
 
 def test_a_machine_that_fails_to_boot_fails_the_cluster_and_releases_every_host(environment, machine_type):
     hosts = list(machine_type.hosts.order_by("id"))
-    Host.objects.filter(pk=hosts[2].pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=hosts[2].pk), fault=HostFault.BOOT_FAILS)
     cluster = create(environment, machine_type)
     cluster.refresh_from_db()
     assert cluster.status == Status.FAILED
@@ -83,7 +84,7 @@ def test_a_machine_that_fails_to_boot_fails_the_cluster_and_releases_every_host(
 
 def test_a_machine_that_never_joins_fails_the_cluster_at_the_deadline(environment, machine_type):
     first = machine_type.hosts.order_by("id").first()
-    Host.objects.filter(pk=first.pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=first.pk), fault=HostFault.NEVER_JOINS)
     cluster = create(environment, machine_type)
     cluster.refresh_from_db()
     assert cluster.status == Status.PROVISIONING
@@ -106,14 +107,14 @@ def test_slow_machine_types_get_their_own_deadline(environment):
 
 def test_an_install_failure_degrades_and_retry_reaches_ready(environment, machine_type):
     last = machine_type.hosts.order_by("id")[3]
-    Host.objects.filter(pk=last.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=last.pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     cluster.refresh_from_db()
     assert cluster.status == Status.DEGRADED
     assert cluster.is_billable, "degraded machines stay up and billed"
     assert cluster.events.get(event="degraded").reason == Reason.INSTALL_FAILED
     assert cluster.nodes.get(index=3).state == Node.State.INSTALL_FAILED
-    Host.objects.filter(pk=last.pk).update(fault="")
+    lab.inject(Host.objects.filter(pk=last.pk), fault="")
     retry_install(cluster, actor="alice")
     cluster.refresh_from_db()
     assert cluster.status == Status.READY
@@ -127,7 +128,7 @@ def test_retry_install_is_refused_unless_degraded(environment, machine_type):
 
 
 def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_type):
-    Host.objects.update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects, fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="ray")
     cluster.refresh_from_db()
     assert cluster.status == Status.DEGRADED
@@ -141,7 +142,7 @@ def test_terminate_from_degraded_ends_billing_and_releases(environment, machine_
 
 
 def test_terminate_while_provisioning_bills_nothing(environment, machine_type):
-    Host.objects.update(boot_seconds=300)
+    lab.inject(Host.objects, boot_seconds=300)
     cluster = create(environment, machine_type)
     assert terminate_cluster(cluster)
     cluster.refresh_from_db()
@@ -174,7 +175,7 @@ def test_advancing_a_ready_cluster_again_changes_nothing(environment, machine_ty
 
 
 def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
-    Host.objects.update(boot_seconds=300)
+    lab.inject(Host.objects, boot_seconds=300)
     cluster = create(environment, machine_type)
     lease = claim_lease(cluster.pk)
     assert lease is not None
@@ -186,7 +187,7 @@ def test_a_held_lease_keeps_a_second_worker_out(environment, machine_type):
 
 
 def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environment, machine_type):
-    Host.objects.update(boot_seconds=300)
+    lab.inject(Host.objects, boot_seconds=300)
     cluster = create(environment, machine_type)
     stale = claim_lease(cluster.pk)
     assert stale is not None
@@ -201,7 +202,7 @@ def test_releasing_a_lease_taken_over_by_another_worker_leaves_it_held(environme
 def test_the_sweep_redrives_stuck_clusters(environment, machine_type):
     from clusters.tasks import sweep_clusters
 
-    Host.objects.update(boot_seconds=300)
+    lab.inject(Host.objects, boot_seconds=300)
     cluster = create(environment, machine_type)
     Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(seconds=301))
     assert sweep_clusters() == 1
@@ -296,11 +297,11 @@ def test_a_provider_error_is_shown_once_and_retried(environment, machine_type, m
 
 
 def test_terminating_a_cluster_read_before_it_joined_still_ends_its_billing(environment, machine_type):
-    Host.objects.update(boot_seconds=300)
+    lab.inject(Host.objects, boot_seconds=300)
     cluster = create(environment, machine_type)
     read_while_provisioning = Cluster.objects.get(pk=cluster.pk)
     assert read_while_provisioning.billing_started_at is None
-    Host.objects.update(boot_seconds=0)
+    lab.inject(Host.objects, boot_seconds=0)
     Node.objects.filter(cluster=cluster).update(boot_requested_at=timezone.now() - dt.timedelta(minutes=10))
     drive(cluster)
     assert cluster.status == Status.READY and cluster.billing_started_at is not None
@@ -312,7 +313,7 @@ def test_terminating_a_cluster_read_before_it_joined_still_ends_its_billing(envi
 
 
 def test_a_retry_from_a_stale_page_still_counts_a_new_attempt(environment, machine_type):
-    Host.objects.update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects, fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, software="slurm")
     stale = Cluster.objects.get(pk=cluster.pk)
     retry_install(Cluster.objects.get(pk=cluster.pk))  # another tab: attempt 1 degrades again
@@ -327,7 +328,7 @@ def test_a_provisioning_pass_pushes_once_for_all_its_nodes_not_once_per_node(env
     from clusters import notices
 
     machine_type = machine_type_with_hosts(16)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=300)
     pushes: list[int] = []
     monkeypatch.setattr(notices, "cluster_changed", lambda cluster_id, nodes=None: pushes.append(cluster_id))
     cluster = create(environment, machine_type, count=16)

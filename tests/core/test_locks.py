@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from clusters.models import Cluster, Node
 from clusters.services.create import create_cluster
 from clusters.services.progress import append_node_logs, update_nodes
+from offers import lab
 from offers.models import Host
 from tests.factories import machine_type_with_hosts
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def booting_cluster(environment):
     machine_type = machine_type_with_hosts(4)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=600)
     return create_cluster(environment=environment, name="locks", machine_type=machine_type, machine_count=4)
 
 

@@ -24,6 +24,7 @@ from clusters.models import LIVE_STATUSES, Cluster, Node, Status
 from clusters.services.create import create_cluster, plan_cluster
 from clusters.services.replace import replace_node
 from clusters.services.workers import add_workers
+from offers import lab
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, machine_type_with_hosts
 
@@ -149,7 +150,7 @@ def test_a_spend_quota_an_hour_of_the_new_cluster_would_reach_is_a_warning_not_a
 @pytest.mark.postgres
 def test_two_creates_at_once_cannot_both_fit_under_one_quota(environment, developer, owner_membership, dev_membership):
     machine_type = machine_type_with_hosts(6)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=600)
     accounts.set_quota(by=owner_membership, membership=dev_membership, max_gpus=16)
     barrier = threading.Barrier(3)
     results: list[object] = [None] * 3

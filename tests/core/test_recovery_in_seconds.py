@@ -16,6 +16,7 @@ from clusters.network_test import run
 from clusters.network_test import tasks as network_test_tasks
 from clusters.network_test.services import claim_network_test, start_network_test
 from clusters.services.create import create_cluster
+from offers import lab
 from offers.models import Host
 from tests.api.conftest import drive, make_cluster
 from tests.factories import machine_type_with_hosts
@@ -39,7 +40,7 @@ def published(monkeypatch):
 @pytest.fixture
 def booting(environment):
     machine_type = machine_type_with_hosts(2)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=300)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=300)
     return create_cluster(environment=environment, name="boot", machine_type=machine_type, machine_count=2)
 
 

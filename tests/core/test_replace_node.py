@@ -20,6 +20,7 @@ from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers
+from offers import lab
 from offers.inventory import return_hosts_to_sale
 from offers.models import Host, HostFault
 
@@ -88,7 +89,7 @@ def test_billing_runs_for_the_new_machine_from_its_join_and_for_the_old_one_unti
 
 
 def test_never_more_open_intervals_than_machines_plus_the_one_swapped_in(ready_cluster, machine_type):
-    Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=free_host(machine_type).pk), fault=HostFault.NEVER_JOINS)
     replace_node(ready_cluster, "node-1")
     # The new machine is up but not joined: not billed yet, the old one still is.
     assert MachineUsage.objects.filter(cluster=ready_cluster, ended_at__isnull=True).count() == 3
@@ -103,7 +104,7 @@ def test_never_more_open_intervals_than_machines_plus_the_one_swapped_in(ready_c
 def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node(ready_cluster, machine_type):
     old = ready_cluster.nodes.get(index=1)
     broken = free_host(machine_type)
-    Host.objects.filter(pk=broken.pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=broken.pk), fault=HostFault.BOOT_FAILS)
 
     new = replace_node(ready_cluster, "node-1")
 
@@ -121,7 +122,7 @@ def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node
     failed = cluster.events.get(event="replacement_failed")
     assert "not charged" in failed.message and old.host.name not in failed.message
     # The operator repairs the machine and returns it to sale; the customer tries again.
-    Host.objects.filter(pk=broken.pk).update(fault="")
+    lab.inject(Host.objects.filter(pk=broken.pk), fault="")
     return_hosts_to_sale([broken.pk])
     replace_node(cluster, "node-1")
     assert Node.objects.filter(cluster=cluster, index=1, released_at__isnull=True).get().host_id == broken.pk
@@ -129,7 +130,7 @@ def test_a_machine_that_fails_to_boot_is_released_and_the_old_one_keeps_the_node
 
 def test_a_machine_that_never_joins_is_released_at_the_boot_deadline(ready_cluster, machine_type):
     old = ready_cluster.nodes.get(index=2)
-    Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=free_host(machine_type).pk), fault=HostFault.NEVER_JOINS)
     new = replace_node(ready_cluster, "node-2")
     new.refresh_from_db()
     assert new.state == Node.State.UP and new.replacing_id == old.pk
@@ -147,7 +148,7 @@ def test_a_machine_that_never_joins_is_released_at_the_boot_deadline(ready_clust
 
 def test_a_machine_whose_install_fails_is_billed_until_it_is_released(ready_cluster, machine_type):
     broken = free_host(machine_type)
-    Host.objects.filter(pk=broken.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=broken.pk), fault=HostFault.INSTALL_FAILS)
 
     new = replace_node(ready_cluster, "node-1")
 
@@ -161,11 +162,11 @@ def test_a_machine_whose_install_fails_is_billed_until_it_is_released(ready_clus
 
 
 def test_terminate_during_a_replacement_stops_and_bills_both_machines_until_then(ready_cluster, machine_type):
-    Host.objects.filter(pk=free_host(machine_type).pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=free_host(machine_type).pk), fault=HostFault.NEVER_JOINS)
     old = ready_cluster.nodes.get(index=1)
     new = replace_node(ready_cluster, "node-1")
     # It joins (the fault cleared) but the install is still running when the customer terminates.
-    Host.objects.filter(pk=new.host_id).update(fault="", install_seconds=3600)
+    lab.inject(Host.objects.filter(pk=new.host_id), fault="", install_seconds=3600)
     lifecycle.advance(ready_cluster.pk)
     new.refresh_from_db()
     assert new.state == Node.State.INSTALLING and new.billing_started_at is not None

@@ -17,6 +17,7 @@ from clusters.providers.simulated import SimulatedProvider
 from clusters.services.create import create_cluster
 from clusters.services.progress import append_node_logs, retry_install
 from clusters.services.replace import replace_node
+from offers import lab
 from offers.models import Host, HostFault
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,10 +93,10 @@ def test_a_retried_install_runs_again_on_every_node(labels, environment, machine
 
     monkeypatch.setattr(SimulatedProvider, "install_software", counting_install)
     broken = machine_type.hosts.order_by("id")[3]
-    Host.objects.filter(pk=broken.pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=broken.pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type)
     assert cluster.status == Status.DEGRADED
-    Host.objects.filter(pk=broken.pk).update(fault="")
+    lab.inject(Host.objects.filter(pk=broken.pk), fault="")
 
     retry_install(cluster, actor="alice")
 
@@ -106,7 +107,7 @@ def test_a_retried_install_runs_again_on_every_node(labels, environment, machine
 
 def test_machines_every_peer_reaches_count_as_joined_while_one_is_missing(labels, environment, machine_type):
     late = machine_type.hosts.order_by("id").first()
-    Host.objects.filter(pk=late.pk).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(pk=late.pk), fault=HostFault.NEVER_JOINS)
     cluster = create(environment, machine_type, software="none")
     assert cluster.status == Status.PROVISIONING
     cluster = Cluster.objects.prefetch_related("nodes").get(pk=cluster.pk)

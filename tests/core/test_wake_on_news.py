@@ -9,6 +9,7 @@ import pytest
 from clusters import tasks
 from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import machine_type_with_hosts
 
@@ -27,7 +28,7 @@ def queued(monkeypatch, settings):
 
 def create(environment, queued, count: int = 2, **host_fields) -> Cluster:
     machine_type = machine_type_with_hosts(count)
-    Host.objects.filter(machine_type=machine_type).update(**host_fields)
+    lab.inject(Host.objects.filter(machine_type=machine_type), **host_fields)
     cluster = create_cluster(environment=environment, name="wake", machine_type=machine_type, machine_count=count)
     assert queued == [(cluster.pk, 0)]  # the create's own pass, queued on commit
     queued.clear()

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from offers.models import Host
+from offers.models import InjectedFault
 
 
 @pytest.fixture
@@ -23,8 +23,8 @@ def dashboard_key(live_server, owner, workspace) -> str:
 def instant_offer(machine_type):
     """An offer whose simulated hosts boot, join and install at once (Celery runs eagerly in tests,
     so the create request itself drives the cluster to ready)."""
-    assert not Host.objects.filter(machine_type=machine_type).exclude(boot_seconds=0, join_seconds=0,
-                                                                     install_seconds=0).exists()
+    assert not InjectedFault.objects.filter(host__machine_type=machine_type).exclude(
+        boot_seconds=0, join_seconds=0, install_seconds=0).exists()
     return machine_type
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from accounts.models import Environment, Membership, Role, SSHKey, Workspace
 from clusters.models import Cluster
+from offers import lab
 from tests.factories import WorkspaceFactory, machine_type_with_hosts
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,7 +86,7 @@ def test_add_workers_is_the_apis_word_and_watch_follows_the_add_until_every_node
     offer = machine_type_with_hosts(3)
     cluster_id = cli("clusters", "create", "--name", "grow", "--offer", str(offer.pk), "--machines", "2", "-q").stdout.strip()
     # The machine to be added takes its time to boot: the cluster stays ready meanwhile.
-    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(state=Host.State.FREE), boot_seconds=600)
     grown = cli("clusters", "add-workers", cluster_id, "--count", "1")
     assert grown.returncode == 0, grown.stderr
     assert f"Follow it with: runcrate clusters watch {cluster_id}" in grown.stdout

@@ -19,6 +19,7 @@ from django.db import connection
 from api.models import ApiKey
 from clusters.models import Cluster, Node, Status
 from clusters.providers.local.sandbox import write_ed25519_keypair
+from offers import lab
 from offers.models import Host
 from tests.client.client_support import REPO_ROOT
 from webhooks.models import Endpoint
@@ -43,7 +44,7 @@ def database_url() -> str:
 
 def test_the_readme_terminal_block_runs_line_by_line_as_shown(live_server, tmp_path):
     call_command("seed_demo", provider="simulated", boot_seconds=0)
-    Host.objects.update(boot_seconds=0, join_seconds=0, install_seconds=0)
+    lab.inject(Host.objects, boot_seconds=0, join_seconds=0, install_seconds=0)
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     write_ed25519_keypair(home / ".ssh" / "id_ed25519", "laptop")

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from accounts.models import Invitation, Membership, Role
 from clusters.models import Cluster
+from offers import lab
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, Stack, watch_policy
@@ -123,7 +124,7 @@ def shot(page, name: str) -> None:
 @pytest.fixture
 def offers(db):
     machine_type = machine_type_with_hosts(4)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=1, join_seconds=1, install_seconds=1)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=1, join_seconds=1, install_seconds=1)
     return machine_type
 
 

@@ -27,6 +27,7 @@ from django.db import connection
 from accounts.models import Role
 from clusters.models import Cluster, Status
 from config.stack import web_command
+from offers import lab
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 
@@ -153,7 +154,7 @@ def customer(db):
     user = UserFactory(username="carol")
     MembershipFactory(workspace=workspace, user=user, role=Role.DEVELOPER)
     machine_type = machine_type_with_hosts(6)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=BOOT_SECONDS, join_seconds=1, install_seconds=2)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=BOOT_SECONDS, join_seconds=1, install_seconds=2)
     return user
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from accounts.models import Role
 from clusters.models import Cluster, Status
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import LocationFactory, MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, PHONE, WAIT_MS, Stack, stack  # noqa: F401 - fixture
@@ -71,7 +72,7 @@ def create_in_browser(page, machine_type_id: int, machines: int, name: str, soft
 
 def test_a_failed_cluster_offers_what_starts_now_and_one_click_creates_it_again(owner, stack):
     here = machine_type_with_hosts(5)
-    Host.objects.filter(pk=here.hosts.earliest("id").pk).update(fault=HostFault.BOOT_FAILS, boot_seconds=1)
+    lab.inject(Host.objects.filter(pk=here.hosts.earliest("id").pk), fault=HostFault.BOOT_FAILS, boot_seconds=1)
     helsinki = machine_type_with_hosts(
         6, price_per_machine_hour=Decimal("2.00"), location=LocationFactory(code="eu-north-1", name="Helsinki, Finland")
     )
@@ -151,7 +152,7 @@ def test_quotes_from_the_clusters_page_and_instances_that_end_only_with_their_cl
 
 def test_the_header_money_cost_so_far_and_machine_counts_change_without_a_reload(owner, stack):
     machine_type = machine_type_with_hosts(4)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=6, join_seconds=1)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=6, join_seconds=1)
 
     def check(page, context):
         create_in_browser(page, machine_type.pk, 4, "live")

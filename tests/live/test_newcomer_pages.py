@@ -12,6 +12,7 @@ from playwright.sync_api import Error as PlaywrightError
 
 from accounts.models import Role
 from clusters.models import Cluster, Status
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
 from tests.live.test_browser import CHROMIUM, CHROMIUM_ARGS, PHONE, SCREENSHOTS, WAIT_MS, Stack, stack  # noqa: F401
@@ -95,7 +96,7 @@ def create_in_browser(page, machine_type_id: int, machines: int, name: str, soft
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_degraded_cluster_says_why_and_what_it_costs_and_offers_to_replace_the_machine(owner, stack, width):
     machine_type = machine_type_with_hosts(4, price_per_machine_hour=Decimal("2.50"))
-    Host.objects.filter(pk=machine_type.hosts.order_by("id")[1].pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=machine_type.hosts.order_by("id")[1].pk), fault=HostFault.INSTALL_FAILS)
 
     def check(page):
         create_in_browser(page, machine_type.pk, 3, "deg", "slurm")

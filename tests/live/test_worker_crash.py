@@ -10,6 +10,7 @@ import pytest
 
 from clusters.models import Cluster, Node, Status
 from clusters.services.create import create_cluster
+from offers import lab
 from tests.factories import machine_type_with_hosts
 from tests.live.processes import Processes, RedisServer, publish_to, wait_for
 
@@ -82,7 +83,7 @@ def test_a_pass_lost_with_a_killed_worker_is_re_driven_within_half_a_minute(envi
     stack.worker("first")
     stack.beat()
     machine_type = machine_type_with_hosts(2)
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=12)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=12)
     cluster = create_cluster(environment=environment, name="lost", machine_type=machine_type, machine_count=2)
 
     def waiting_for_its_next_pass() -> bool:

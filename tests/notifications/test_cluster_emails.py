@@ -15,6 +15,7 @@ from clusters.services.create import create_cluster
 from clusters.services.progress import retry_install
 from clusters.services.terminate import terminate_cluster
 from notifications.models import Delivery, Notification
+from offers import lab
 from offers.models import Host, HostFault
 from tests.notifications.conftest import html_of, subject_of, text_of
 
@@ -47,7 +48,7 @@ def test_the_ready_email_lists_every_node_and_links_to_the_cluster(smtp, environ
 
 def test_the_failed_email_gives_each_nodes_outcome_and_says_nothing_was_charged(smtp, environment, machine_type, owner):
     hosts = list(machine_type.hosts.order_by("id"))
-    Host.objects.filter(pk=hosts[1].pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(pk=hosts[1].pk), fault=HostFault.BOOT_FAILS)
     cluster = create(environment, machine_type, owner, count=3)
     assert cluster.status == Status.FAILED
     [message] = smtp.messages
@@ -63,7 +64,7 @@ def test_the_failed_email_gives_each_nodes_outcome_and_says_nothing_was_charged(
 
 def test_the_degraded_email_names_the_failed_nodes_and_links_to_retry(smtp, environment, machine_type, owner):
     hosts = list(machine_type.hosts.order_by("id"))
-    Host.objects.filter(pk=hosts[0].pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=hosts[0].pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, owner, count=2, software="slurm")
     assert cluster.status == Status.DEGRADED
     [message] = smtp.messages
@@ -75,7 +76,7 @@ def test_the_degraded_email_names_the_failed_nodes_and_links_to_retry(smtp, envi
 
 
 def test_a_retry_that_fails_again_is_the_same_degradation_and_no_new_email(smtp, environment, machine_type, owner):
-    Host.objects.filter(pk=machine_type.hosts.order_by("id")[0].pk).update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(pk=machine_type.hosts.order_by("id")[0].pk), fault=HostFault.INSTALL_FAILS)
     cluster = create(environment, machine_type, owner, count=2, software="ray")
     retry_install(cluster)
     cluster.refresh_from_db()
@@ -143,7 +144,7 @@ def test_without_a_creator_the_workspace_owners_get_it(smtp, environment, machin
 
 
 def test_a_terminated_cluster_that_never_started_cost_nothing(smtp, environment, machine_type, owner):
-    Host.objects.update(boot_seconds=600)
+    lab.inject(Host.objects, boot_seconds=600)
     cluster = create(environment, machine_type, owner, count=2)
     assert cluster.status == Status.PROVISIONING
     terminate_cluster(cluster)

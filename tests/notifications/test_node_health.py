@@ -16,6 +16,7 @@ from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from notifications.models import Notification
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import ready_cluster
 from tests.notifications.conftest import subject_of, text_of
@@ -33,7 +34,7 @@ def node(cluster: Cluster, index: int) -> Node:
 
 
 def break_network(cluster: Cluster, index: int, broken: bool = True) -> None:
-    Host.objects.filter(pk=node(cluster, index).host_id).update(fault=HostFault.NEVER_JOINS if broken else "")
+    lab.inject(Host.objects.filter(pk=node(cluster, index).host_id), fault=HostFault.NEVER_JOINS if broken else "")
 
 
 def health_events(cluster: Cluster) -> list[tuple[str, str]]:

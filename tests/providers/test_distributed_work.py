@@ -23,6 +23,7 @@ from clusters.providers.local import realnodes
 from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.workers import add_workers
+from offers import lab
 from offers.models import Host
 from tests.providers.conftest import SETTLED, drive, terminal_stdin
 from tests.providers.test_real_nodes import (
@@ -186,7 +187,7 @@ def test_nodes_reach_each_other_by_name_every_shell_has_the_environment_and_ever
     old = cluster.nodes.select_related("host").get(index=2, released_at__isnull=True)
     old_key = old.host_key
     # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
-    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=12)
+    lab.inject(Host.objects.filter(state=Host.State.FREE), boot_seconds=12)
     replace_node(cluster, "node-2", actor="alice")
     cluster = drive(cluster, SETTLED, timeout=2)
     assert on_head("sinfo -h -n node-2 -o %T").stdout.strip() == "draining", story(cluster)

@@ -16,6 +16,7 @@ from clusters.services.progress import retry_install
 from clusters.services.terminate import terminate_cluster
 from clusters.services.volumes import create_volume
 from clusters.services.workers import add_workers
+from offers import lab
 from offers.models import Host, HostFault
 from tests.providers.conftest import SETTLED, drive, local_machine_type
 
@@ -82,7 +83,7 @@ def test_container_machines_share_no_folder(environment, local_machines):
 
 def test_a_node_that_never_joins_fails_the_cluster_and_releases_every_host(environment, local_machines):
     machine_type = local_machine_type(4, block=30)
-    Host.objects.filter(name="local-30-2").update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(name="local-30-2"), fault=HostFault.NEVER_JOINS)
     cluster = create(environment, machine_type)
     cluster = drive(cluster, SETTLED | {Status.PROVISIONING}, timeout=5)
     for _ in range(3):
@@ -98,7 +99,7 @@ def test_a_node_that_never_joins_fails_the_cluster_and_releases_every_host(envir
 
 def test_a_machine_that_fails_to_boot_fails_fast(environment, local_machines):
     machine_type = local_machine_type(3, block=31)
-    Host.objects.filter(name="local-31-1").update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(name="local-31-1"), fault=HostFault.BOOT_FAILS)
     cluster = drive(create(environment, machine_type, count=3), SETTLED)
     assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.BOOT_FAILED
     assert not Host.objects.filter(state=Host.State.RESERVED).exists()
@@ -106,7 +107,7 @@ def test_a_machine_that_fails_to_boot_fails_fast(environment, local_machines):
 
 def test_install_failure_degrades_then_retry_reaches_ready(environment, local_machines):
     machine_type = local_machine_type(4, block=40)
-    Host.objects.filter(name="local-40-3").update(fault=HostFault.INSTALL_FAILS)
+    lab.inject(Host.objects.filter(name="local-40-3"), fault=HostFault.INSTALL_FAILS)
     cluster = drive(create(environment, machine_type, software="slurm"), SETTLED)
     assert cluster.status == Status.DEGRADED
     assert cluster.is_billable
@@ -114,7 +115,7 @@ def test_install_failure_degrades_then_retry_reaches_ready(environment, local_ma
     assert failed.state == Node.State.INSTALL_FAILED and "install" in failed.detail.lower()
     # The operator clears the fault in /admin/ (the host's own record, nothing on the machine);
     # the customer retries, and the retry installs on the machine as the host is now.
-    Host.objects.filter(name="local-40-3").update(fault=HostFault.NONE)
+    lab.inject(Host.objects.filter(name="local-40-3"), fault=HostFault.NONE)
     assert (node_root(local_machines, failed) / "etc" / "runcrate" / "fault").exists()
     retry_install(cluster, actor="alice")
     cluster = drive(cluster, SETTLED)
@@ -203,7 +204,7 @@ def test_a_sync_back_larger_than_the_volume_is_refused_whole_and_the_customer_is
 
 def test_a_worker_that_never_joins_is_stopped_and_released_alone(environment, local_machines):
     machine_type = local_machine_type(3, block=72)
-    Host.objects.filter(name="local-72-2").update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(name="local-72-2"), fault=HostFault.NEVER_JOINS)
     cluster = drive(create(environment, machine_type, count=2), SETTLED)
     assert cluster.status == Status.READY
     add_workers(cluster, 1, actor="alice")

@@ -31,6 +31,7 @@ from clusters.services.progress import retry_install
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
 from clusters.services.workers import add_workers
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import MachineTypeFactory
 from tests.providers.conftest import SETTLED, drive, terminal_stdin
@@ -250,7 +251,7 @@ def test_a_node_whose_wireguard_traffic_is_dropped_fails_the_cluster_at_the_dead
     environment, real_machines
 ):
     machine_type = real_machine_type(2)
-    Host.objects.filter(name__endswith="-1").update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(name__endswith="-1"), fault=HostFault.NEVER_JOINS)
     cluster = create_cluster(
         environment=environment, name="lonely", machine_type=machine_type, machine_count=2
     )
@@ -275,7 +276,7 @@ def test_a_node_whose_wireguard_traffic_is_dropped_fails_the_cluster_at_the_dead
 
 def test_a_machine_that_fails_to_boot_fails_the_cluster_and_no_node_is_left(environment, real_machines):
     machine_type = real_machine_type(2)
-    Host.objects.filter(name__endswith="-1").update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(name__endswith="-1"), fault=HostFault.BOOT_FAILS)
     cluster = create_cluster(environment=environment, name="dud", machine_type=machine_type, machine_count=2)
     cluster = drive(cluster, SETTLED, timeout=30)
     assert cluster.status == Status.FAILED and cluster.failure_reason == Reason.BOOT_FAILED
@@ -332,7 +333,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
     assert wait_for(lambda: "pinned" in on_node(real_machines, head, "cat /root/pinned.out").stdout, timeout=60)
     time.sleep(2)  # the task is leased on node-1
     # The new machine takes a while to boot: the old one is drained, and still runs, meanwhile.
-    Host.objects.filter(state=Host.State.FREE).update(boot_seconds=40)
+    lab.inject(Host.objects.filter(state=Host.State.FREE), boot_seconds=40)
     replace_node(cluster, "node-1", actor="alice")
     lifecycle.advance(cluster.pk)  # the swap's first pass drains node-1
     assert cluster.events.filter(event="node_draining").exists(), story(cluster)
@@ -366,7 +367,7 @@ def test_a_ray_cluster_of_real_nodes_keeps_its_work_through_an_added_worker_and_
     # and starts again.
     node_2 = cluster.nodes.select_related("host").get(index=2, released_at__isnull=True)
     raylet_before = on_node(real_machines, node_2, "pgrep -x raylet").stdout.split()
-    Host.objects.filter(state=Host.State.FREE).update(fault=HostFault.BOOT_FAILS, boot_seconds=0)
+    lab.inject(Host.objects.filter(state=Host.State.FREE), fault=HostFault.BOOT_FAILS, boot_seconds=0)
     replace_node(cluster, "node-2", actor="alice")
     deadline = time.monotonic() + 120
     while cluster.nodes.filter(released_at__isnull=True, replacing__isnull=False).exists():

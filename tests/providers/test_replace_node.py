@@ -18,6 +18,7 @@ from clusters.providers.local.sandbox import find_sshd
 from clusters.services.create import create_cluster
 from clusters.services.replace import replace_node
 from clusters.services.terminate import terminate_cluster
+from offers import lab
 from offers.models import Host, HostFault
 from tests.providers.conftest import SETTLED, drive, local_machine_type, terminal_stdin
 from tests.providers.test_real_nodes import CAN, WHY, real_machine_type, real_machines, story  # noqa: F401 - a fixture
@@ -87,7 +88,7 @@ def test_a_replaced_slurm_node_runs_on_the_new_machine_under_its_name(environmen
 
 def test_a_replacement_that_never_joins_is_released_and_the_old_machine_stays_the_node(environment, local_machines):
     machine_type = local_machine_type(3, block=32)
-    Host.objects.filter(name="local-32-2").update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(name="local-32-2"), fault=HostFault.NEVER_JOINS)
     cluster = drive(
         create_cluster(environment=environment, name="stay", machine_type=machine_type, machine_count=2),
         SETTLED,
@@ -120,7 +121,7 @@ def test_a_replacement_that_never_joins_is_released_and_the_old_machine_stays_th
 
 def test_terminating_during_a_swap_stops_both_machines_each_in_its_own_spec(environment, local_machines):
     machine_type = local_machine_type(3, block=34)
-    Host.objects.filter(name="local-34-2").update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(name="local-34-2"), fault=HostFault.NEVER_JOINS)
     cluster = drive(
         create_cluster(environment=environment, name="both", machine_type=machine_type, machine_count=2),
         SETTLED,

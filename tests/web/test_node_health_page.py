@@ -9,6 +9,7 @@ from clusters import live
 from clusters.models import Cluster, NodeHealth
 from clusters.node_health import rounds
 from clusters.services.terminate import terminate_cluster
+from offers import lab
 from offers.models import Host, HostFault
 from tests.factories import ready_cluster
 
@@ -21,7 +22,7 @@ def cluster(environment, machine_type, owner) -> Cluster:
 
 
 def break_node(cluster: Cluster, index: int) -> None:
-    Host.objects.filter(nodes__cluster=cluster, nodes__index=index).update(fault=HostFault.NEVER_JOINS)
+    lab.inject(Host.objects.filter(nodes__cluster=cluster, nodes__index=index), fault=HostFault.NEVER_JOINS)
     rounds.check_cluster(cluster.pk)
 
 

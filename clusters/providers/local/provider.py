@@ -49,6 +49,7 @@ from clusters.providers.fabric import FabricProvider
 from clusters.providers.fleet import FleetMachines
 from clusters.providers.local import image_facts, realnodes, runtime, sandbox
 from clusters.providers.local import images as machine_images
+from offers import lab
 from offers.models import HostFault
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ class LocalProvider(FabricProvider):
             return
         if not ipaddress.ip_address(host.address).is_loopback:
             raise ValueError(f"local host {host.name} must have a loopback address, not {host.address!r}")
-        if host.fault == HostFault.BOOT_FAILS:
+        if lab.of(host).fault == HostFault.BOOT_FAILS:
             self._emit(node.name, "boot", f"{host.name}: power-on requested")
             return
         if self._running(host):
@@ -239,8 +240,8 @@ class LocalProvider(FabricProvider):
         # A freshly booted machine has a clean disk.
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        if host.fault in operations.FAULTS:
-            operations.write_fault(root, host.fault)
+        if lab.of(host).fault in operations.FAULTS:
+            operations.write_fault(root, lab.of(host).fault)
         keys = _keys()
         log = open(machine / "ssh.log", "ab")  # noqa: SIM115 - handed to the child process
         sshd = sandbox.find_sshd() if settings.LOCAL_SSH_SERVER != "asyncssh" else None
@@ -273,13 +274,14 @@ class LocalProvider(FabricProvider):
         # boot reads of the database is read here first; the threads touch none of it.
         for node in nodes:
             _ = node.host.machine_type, node.host.physical_host, node.cluster.volume
+        lab.load([node.host for node in nodes])
         _at_once(self.boot, nodes, "boot")
 
     def _boot_request(self, node: Node) -> dict[str, Any]:
         """What the host runtime boots the node's machine from, on this computer or a fleet host."""
         host = node.host
         files = {}
-        if host.fault == HostFault.INSTALL_FAILS:
+        if lab.of(host).fault == HostFault.INSTALL_FAILS:
             files["/etc/runcrate/fault"] = "install_fails\n"
         binds = {}
         volume = node.cluster.volume if node.index == 0 else None
@@ -290,7 +292,7 @@ class LocalProvider(FabricProvider):
             "key": host.name, "hostname": host.name, "authorized_keys": (_keys() / "authorized_keys").read_text(),
             # One network per cluster: its machines share a bridge, other clusters' never.
             "segment": f"cluster-{node.cluster_id}", "limits": dataclasses.asdict(node_limits(host.machine_type)),
-            "boot_fails": host.fault == HostFault.BOOT_FAILS, "drop_wireguard": host.fault == HostFault.NEVER_JOINS,
+            "boot_fails": lab.of(host).fault == HostFault.BOOT_FAILS, "drop_wireguard": lab.of(host).fault == HostFault.NEVER_JOINS,
             "files": files, "binds": binds, "image": node.cluster.image,
         }
 
@@ -330,17 +332,18 @@ class LocalProvider(FabricProvider):
         # The install reads its injected fault from the machine: make it say what the host
         # says now, so a fault an operator cleared in /admin/ is gone for a retried install
         # (it was written once, at boot), and one set since then is there.
+        lab.load([node.host for node in nodes], fresh=True)
         for node in nodes:
             self._sync_install_fault(node)
         return super().install_software(cluster, nodes)
 
     def _sync_install_fault(self, node: Node) -> None:
         host = node.host
-        fails = host.fault == HostFault.INSTALL_FAILS
+        fails = lab.of(host).fault == HostFault.INSTALL_FAILS
         if not self.real:
             root = self._dir(host) / "root"
             if root.is_dir():
-                operations.write_fault(root, host.fault if host.fault in operations.FAULTS else None)
+                operations.write_fault(root, lab.of(host).fault if lab.of(host).fault in operations.FAULTS else None)
             return
         handle = realnodes.running(self._dir(host))
         if handle is None:
@@ -400,9 +403,9 @@ class LocalProvider(FabricProvider):
     def boot_status(self, node: Node) -> BootReport:
         host = node.host
         booted_for = timezone.now() - (node.boot_requested_at or timezone.now())
-        if booted_for < dt.timedelta(seconds=host.boot_seconds):
+        if booted_for < dt.timedelta(seconds=lab.of(host).boot_seconds):
             return BootReport(BootState.BOOTING)
-        if host.fault == HostFault.BOOT_FAILS:
+        if lab.of(host).fault == HostFault.BOOT_FAILS:
             return BootReport(BootState.FAILED, detail=f"{host.name} did not power on (hardware fault reported)")
         if self.real and self._on_fleet(node):
             return self.fleet.boot_status(node)
@@ -425,6 +428,7 @@ class LocalProvider(FabricProvider):
         # or a readiness check have no instant of their own: poll them.
         now = timezone.now()
         waiting = [node for node in nodes if node.state not in Node.SETTLED_STATES]
+        lab.load([node.host for node in waiting])
         due = [boot_due(node) for node in waiting if node.state == Node.State.BOOTING]
         if not due or len(due) < len(waiting) or any(at is None or at <= now for at in due):
             return None
@@ -439,6 +443,7 @@ class LocalProvider(FabricProvider):
         # threads read nothing of the database (each node's host is read here first).
         for node in nodes:
             _ = node.host.physical_host
+        lab.load([node.host for node in nodes])
         return _at_once(self.boot_status, nodes, "boot-status")
 
     def release_all(self, nodes: list[Node]) -> None:

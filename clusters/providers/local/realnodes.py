@@ -168,6 +168,10 @@ def capability() -> tuple[bool, str]:
         return False, "no /dev/loop-control for the machines' disks"
     if not Path("/sys/module/wireguard").exists() and shutil.which("wireguard-go") is None:
         return False, "no WireGuard kernel module and no wireguard-go"
+    lacking = cgroup_lacks()
+    if lacking:
+        return False, (f"cgroup {'v2' if _cgroup_v2() else 'v1'} offers no {', '.join(lacking)} controller "
+                       "for the machines' limits")
     for path in ("/etc/subuid", "/etc/subgid"):
         try:
             delegated = SUBID_LINE in Path(path).read_text().split()
@@ -621,7 +625,24 @@ def _children(pid: int) -> list[int]:
 
 
 def _cgroup_v2() -> bool:
+    """The host runs the unified hierarchy (cgroup v2) when its /sys/fs/cgroup is one: chosen
+    by what it mounts, as Debian 11+ and Ubuntu 22.04+ do by default; v1 otherwise."""
     return Path("/sys/fs/cgroup/cgroup.controllers").exists()
+
+
+# What a node's limits need of the hierarchy: without these a machine would run unlimited.
+V2_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def cgroup_lacks() -> list[str]:
+    """The controllers a node's limits need that this host's hierarchy does not offer: on v2,
+    those missing from the root's `cgroup.controllers` (bound to a v1 hierarchy, or not
+    built); on v1, those without a mounted hierarchy."""
+    if _cgroup_v2():
+        offered = Path("/sys/fs/cgroup/cgroup.controllers").read_text().split()
+        return [controller for controller in V2_CONTROLLERS if controller not in offered]
+    return [controller for controller in CGROUP_CONTROLLERS if controller in V2_CONTROLLERS
+            and not Path("/sys/fs/cgroup", controller).is_dir()]
 
 
 def _cgroup_dirs(name: str) -> list[Path]:
@@ -689,6 +710,10 @@ def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0) -> list[Path]:
     processes start, in the parent every node of this computer shares (`runcrate/`), whose
     limits leave this computer its reserve (`host_share`). Every boot writes the parent's
     limits again: a changed reserve holds from the next boot on."""
+    lacking = cgroup_lacks()
+    if lacking:
+        raise RuntimeError(f"cgroup {'v2' if _cgroup_v2() else 'v1'} offers no {', '.join(lacking)} controller "
+                           "for the machine's limits")
     memory = str(limits.cgroup_memory_mb * 1024 * 1024)
     shared_memory, shared_pids = host_share(limits.reserve)
     if _cgroup_v2():
@@ -700,10 +725,13 @@ def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0) -> list[Path]:
                       strict=False)
         with contextlib.suppress(OSError):
             (parent / "cgroup.subtree_control").write_text("+cpuset")
-        available = _cpu_list(Path("/sys/fs/cgroup/cpuset.cpus.effective").read_text())
+        # The cpuset controller is optional (a node then shares every CPU, weighted); the
+        # limits that keep a tenant from hurting the host are not (cgroup_lacks, checked first).
+        effective = Path("/sys/fs/cgroup/cpuset.cpus.effective")
+        available = _cpu_list(effective.read_text()) if effective.exists() else []
         settings = {"memory.max": memory, "memory.swap.max": "0", "pids.max": str(limits.pids),
                     "cpu.weight": str(max(1, min(10_000, limits.cpu_shares * 100 // 1024))),
-                    "cpuset.cpus": _node_cpus(available, limits, spread)}
+                    **({"cpuset.cpus": _node_cpus(available, limits, spread)} if available else {})}
     else:
         # v1: the memory hierarchy is always hierarchical on this kernel (use_hierarchy is
         # 1 and fixed since Linux 5.11), so the parent's limit counts every node's pages.

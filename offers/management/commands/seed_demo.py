@@ -16,7 +16,7 @@ from accounts.services import create_workspace
 from billing import ledger
 from billing.models import LedgerEntry
 from config.money import format_money
-from offers import catalogue
+from offers import catalogue, lab
 from offers.models import GPUModel, Host, Location, MachineType
 
 DEMO_CREDIT = Decimal("2500.00")
@@ -57,11 +57,11 @@ class Command(BaseCommand):
                 serial += 1
                 host, created = Host.objects.get_or_create(
                     name=f"{loc}-{gpu.lower()}-{kind.replace('_', '')}-{per}x-{i:02d}",
-                    defaults={
-                        "machine_type": machine_type, "boot_seconds": boot_seconds + (i % 4),
-                        "join_seconds": 1.5, "install_seconds": 3.0,
-                    },
+                    defaults={"machine_type": machine_type},
                 )
+                if created:
+                    # The demo's machines take a few seconds to boot, join and install, as real ones do.
+                    lab.inject(host, boot_seconds=boot_seconds + (i % 4), join_seconds=1.5, install_seconds=3.0)
                 hosts_made += created
                 if provider == "local":
                     # Each local machine listens on its own loopback address.
