@@ -208,6 +208,7 @@ def metrics_card_never_started(page) -> None:
     text = " ".join(card.inner_text().split())
     assert "yet" not in text, text
     assert not page.locator("#metrics-charts, #metrics-top-table, .metric-windows").count(), text
+    assert "{#" not in page.inner_text("body"), "a template comment shows on the page"
 
 
 @pytest.mark.parametrize("width", WIDTHS)
