@@ -384,14 +384,20 @@ def warn_low_balances() -> list[str]:
 def _balances_after_last_top_up(workspace_ids: list[int], since: dt.datetime) -> dict[int, Decimal]:
     """Each workspace's balance right after its latest credit (a top-up, an auto-recharge, a
     credit adjustment) since `since`, for those that had one."""
+    # Newest first, the first per workspace kept here rather than with DISTINCT ON, which only
+    # PostgreSQL has (make run keeps its data in SQLite); a day's credits are few rows.
     credits = (
         LedgerEntry.objects.filter(workspace_id__in=workspace_ids, amount__gt=0, created_at__gte=since,
                                    state=LedgerEntry.State.COMPLETED, balance_after__isnull=False)
         .exclude(kind=LedgerEntry.Kind.USAGE)
-        .order_by("workspace_id", "-created_at", "-id").distinct("workspace_id")
+        .order_by("workspace_id", "-created_at", "-id")
         .values_list("workspace_id", "balance_after")
     )
-    return {workspace_id: balance for workspace_id, balance in credits if balance is not None}
+    latest: dict[int, Decimal] = {}
+    for workspace_id, balance in credits:
+        if balance is not None:
+            latest.setdefault(workspace_id, balance)
+    return latest
 
 
 def _rearm_balance_warnings(low_keys: set[str], now: dt.datetime) -> None:

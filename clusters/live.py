@@ -288,6 +288,9 @@ def render_cluster_changes(cluster_id: int, nodes: list[int] | None, page: PageS
         if _digest(connect_card) != page.connect:
             page.connect = _digest(connect_card)
             parts.append(connect_card)
+    if nodes is None and cluster.never_started:
+        # Its machines never reported and never will: the Metrics card stops waiting for figures.
+        parts.append(render_to_string("clusters/_metrics_card.html", context))
     events_html, page.last_event_id = _new_events(cluster, context, page.last_event_id)
     parts.append(events_html)
     messages = ["".join(parts)]

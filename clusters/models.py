@@ -173,6 +173,12 @@ class Cluster(models.Model):
         return self.billing_started_at is not None and self.billing_ended_at is None
 
     @property
+    def never_started(self) -> bool:
+        """Failed or stopped before every machine was up: nothing was billed, nothing measured.
+        Only a provisioning cluster has no billing start and may still get one."""
+        return self.billing_started_at is None and self.status != Status.PROVISIONING
+
+    @property
     def max_new_workers(self) -> int:
         return max(MAX_MACHINES - self.machine_count, 0)
 

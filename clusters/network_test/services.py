@@ -151,6 +151,11 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _more(total: int, shown: int, separator: str) -> str:
+    """A list cut short says so, and where the rest are: 16 slow pairs are not 8."""
+    return f"{separator} and {total - shown} more (every pair is in the results)" if total > shown else ""
+
+
 def expected_measurements(node_count: int, method: str = NetworkTest.Method.IPERF3) -> int:
     """The ring, then every ordered pair up to ALL_PAIRS_MAX_NODES nodes; none for NCCL."""
     if method == NetworkTest.Method.NCCL:
@@ -178,11 +183,13 @@ def network_test_verdict(
         lines.append(error)
     if broken:
         lines.append(f"{_count(len(broken), 'pair')} could not be measured: " + "; ".join(
-            f"node-{p.source_index} → node-{p.target_index}: {p.error}" for p in broken[:4]))
+            f"node-{p.source_index} → node-{p.target_index}: {p.error}" for p in broken[:4])
+            + _more(len(broken), 4, ";"))
     if slow:
         lines.append(f"{_count(len(slow), 'slow pair')}, under {expected_gbps:.3g} Gbit/s: " + ", ".join(
             f"node-{p.source_index} → node-{p.target_index} {p.gbps:.2f}"
-            + (" (ring)" if p.phase == NetworkTestPair.Phase.RING else "") for p in slow[:8]) + ".")
+            + (" (ring)" if p.phase == NetworkTestPair.Phase.RING else "") for p in slow[:8])
+            + _more(len(slow), 8, ",") + ".")
     if nccl_slow:
         lines.append(f"all_reduce_perf's best bus bandwidth is {peak_busbw_gbps:.2f} Gbit/s, "
                      f"under {expected_gbps:.3g} Gbit/s.")

@@ -69,6 +69,13 @@
     return Math.ceil(size);
   }
 
+  function timeLabelRoom(self) {
+    const axis = self.axes[0];
+    const sample = windowSeconds > 86400 ? "00-00 00:00" : "00:00";
+    self.ctx.font = axis.font[0];
+    return Math.ceil(self.ctx.measureText(sample).width / (window.devicePixelRatio || 1) / 2) + 2;
+  }
+
   function dataFor(points, panel) {
     const xs = points.map((p) => p.at);
     const ys = panel.fields.map((f) => points.map((p) => (p[f] == null ? null : p[f] * (panel.scale || 1))));
@@ -100,6 +107,9 @@
       const opts = {
         title: panel.title, width: width(), height: 120, series: series, legend: { show: true },
         tzDate: utc,
+        // Room on the right for half the newest time label, centred on the chart's last tick
+        // ("12-06 00:00" was cut to "12-06 00:0").
+        padding: [null, timeLabelRoom, null, null],
         scales: {
           x: { time: true, range: timeRange },
           y: { range: panel.max ? [0, panel.max] : (u, min, max) => [0, max > 0 ? max * 1.1 : 1] },

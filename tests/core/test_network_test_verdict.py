@@ -72,3 +72,14 @@ def test_only_ring_figures_give_the_range():
     verdict = network_test_verdict([pair(0, 1, 1.25, phase=RING), pair(1, 0, 1.75, phase=RING)],
                                    expected_gbps=1.0, node_count=2)
     assert verdict.detail == "2 of 4 measurements taken, 1.25–1.75 Gbit/s."
+
+
+def test_a_list_cut_short_says_how_many_more_there_are():
+    slow = [pair(s, t, 0.1) for s in range(4) for t in range(4) if s != t]  # 12 pairs, all slow
+    verdict = network_test_verdict(slow, expected_gbps=1.0, node_count=4, expected=12)
+    assert verdict.detail.startswith("12 measurements taken, 0.10–0.10 Gbit/s. 12 slow pairs, under 1 Gbit/s: "
+                                     "node-0 → node-1 0.10, "), verdict.detail
+    assert verdict.detail.endswith("node-2 → node-1 0.10, and 4 more (every pair is in the results)."), verdict.detail
+    broken = [pair(s, 3, None, error="refused") for s in range(3)] + [pair(3, t, None, error="refused") for t in range(3)]
+    verdict = network_test_verdict(broken, expected_gbps=1.0, node_count=4, expected=12)
+    assert verdict.detail.endswith("node-3 → node-0: refused; and 2 more (every pair is in the results)"), verdict.detail

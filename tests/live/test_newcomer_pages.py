@@ -199,3 +199,59 @@ def test_a_cluster_made_in_another_tab_joins_the_list_without_a_console_error(ow
 
     errors = browse(stack, check, **WIDTHS[width])
     assert not unexpected(errors), errors
+
+
+def metrics_card_never_started(page) -> None:
+    """The Metrics card of a cluster that never started: one sentence, no table or charts
+    waiting for figures that cannot come."""
+    card = page.locator("#metrics-card")
+    card.locator("text=No figures: the cluster never started").wait_for(timeout=WAIT_MS)
+    text = " ".join(card.inner_text().split())
+    assert "yet" not in text, text
+    assert not page.locator("#metrics-charts, #metrics-top-table, .metric-windows").count(), text
+    assert "{#" not in page.inner_text("body"), "a template comment shows on the page"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_cluster_that_failed_while_its_page_was_open_waits_for_no_figures(owner, stack, width):
+    machine_type = machine_type_with_hosts(2, price_per_machine_hour=Decimal("1.00"))
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=3)
+    Host.objects.filter(pk=machine_type.hosts.order_by("id")[1].pk).update(fault=HostFault.BOOT_FAILS)
+    errors: list[str] = []
+
+    def check(page):
+        create_in_browser(page, machine_type.pk, 2, "doomed")
+        assert "yet" in page.locator("#metrics-card").inner_text(), "while it provisions, figures are to come"
+        page.locator("[data-testid=cluster-status]", has_text="Failed").wait_for(timeout=WAIT_MS)
+        metrics_card_never_started(page)
+        assert "Nothing charged" in page.locator("#status-card").inner_text()
+        shot(page, f"failed-live-metrics-{width}.png", "#metrics-card")
+        page.reload()
+        metrics_card_never_started(page)
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not unexpected(errors), errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_cluster_terminated_while_provisioning_says_nothing_was_charged(owner, stack, width):
+    machine_type = machine_type_with_hosts(2, price_per_machine_hour=Decimal("1.00"))
+    # Machines that take minutes to boot: the customer stops the cluster before they are up.
+    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+
+    def check(page):
+        cluster_id = create_in_browser(page, machine_type.pk, 2, "early")
+        page.click("summary:has-text('Terminate cluster')")
+        page.fill(f"#confirm-name-{cluster_id}", "early")
+        page.click("button:has-text('Terminate early')")
+        page.locator("[data-testid=cluster-status]", has_text="Terminated").wait_for(timeout=WAIT_MS)
+        for _ in range(2):  # as pushed while the page was open, then as the page is served
+            billing = page.locator("#status-card dt:has-text('Billing') + dd").inner_text()
+            assert billing == "Nothing charged", billing
+            metrics_card_never_started(page)
+            shot(page, f"terminated-early-{width}.png", "#status-card")
+            page.reload()
+
+    errors = browse(stack, check, **WIDTHS[width])
+    assert not unexpected(errors), errors
+    assert Cluster.objects.get(name="early").status == Status.TERMINATED
