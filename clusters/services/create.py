@@ -206,7 +206,9 @@ def create_cluster(
                 status=Status.PROVISIONING, status_changed_at=now, created_by=created_by,
                 deadline_at=now + dt.timedelta(minutes=machine_type.boot_deadline_minutes),
             )
-            cluster.ssh_keys.set(list(ssh_keys))
+            # add, not set: a new cluster has no keys to compare with (set reads them first).
+            if keys := list(ssh_keys):
+                cluster.ssh_keys.add(*keys)
             Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
             record_event(
                 cluster, "created",
