@@ -142,7 +142,8 @@ def one_run(count: int, software: str, workdir: Path, image: str = realnodes.NOD
             for i, h in enumerate(handles)
         )
         spec = ClusterSpec(cluster_id=f"bench-{software}-{count}", software=software, machine_kind="vm",
-                           gpus_per_machine=1, nodes=nodes, sandbox=False)
+                           gpus_per_machine=1, nodes=nodes, sandbox=False,
+                           extra_env=(("RUNCRATE_SHARED_FROM_HOST", "1"),) if LEND_SHARED else ())
         secrets = operations.generate_secrets(spec)
         with NodeRunner(RetryPolicy(connect_timeout=5, attempts=5, backoff=0.2), keep_connections=True) as runner:
             for step in (operations.set_names, operations.join_network):
