@@ -57,6 +57,8 @@ def pss_kib(pids: list[int]) -> int:
 STARTS_GOAL = 40
 
 
+# Workers get the head's /shared lent from this computer, as the local provider does (--sshfs: not).
+LEND_SHARED = True
 # The head's memory by program after the last run: {program: (processes, PSS KiB)}.
 HEAD_MEMORY: dict[str, tuple[int, int]] = {}
 # The CPU seconds the nodes' own processes used in each phase of the last run, all nodes
@@ -124,8 +126,13 @@ def one_run(count: int, software: str, workdir: Path, image: str = realnodes.NOD
                                              authorized_keys=public + "\n", image_name=image),
                 states,
             ))
-        # As the local provider joins them: every machine's neighbours known to the switch.
+        # As the local provider joins them: every machine's neighbours known to the switch, and
+        # each worker lent the head's /shared (LocalProvider._lend_shared; --sshfs: the network
+        # mount a worker on another computer gets).
         realnodes.pin_neighbours(handles)
+        if LEND_SHARED:
+            for worker in handles[1:]:
+                realnodes.lend_shared(handles[0], worker)
         node_namespaces.update(ProcessStarts.namespace_of(h.pid) for h in handles)
         lap("boot")
         nodes = tuple(
@@ -135,7 +142,8 @@ def one_run(count: int, software: str, workdir: Path, image: str = realnodes.NOD
             for i, h in enumerate(handles)
         )
         spec = ClusterSpec(cluster_id=f"bench-{software}-{count}", software=software, machine_kind="vm",
-                           gpus_per_machine=1, nodes=nodes, sandbox=False)
+                           gpus_per_machine=1, nodes=nodes, sandbox=False,
+                           extra_env=(("RUNCRATE_SHARED_FROM_HOST", "1"),) if LEND_SHARED else ())
         secrets = operations.generate_secrets(spec)
         with NodeRunner(RetryPolicy(connect_timeout=5, attempts=5, backoff=0.2), keep_connections=True) as runner:
             for step in (operations.set_names, operations.join_network):
@@ -200,9 +208,13 @@ def main() -> None:
     parser.add_argument("--images", default=realnodes.NODE_IMAGE, help="comma-separated machine images to boot from")
     parser.add_argument("--no-starts", action="store_true",
                         help="do not count the programs the nodes start (perf record)")
+    parser.add_argument("--sshfs", action="store_true",
+                        help="workers mount /shared with sshfs instead of being lent the head's (as on another computer)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="boot and join each size this many times on fresh machines; prints how many failed")
     args = parser.parse_args()
+    global LEND_SHARED
+    LEND_SHARED = not args.sshfs
     can, why = realnodes.capability()
     if not can:
         print(f"real nodes bench: skipped ({why})")

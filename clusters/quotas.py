@@ -113,9 +113,12 @@ def _scoped(quota: Quota, user_id: int | None, prefix: str) -> Q:
     return where
 
 
-def gpus_running(quota: Quota, user_id: int | None) -> int:
-    """GPUs of every machine held now (booting, running, or being swapped in) that the quota counts."""
+def gpus_running(quota: Quota, user_id: int | None, excluding_cluster_id: int | None = None) -> int:
+    """GPUs of every machine held now (booting, running, or being swapped in) that the quota counts
+    (but those of `excluding_cluster_id`: the cluster being created, written before its check)."""
     nodes: QuerySet[Node] = Node.objects.filter(_scoped(quota, user_id, "cluster__"), released_at__isnull=True)
+    if excluding_cluster_id is not None:
+        nodes = nodes.exclude(cluster_id=excluding_cluster_id)
     return int(nodes.aggregate(total=Sum("cluster__machine_type__gpus_per_machine"))["total"] or 0)
 
 
@@ -128,10 +131,11 @@ def spent_this_month(quota: Quota, user_id: int | None) -> Decimal:
 
 
 def quota_uses(environment: Environment, membership: Membership | None, *, adding_gpus: int = 0,
-               adding_per_hour: Decimal = Decimal(0)) -> list[QuotaUse]:
+               adding_per_hour: Decimal = Decimal(0), excluding_cluster_id: int | None = None) -> list[QuotaUse]:
     user_id = membership.user_id if membership is not None else None
     return [
-        QuotaUse(quota, gpus_running(quota, user_id), spent_this_month(quota, user_id), adding_gpus, adding_per_hour)
+        QuotaUse(quota, gpus_running(quota, user_id, excluding_cluster_id), spent_this_month(quota, user_id),
+                 adding_gpus, adding_per_hour)
         for quota in binding_quotas(environment, membership)
     ]
 
@@ -143,11 +147,13 @@ def membership_of(environment: Environment, user_id: int | None) -> Membership |
 
 
 def check_quotas(environment: Environment, created_by_id: int | None, *, adding_gpus: int,
-                 adding_per_hour: Decimal) -> None:
+                 adding_per_hour: Decimal, excluding_cluster_id: int | None = None) -> None:
     """Refuse machines that would pass a quota. Called under the workspace lock, beside the
-    balance and budget checks, so two requests cannot both fit under the same limit."""
+    balance and budget checks, so two requests cannot both fit under the same limit.
+    `excluding_cluster_id`: a cluster whose machines are the ones being added (a create writes
+    them before it takes the lock), not counted as running."""
     for use in quota_uses(environment, membership_of(environment, created_by_id), adding_gpus=adding_gpus,
-                          adding_per_hour=adding_per_hour):
+                          adding_per_hour=adding_per_hour, excluding_cluster_id=excluding_cluster_id):
         if (problem := use.problem()) is not None:
             raise problem
 

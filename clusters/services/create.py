@@ -176,15 +176,20 @@ def create_cluster(
     )
     assert machine_type is not None and machine_count is not None
     image = image or default_image(offer_images(machine_type))
+    price = machine_type.price_for(machine_count)
+    # Refused before anything is written when the balance is plainly short (read without the
+    # lock: the check that counts is the one under it, below).
+    unlocked = Workspace.objects.get(pk=environment.workspace_id)
+    check_balance(unlocked, price)
     try:
         with transaction.atomic():
-            # Lock the workspace so two creates cannot both spend the same balance check.
-            workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
-            check_balance(workspace, machine_type.price_for(machine_count))
-            billing.check_budget(environment)
-            check_quotas(environment, created_by.pk if created_by is not None else None,
-                         adding_gpus=machine_type.gpus_per_machine * machine_count,
-                         adding_per_hour=machine_type.price_for(machine_count))
+            # Everything that needs no other create to wait is written first: the machines (SKIP
+            # LOCKED: concurrent creates take different ones), the cluster, its nodes, its event,
+            # audit entry and webhook deliveries. The workspace row lock comes last, so the
+            # creates of one workspace queue only for the money and quota checks and the
+            # commit, not for every insert (issue 38: 200 creates at once waited on each
+            # other's whole transaction). A check that refuses rolls all of it back: the
+            # reservation stays all or nothing.
             hosts = inventory.reserve_hosts(machine_type, machine_count)
             if hosts is None:
                 raise Conflict(
@@ -195,13 +200,15 @@ def create_cluster(
                 )
             now = timezone.now()
             cluster = Cluster.objects.create(
-                workspace=workspace, environment=environment, name=name, machine_type=machine_type,
+                workspace=unlocked, environment=environment, name=name, machine_type=machine_type,
                 machine_count=machine_count, software=software, image=image, volume=volume,
                 price_per_machine_hour=machine_type.price_per_machine_hour, provider=machine_type.provider,
                 status=Status.PROVISIONING, status_changed_at=now, created_by=created_by,
                 deadline_at=now + dt.timedelta(minutes=machine_type.boot_deadline_minutes),
             )
-            cluster.ssh_keys.set(list(ssh_keys))
+            # add, not set: a new cluster has no keys to compare with (set reads them first).
+            if keys := list(ssh_keys):
+                cluster.ssh_keys.add(*keys)
             Node.objects.bulk_create([Node(cluster=cluster, index=i, host=host) for i, host in enumerate(hosts)])
             record_event(
                 cluster, "created",
@@ -212,6 +219,16 @@ def create_cluster(
                     "image": image,
                     "volume": volume.pk if volume else None, "environment": environment.name}),
             )
+            # Lock the workspace so two creates cannot both pass the same balance, budget and
+            # quota checks; held until the commit. The quotas count what is running without
+            # this cluster's own machines, written above in this transaction.
+            workspace = Workspace.objects.select_for_update().get(pk=environment.workspace_id)
+            check_balance(workspace, price)
+            billing.check_budget(environment)
+            check_quotas(environment, created_by.pk if created_by is not None else None,
+                         adding_gpus=machine_type.gpus_per_machine * machine_count, adding_per_hour=price,
+                         excluding_cluster_id=cluster.pk)
+            cluster.workspace = workspace
             after_commit_changed(cluster.pk, advance=True)
     except IntegrityError as exc:
         # The host constraint caught a double booking the lock would have prevented; treat

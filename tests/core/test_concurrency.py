@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from accounts.models import Workspace
 from clusters.errors import ClusterError
 from clusters.models import LIVE_STATUSES, Cluster, Node
 from clusters.services.create import create_cluster
@@ -169,3 +172,57 @@ def test_twelve_simultaneous_creates_with_one_name_make_exactly_one_cluster(db):
     assert errors == refusals, refusals
     assert {(type(r).__name__, r.code, r.status, r.field) for r in errors} == {("Conflict", "name_taken", 409, "name")}
     assert_no_double_booking(machine_type)
+
+
+def test_a_create_queues_for_the_workspace_lock_holding_its_machines_and_a_refusal_there_frees_them(environment, slow_hosts):
+    """The workspace lock serialises only the money and quota checks and the commit: a create
+    that waits for it has already reserved its machines (so creates of one workspace do not
+    queue for each other's whole transaction), and a refusal under the lock gives them back."""
+    workspace_id = environment.workspace_id
+    held, release = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def hold_the_workspace_then_spend_the_balance() -> None:
+        try:
+            with transaction.atomic():
+                Workspace.objects.select_for_update().get(pk=workspace_id)
+                held.set()
+                release.wait(60)
+                Workspace.objects.filter(pk=workspace_id).update(credit_balance=Decimal("0"))
+        finally:
+            connection.close()
+
+    def create() -> None:
+        try:
+            outcome.append(create_cluster(environment=environment, name="queued", machine_type=slow_hosts,
+                                          machine_count=2))
+        except ClusterError as error:
+            outcome.append(error)
+        finally:
+            connection.close()
+
+    def free_to_another_create() -> int:
+        with transaction.atomic():
+            return len(Host.objects.select_for_update(skip_locked=True).filter(machine_type=slow_hosts, state=Host.State.FREE))
+
+    holder = threading.Thread(target=hold_the_workspace_then_spend_the_balance)
+    holder.start()
+    assert held.wait(30)
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        deadline = time.monotonic() + 30
+        while free_to_another_create() != 4 and time.monotonic() < deadline and creator.is_alive():
+            time.sleep(0.05)
+        free_while_queued = free_to_another_create()
+        still_queued = creator.is_alive()
+    finally:
+        release.set()
+        holder.join()
+        creator.join()
+
+    assert still_queued and free_while_queued == 4
+    [refusal] = outcome
+    assert isinstance(refusal, ClusterError) and refusal.code == "insufficient_credits", refusal
+    assert not Cluster.objects.filter(environment=environment).exists()
+    assert Host.objects.filter(machine_type=slow_hosts, state=Host.State.FREE).count() == 6
