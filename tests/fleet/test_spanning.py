@@ -70,19 +70,7 @@ def test_a_slurm_cluster_over_two_hosts_works_as_one_and_a_dead_hosts_node_moves
         try:
             cluster = create_cluster(environment=environment, name="wide", machine_type=machine_type, machine_count=6,
                                      software="slurm", ssh_keys=[key])
-            cluster = drive(cluster, SETTLED, timeout=100)
-            if cluster.status != Status.READY:
-                from fabric import Connection
-                lines = {ep.name: ep.ssh_command for ep in connect.endpoints(cluster)}
-                out = []
-                for n in ("node-0", "node-5"):
-                    r = customer_ssh(lines[n], alice_key, "wg show; ip route; ip addr show eth0; cat /etc/wireguard/wg0.conf | grep -i endpoint")
-                    out.append(f"=== {n}\n{r.stdout}\n{r.stderr}")
-                for h in ("lab-1", "lab-2"):
-                    with Connection(host=lab[h]["address"], port=22, user="root", connect_kwargs={"key_filename": lab[h]["ssh_key"], "look_for_keys": False, "allow_agent": False}) as c:
-                        r = c.run("nft list ruleset; ip addr; ip route; conntrack -L -p udp 2>&1 | head; sysctl -a 2>/dev/null | grep forwarding", hide=True, warn=True, in_stream=False)
-                        out.append(f"=== {h}\n{r.stdout}\n{r.stderr}")
-                open("/tmp/span-debug.txt", "w").write("\n".join(out))
+            cluster = drive(cluster, SETTLED, timeout=300)
             assert cluster.status == Status.READY, story(cluster)
             assert hosts_of(cluster) == {**{f"node-{i}": "lab-1" for i in range(5)}, "node-5": "lab-2"}
 
