@@ -105,7 +105,8 @@ def test_a_slurm_cluster_over_two_hosts_works_as_one_and_a_dead_hosts_node_moves
                 cluster = drive(cluster, SETTLED, timeout=2)
                 time.sleep(0.5)
             [new] = cluster.nodes.filter(index=5, released_at__isnull=True).select_related("host__physical_host")
-            assert new.state == Node.State.READY and new.host.physical_host.name == "lab-5", story(cluster)
+            assert new.host.physical_host is not None and new.host.physical_host.name == "lab-5", story(cluster)
+            assert new.state == Node.State.READY, story(cluster)
             assert new.private_ip == "10.77.0.6"
             session = customer_ssh(lines["node-0"], alice_key, "ssh node-5 hostname && srun -N6 hostname | sort")
             assert session.returncode == 0, session.stderr

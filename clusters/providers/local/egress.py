@@ -235,7 +235,7 @@ def _ruleset(device: str, links: list[str]) -> str:
     # One interval each: nft refuses a set whose intervals overlap (a host on 10.250.0.0/24 is
     # inside 10.0.0.0/8).
     closed = [str(network) for network in ipaddress.collapse_addresses(
-        ipaddress.ip_network(text) for text in {*CLOSED_NETWORKS, *_uplink_networks(device)})]
+        ipaddress.IPv4Network(text) for text in {*CLOSED_NETWORKS, *_uplink_networks(device)})]
     services = [(address, 53) for address in resolvers()] + Proxy.of_this_computer().endpoints()
     opened = ", ".join(f"{address} . {protocol} . {port}" for address, port in services for protocol in ("tcp", "udp"))
     quoted = ", ".join(json.dumps(link) for link in links)
