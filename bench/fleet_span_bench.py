@@ -28,9 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 os.environ.setdefault("LOG_LEVEL", "CRITICAL")
+import logging
+
 import _support
 
 _support.setup_django()
+# Polling a machine's sshd before it is up makes paramiko log a traceback per try.
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -69,6 +73,9 @@ def one_run(environment, machine_type, name: str) -> tuple[float, float, str]:
             time.sleep(0.05)
     seconds, cpu = time.monotonic() - started, time.process_time() - cpu
     outcome = cluster.status
+    if outcome != Status.READY:
+        said = list(cluster.events.order_by("-id").values_list("message", flat=True)[:3])
+        outcome += " (" + " / ".join(reversed(said)) + ")"
     terminate_cluster(cluster)
     deadline = time.monotonic() + 120
     while cluster.status != Status.TERMINATED and time.monotonic() < deadline:
