@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from clusters import rules
-from clusters.models import Cluster, NetworkTest, NetworkTestPair, Status
+from clusters.models import Cluster, NetworkTest, NetworkTestPair, Node, Status
 from clusters.network_test.services import expected_measurements
 from offers.models import PRIVATE_NETWORK_SPEED
 
@@ -24,6 +24,8 @@ class Cell:
     slow: bool
     error: str
     measured: bool
+    # The two nodes run on different hosts: the pair's traffic crosses the hosts' network.
+    crosses_hosts: bool = False
 
     @property
     def css(self) -> str:
@@ -46,6 +48,9 @@ def matrix(test: NetworkTest, phase: str = NetworkTestPair.Phase.PAIRS) -> list[
     found: dict[tuple[int, int], NetworkTestPair] = {
         (p.source_index, p.target_index): p for p in test.pairs.all() if p.phase == phase
     }
+    # Where each node runs now (its host; None for this computer's machines).
+    site = dict(Node.objects.filter(cluster_id=test.cluster_id, released_at__isnull=True, replacing__isnull=True)
+                .values_list("index", "host__physical_host_id"))
     rows = []
     for source in names:
         s = int(source.removeprefix("node-"))
@@ -56,8 +61,9 @@ def matrix(test: NetworkTest, phase: str = NetworkTestPair.Phase.PAIRS) -> list[
                 cells.append(None)
                 continue
             pair = found.get((s, t))
-            cells.append(Cell(target, pair.gbps, pair.latency_ms, pair.slow, pair.error, True) if pair
-                         else Cell(target, None, None, False, "", False))
+            crosses = site.get(s) != site.get(t)
+            cells.append(Cell(target, pair.gbps, pair.latency_ms, pair.slow, pair.error, True, crosses) if pair
+                         else Cell(target, None, None, False, "", False, crosses))
         rows.append(MatrixRow(source, cells))
     return rows
 
@@ -94,7 +100,8 @@ def card(cluster: Cluster) -> dict[str, Any]:
     latest = tests[0] if tests else None
     return {
         "latest": latest,
-        "matrix": matrix(latest) if latest else [],
+        "matrix": (rows := matrix(latest) if latest else []),
+        "crosses_hosts": any(cell and cell.crosses_hosts for row in rows for cell in row.cells),
         "ring": ring(latest) if latest else [],
         "summary": summary(latest) if latest else None,
         "history": [(t, summary(t)) for t in tests[1:]],

@@ -280,7 +280,7 @@ def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecret
             f"# {peer.name}",
             f"PublicKey = {secrets.wireguard[peer.name].public_key}",
             f"AllowedIPs = {peer.private_ip}/32",
-            f"Endpoint = {_endpoint_host(peer.wireguard_endpoint)}:{WIREGUARD_PORT}",
+            f"Endpoint = {_peer_endpoint(node, peer)}",
             "PersistentKeepalive = 25",
         ]
     return "\n".join(lines) + "\n"
@@ -288,6 +288,14 @@ def wireguard_config(spec: ClusterSpec, node: NodeTarget, secrets: ClusterSecret
 
 def _endpoint_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def _peer_endpoint(node: NodeTarget, peer: NodeTarget) -> str:
+    """Where `node` sends `peer`'s WireGuard traffic: straight to it on one host's underlay,
+    through the port its host forwards to it from another host."""
+    if node.crosses_sites(peer) and peer.site_endpoint:
+        return peer.site_endpoint
+    return f"{_endpoint_host(peer.wireguard_endpoint)}:{WIREGUARD_PORT}"
 
 
 # -- fault injection -------------------------------------------------------------------
@@ -549,9 +557,14 @@ def setup_shared(
     # Where a worker without a kernel NFS client mounts the head's /shared with sshfs: the
     # address the head's WireGuard peers send to, not wg0 (docs/nodeops.md "/shared").
     extra_env = {} if spec.sandbox else {"RUNCRATE_HEAD_ENDPOINT": spec.head.wireguard_endpoint}
+    # A worker on another host than the head's cannot reach the head's underlay: it mounts
+    # /shared over the private network (wg0), which is encrypted between hosts.
+    node_env: NodeEnv = lambda node: (  # noqa: E731
+        {"RUNCRATE_HEAD_ENDPOINT": spec.head.private_ip} if not spec.sandbox and node.crosses_sites(spec.head) else {})
     with _Session(runner) as session:
         if spec.has_shared_folder:
-            results = _head_then_workers(spec, "setup_shared.sh", "setup_shared", session, on_output, extra_env)
+            results = _head_then_workers(spec, "setup_shared.sh", "setup_shared", session, on_output, extra_env,
+                                         node_env)
         else:
             results = _run(spec, spec.nodes, "setup_shared.sh", "setup_shared", session, on_output)
     return StepResult("setup_shared", results, detail="shared" if spec.has_shared_folder else "no shared folder")

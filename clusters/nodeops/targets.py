@@ -48,6 +48,11 @@ class NodeTarget:
     proxy_command: str = ""
     # Where the other nodes send this node's WireGuard traffic, when it is not `host`.
     endpoint: str = ""
+    # The host (site) the machine runs on, "" for this computer; and where nodes on other sites
+    # send its WireGuard traffic ("address:port", a port its host forwards to it). Nodes of one
+    # site reach each other on their underlay, nodes of different sites through their hosts.
+    site: str = ""
+    site_endpoint: str = ""
 
     @property
     def wireguard_endpoint(self) -> str:
@@ -56,6 +61,10 @@ class NodeTarget:
     @property
     def is_head(self) -> bool:
         return self.index == 0
+
+    def crosses_sites(self, other: NodeTarget) -> bool:
+        """Whether this node and `other` run on different hosts."""
+        return self.site != other.site
 
 
 @dataclass(frozen=True)

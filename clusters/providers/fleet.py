@@ -80,6 +80,7 @@ class FleetMachines:
             name=node.name, index=node.index, host=record.get("address") or host.name, port=22, user="root",
             key_filename=str(self.client_key), root="", private_ip=node.private_ip,
             proxy_command=runtime_for(physical).proxy_command(host.name, self.known_hosts(physical)),
+            site=physical.name, site_endpoint=record.get("endpoint") or "",
         )
 
     def boot(self, node: Node, request: dict[str, Any]) -> str:
@@ -88,7 +89,9 @@ class FleetMachines:
         physical = host.physical_host
         assert physical is not None
         self._record_path(host).unlink(missing_ok=True)
-        request = {**request, "gateway": {"host": "0.0.0.0", "port": host.port}}
+        # The slot's port twice: its customers' SSH (TCP) and its WireGuard for peers on other
+        # hosts (UDP), both forwarded by its host to the machine.
+        request = {**request, "gateway": {"host": "0.0.0.0", "port": host.port}, "wireguard_port": host.port}
         try:
             answer = runtime_for(physical).call("boot", request)
         except RuntimeFailed as error:

@@ -8,6 +8,8 @@ one until the swap is done (the unique index on (cluster, index) leaves such row
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import Workspace
@@ -194,7 +196,9 @@ def finish_replacement(cluster: Cluster, new: Node) -> bool:
         # The old row leaves the live names first: the unique index on (cluster, index) is
         # checked per statement, and the new row joins it below.
         if Node.objects.filter(pk=old.pk, released_at__isnull=True).update(
-            state=Node.State.STOPPED, released_at=now, billing_ended_at=now, replaced_at=now, step=NodeStep.REPLACED,
+            # A node whose host went down stopped being billed then (clusters.services.hosts).
+            state=Node.State.STOPPED, released_at=now, billing_ended_at=Coalesce("billing_ended_at", Value(now)),
+            replaced_at=now, step=NodeStep.REPLACED,
             detail="replaced by a new machine", **NO_HEALTH,
         ):
             billing.end_node_usage([old.pk], now)

@@ -96,3 +96,28 @@ def test_earlier_runs_are_listed_with_their_summary(member_client, ready):
     text = member_client.get(ready.get_absolute_url()).text
     history = text[text.index("Earlier runs"):]
     assert "Passed" in history and "1.50–1.50 Gbit/s" in history
+
+
+def test_pairs_whose_nodes_run_on_different_hosts_are_marked_across_hosts(member_client, ready):
+    from offers.models import Host, PhysicalHost
+
+    claimed = claim_network_test(start_network_test(ready, actor="alice").pk)
+    assert claimed is not None
+    record_network_pairs(claimed, [PairMeasurement("pairs", "node-0", "node-1", 1.93, 0.42),
+                                   PairMeasurement("pairs", "node-0", "node-2", 1.12, 0.81)])
+    before = member_client.get(ready.get_absolute_url()).text
+    assert "across hosts" not in before, "one host: no pair crosses"
+
+    servers = [PhysicalHost.objects.create(name=f"gpu-{i}", address=f"203.0.113.{i}", ssh_key_path="/k") for i in (1, 2)]
+    for node in ready.nodes.all():
+        Host.objects.filter(pk=node.host_id).update(physical_host=servers[node.index == 2])
+    text = member_client.get(ready.get_absolute_url()).text
+
+    assert 'data-testid="network-across-hosts"' in text
+    def cell(pair: str) -> str:
+        start = text.index(f'data-testid="pair-{pair}"')
+        return text[start:text.index("</td>", start)]
+
+    assert "across hosts" not in cell("node-0-node-1")
+    assert '<small class="cell-across">across hosts</small>' in cell("node-0-node-2")
+    assert "across hosts" in cell("node-2-node-1"), "marked before it is measured"

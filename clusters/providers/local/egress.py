@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 TABLE = "runcrate_egress"
+# A cluster that spans hosts: each node's WireGuard (its port 51820) is reached at its host's
+# address and a port of FORWARDED_PORTS that the host forwards to it, in a table of its own
+# (`forward_wireguard`). The egress table lets exactly that through: what the host forwards to
+# a node's WireGuard port, and what a node's WireGuard port sends to another host's forwarded
+# ports (docs/nodeops.md, "A cluster spans hosts").
+WIREGUARD_TABLE = "runcrate_wireguard"
+WIREGUARD_PORT = 51820
+FORWARDED_PORTS = "2200-2263"
 # Every underlay of every run is drawn from here (realnodes.Underlay): only these sources are
 # masqueraded, and a node link accepts no other.
 NODE_SUPERNET = "172.16.0.0/12"
@@ -59,10 +68,12 @@ CLOSED_NETWORKS = (
 
 
 def _registry() -> Path:
+    """The node links of this network namespace: the table is the namespace's own, and hosts
+    that share a kernel and its registry (lab hosts) each have their own namespace."""
     # Read at call time: tests and the runtime point HOST_REGISTRY elsewhere through realnodes.
     from .realnodes import HOST_REGISTRY
 
-    return HOST_REGISTRY / "egress"
+    return HOST_REGISTRY / "egress-netns" / str(os.stat("/proc/self/ns/net").st_ino)
 
 
 class EgressError(RuntimeError):
@@ -250,6 +261,8 @@ table inet {TABLE} {{
         type filter hook forward priority filter; policy drop;
         iifname {json.dumps(device)} oifname @node_links ct state established,related accept
         iifname @node_links oifname {json.dumps(device)} ct state invalid drop
+        iifname {json.dumps(device)} oifname @node_links ct status dnat udp dport {WIREGUARD_PORT} accept
+        iifname @node_links oifname {json.dumps(device)} udp sport {WIREGUARD_PORT} udp dport {FORWARDED_PORTS} accept
         iifname @node_links oifname {json.dumps(device)} ip daddr . meta l4proto . th dport @open accept
         iifname @node_links oifname {json.dumps(device)} ip daddr @closed drop
         iifname @node_links oifname {json.dumps(device)} accept
@@ -275,10 +288,13 @@ def _links_up(folder: Path) -> list[str]:
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
-        if Path("/sys/class/net", entry.name).exists():
-            links.append(entry.name)
-        else:
+        # Asked of this namespace (/sys shows the namespace that mounted it, not always ours).
+        try:
+            socket.if_nametoindex(entry.name)
+        except OSError:
             entry.unlink(missing_ok=True)
+        else:
+            links.append(entry.name)
     return links
 
 
@@ -340,3 +356,91 @@ def links() -> list[str]:
 
 def table_exists() -> bool:
     return _run(["nft", "list", "table", "inet", TABLE], check=False).returncode == 0
+
+
+# -- a cluster that spans hosts: each node's WireGuard at its host's address ----------------------
+
+
+def host_address() -> str | None:
+    """This host's IPv4 address on its default route's interface: where the other hosts of its
+    fleet send its machines' WireGuard traffic (None without a default route)."""
+    device = uplink()
+    if device is None:
+        return None
+    shown = _run(["ip", "-j", "-4", "addr", "show", "dev", device, "scope", "global"], check=False)
+    with contextlib.suppress(ValueError, IndexError, KeyError):
+        return str(json.loads(shown.stdout or "[]")[0]["addr_info"][0]["local"])
+    return None
+
+
+def _forwards_dir(run_dir: Path) -> Path:
+    return run_dir / "wireguard-forwards"
+
+
+def forwarded(run_dir: Path, key: str) -> str:
+    """The machine `key`'s WireGuard endpoint as other hosts reach it ("address:port"), or ""."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        record = json.loads((_forwards_dir(run_dir) / f"{key}.json").read_text())
+        return f"{record['host']}:{record['port']}"
+    return ""
+
+
+def forward_wireguard(run_dir: Path, key: str, node_address: str, port: int) -> str:
+    """Forward UDP `port` of this host's address to the machine's WireGuard (node_address:51820),
+    and send what that WireGuard sends to other hosts from the same address and port: the
+    machine's endpoint for its peers on other hosts is "host:port" both ways. Returns it."""
+    host = host_address()
+    if host is None:
+        raise EgressError("this host has no default route: its machines cannot be reached from other hosts")
+    folder = _forwards_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".wireguard-forwards.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = folder / f"{key}.json"
+        record.with_suffix(".tmp").write_text(json.dumps({"host": host, "port": port, "node": node_address}))
+        record.with_suffix(".tmp").replace(record)
+        _rewrite_forwards(folder)
+    return f"{host}:{port}"
+
+
+def unforward_wireguard(run_dir: Path, key: str) -> None:
+    folder = _forwards_dir(run_dir)
+    if not (folder / f"{key}.json").exists():
+        return
+    with open(run_dir / ".wireguard-forwards.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (folder / f"{key}.json").unlink(missing_ok=True)
+        _rewrite_forwards(folder)
+
+
+def _rewrite_forwards(folder: Path) -> None:
+    """The forwarding table from the records (under the lock); gone with the last one."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    if not records:
+        _run(["nft", "delete", "table", "inet", WIREGUARD_TABLE], check=False)
+        return
+    device = uplink()
+    if device is None:
+        raise EgressError("this host has no default route")
+    dev = json.dumps(device)
+    inbound = "".join(f"        iifname {dev} ip daddr {r['host']} udp dport {int(r['port'])} "
+                      f"dnat ip to {r['node']}:{WIREGUARD_PORT}\n" for r in records)
+    outbound = "".join(f"        oifname {dev} ip saddr {r['node']} udp sport {WIREGUARD_PORT} "
+                       f"snat ip to {r['host']}:{int(r['port'])}\n" for r in records)
+    # Before the egress table's masquerade (srcnat): a connection is translated by the first
+    # NAT rule that matches it, so a node's WireGuard keeps its forwarded port on the way out.
+    _run(["nft", "-f", "-"], stdin=f"""
+table inet {WIREGUARD_TABLE} {{}}
+delete table inet {WIREGUARD_TABLE}
+table inet {WIREGUARD_TABLE} {{
+    chain prerouting {{
+        type nat hook prerouting priority dstnat; policy accept;
+{inbound}    }}
+    chain postrouting {{
+        type nat hook postrouting priority srcnat - 10; policy accept;
+{outbound}    }}
+}}
+""")

@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from . import images, realnodes, wipe
+from . import egress, images, realnodes, wipe
 
 # Where the runtime keeps its state on a fleet host (machines, their disks' folders).
 HOST_STATE = Path(os.environ.get("RUNCRATE_HOST_STATE", "/var/lib/runcrate-host"))
@@ -63,7 +63,8 @@ class Runtime:
         if handle is None:
             return {"key": key, "running": False}
         return {"key": key, "running": True, "pid": handle.pid, "address": handle.address,
-                "gateway": handle.gateway, "host_key": handle.host_key, "netns": handle.netns}
+                "gateway": handle.gateway, "host_key": handle.host_key, "netns": handle.netns,
+                "endpoint": egress.forwarded(self.run_dir, key)}
 
     def boot(self, request: dict[str, Any]) -> dict[str, Any]:
         """Boot one machine and open its gateway. A machine that does not come up answers
@@ -92,6 +93,14 @@ class Runtime:
             realnodes.release(self.run_dir, state_dir)
             return {"key": key, "running": False, "error": "The machine's SSH gateway could not open a port.",
                     "detail": str(error)}
+        if request.get("wireguard_port"):
+            # Its peers on other hosts reach its WireGuard at this host's address and that port.
+            try:
+                egress.forward_wireguard(self.run_dir, key, handle.address, int(request["wireguard_port"]))
+            except egress.EgressError as error:
+                self.release_machine(key)
+                return {"key": key, "running": False, "error": "The machine's private network could not be set up.",
+                        "detail": str(error)}
         return self.describe(handle, key)
 
     def status(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +124,7 @@ class Runtime:
         running = realnodes.running(state_dir)
         # Read while PID 1 is known to be the machine's: a reused pid would name another's.
         ids = realnodes.namespaces(running) if running is not None else {}
+        egress.unforward_wireguard(self.run_dir, key)
         realnodes.release(self.run_dir, state_dir)
         wipe.clear(ids)
         return {"key": key, "released": True, "receipt": wipe.verify(self.run_dir, state_dir, handle, ids)}
