@@ -522,7 +522,8 @@ class NodeHandle:
     cgroup: str = ""  # the node's cgroup name under each controller's runcrate/
     gateway: str = ""  # "127.64.x.y:2222", the customer's way in
     host_key: str = field(default="", repr=False)  # the node's public host key line
-    # The GPUs given to it (cdi.py): the spec's kind, its device names, their /dev paths.
+    # The GPUs given to it (cdi.py): the spec's kind, its device names, their device nodes
+    # ("/dev/nvidia0 195:0").
     gpu_kind: str = ""
     gpus: list[str] = field(default_factory=list)
     gpu_nodes: list[str] = field(default_factory=list)
@@ -900,7 +901,7 @@ def boot(
     handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
                         uid_base=base, bridge=bridge, cgroup=cgroup, host_key="",
                         gpu_kind=given.kind if given else "", gpus=given.devices if given else [],
-                        gpu_nodes=[node.path for node in given.device_nodes] if given else [])
+                        gpu_nodes=[f"{node.path} {node.major}:{node.minor}" for node in given.device_nodes] if given else [])
     # From here on a failure releases what the boot held (its uid range first of all), so a
     # machine that did not start leaves nothing behind for its wipe receipt to find.
     handle.save()
@@ -981,12 +982,12 @@ def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: s
         except RuntimeError as error:
             # A PID 1 that ended before it was wired (sshd refused to start) is a boot that
             # failed: its own words say why, below.
-            if _is_node_init(pid, state_dir):
+            if _booting_init(pid, launcher):
                 release(run_dir, state_dir)
                 raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
     delay = 0.02
     while (time.monotonic() < deadline and pid and not output.booted and not output.over_cap
-           and _is_node_init(pid, state_dir)):
+           and _booting_init(pid, launcher)):
         output.wait(delay)
         delay = min(delay * 1.5, 0.1)
     if not pid or not output.booted:
@@ -1052,6 +1053,19 @@ class _BootOutput:
         return said
 
 
+def _booting_init(pid: int, launcher: subprocess.Popen) -> bool:
+    """True while the booting node's PID 1 runs. Not by its command line: PID 1 becomes the
+    image's bash by execve, and while the kernel loads it the command line reads empty. Its
+    parent is the launcher, which has not reaped it while it runs: the pid is still PID 1's."""
+    if launcher.poll() is not None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs: list[Path], deadline: float,
                     output: _BootOutput) -> str:
     """What became of a boot that printed no marker, for the operator's log: the launcher's
@@ -1064,7 +1078,7 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
         facts.append("PID 1 was not seen running before the launcher exited")
     elif not pid:
         facts.append("PID 1 never started")
-    elif not _is_node_init(pid, state_dir):
+    elif not _booting_init(pid, launcher):
         facts.append(f"PID 1 ({pid}) exited")
     if time.monotonic() >= deadline:
         facts.append(f"gave up waiting after {BOOT_WAIT} s")
