@@ -41,11 +41,15 @@ import stat
 import struct
 import subprocess
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import images  # a sibling module: this file runs as a script
-import userns
+if TYPE_CHECKING:
+    from clusters.providers.local import images, userns
+else:  # run as a script, beside its sibling modules (the package's __init__ imports Django)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import images
+    import userns
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
@@ -250,7 +254,7 @@ def stage_one(plan: dict, init_name: str) -> int:
     copy_seed(plan["seed"], os.path.join(layer, "upper"), base)
     for path in (layer, os.path.join(layer, "upper"), os.path.join(layer, "work")):
         os.chown(path, base, base)
-    images.attach(plan["image"], os.path.join(node_dir, "image"), base, int(plan["range"]))
+    images.attach(Path(plan["image"]), Path(node_dir, "image"), base, int(plan["range"]))
     for source, target, fstype, options in plan["mounts"]:
         mount_entry(source, target, fstype, options)
     make_devices(os.path.join(node_dir, "dev"), base, plan["devices"], plan["links"])
