@@ -308,9 +308,10 @@ def _loopback_up() -> None:
 
 
 # What PID 1 becomes: the image's bash starts sshd (-r: no re-exec per connection, ~10 ms of CPU
-# each; its stdio the node's own from the start), prints the boot marker, then holds the node's
-# own /dev/null and reaps orphans (bash's SIGCHLD handler reaps every child) while it waits on
-# a pipe nobody writes to (fd 3; it holds the write end, 4, itself).
+# each; its stdio the node's own from the start), moves to the node's own /dev/null and only
+# then prints the boot marker (once it is read, nothing of the pipe is left at PID 1's stdio),
+# and reaps orphans (bash's SIGCHLD handler reaps every child) while it waits on a pipe nobody
+# writes to (fd 3, read with `-u`: its stdin stays /dev/null; it holds the write end, 4, itself).
 PID1 = r"""
 if [ -f /etc/runcrate/boot-fault ]; then
     echo "boot fault injected: sshd is not started" >&2
@@ -318,10 +319,11 @@ else
     /usr/sbin/sshd -r -f /etc/ssh/sshd_config -E /var/log/sshd.log </dev/null >/dev/null 2>>/var/log/sshd.log 3<&- 4<&- \
         || { echo "sshd did not start: $(tail -n 5 /var/log/sshd.log)" >&2; exit 1; }
 fi
-echo "%(booted)s"
-exec </dev/null >/dev/null 2>&1
+exec 5>&1 </dev/null >/dev/null 2>&1
+echo "%(booted)s" >&5
+exec 5>&-
 trap '' TERM
-while :; do read -r _ <&3 || :; done
+while :; do read -r -u 3 _ || :; done
 """
 
 
