@@ -1380,27 +1380,37 @@ def release(run_dir: Path, state_dir: Path) -> None:
 
 def _disks_dir(node: str) -> Path:
     """The node's (new, empty) folder for its disks; folders that a killed run or a reboot
-    left (no disk of theirs in use, older than STALE_DISKS) go first."""
+    left (no disk of theirs in use, older than STALE_DISKS) go first. The loop devices are read
+    once: every running node's folder older than STALE_DISKS is looked at on every boot."""
     DISKS_DIR.mkdir(parents=True, exist_ok=True)
     DISKS_DIR.chmod(0o700)
+    backings = None
     for folder in DISKS_DIR.iterdir():
         with contextlib.suppress(OSError):
-            if time.time() - folder.stat().st_mtime > STALE_DISKS and not _loop_devices(folder):
-                shutil.rmtree(folder)
+            if time.time() - folder.stat().st_mtime > STALE_DISKS:
+                backings = _loop_backings() if backings is None else backings
+                if not _loop_devices(folder, backings):
+                    shutil.rmtree(folder)
     folder = DISKS_DIR / node
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     return folder
 
 
-def _loop_devices(under: Path) -> list[str]:
-    """Loop devices of this computer whose file is under `under` (a node's disks)."""
-    found = []
+def _loop_backings() -> dict[str, str]:
+    """Every loop device of this computer and the file behind it."""
+    found = {}
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
         with contextlib.suppress(OSError):
-            if backing.read_text().strip().startswith(f"{under.resolve()}/"):
-                found.append(backing.parent.parent.name)
+            found[backing.parent.parent.name] = backing.read_text().strip()
     return found
+
+
+def _loop_devices(under: Path, backings: dict[str, str] | None = None) -> list[str]:
+    """Loop devices of this computer whose file is under `under` (a node's disks)."""
+    prefix = f"{under.resolve()}/"
+    return [name for name, path in (_loop_backings() if backings is None else backings).items()
+            if path.startswith(prefix)]
 
 
 def _wait_for_disks(node: str) -> None:
