@@ -4,8 +4,8 @@ LXCFS (Debian's `lxcfs`) is one FUSE daemon on this computer, mounted on /var/li
 `proc/meminfo`, `proc/cpuinfo`, `proc/stat`, `proc/uptime`, `proc/loadavg`, `proc/diskstats`,
 `proc/swaps`, `proc/slabinfo` and `sys/devices/system/cpu` answer each reader with the figures of
 the reader's own cgroup (memory limit, cpuset), its own PID 1's start (uptime) and its own
-processes' load. A node's PID 1 binds them over its /proc and /sys/devices/system/cpu at boot,
-as LXC's lxcfs hook does (the node's boot binds them: nodeboot.py), so `free`, `top`, `uptime`, `nproc`, Ray and PyTorch's
+processes' load. A node's PID 1 binds them over its /proc and /sys/devices/system/cpu at boot
+(nodeboot.py), as LXC's lxcfs hook does, so `free`, `top`, `uptime`, `nproc`, Ray and PyTorch's
 dataloaders see the node, not this computer.
 
 If the daemon dies, every read of those files in every node fails with ENOTCONN ("Transport
