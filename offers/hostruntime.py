@@ -24,11 +24,13 @@ from fabric import Config, Connection
 REPO = Path(__file__).resolve().parents[1]
 MODULES = (
     "clusters/nodeops/targets.py",
+    "clusters/providers/local/cdi.py",
     "clusters/providers/local/egress.py",
     "clusters/providers/local/gateway.py",
     "clusters/providers/local/hostkeys.py",
     "clusters/providers/local/images.py",
     "clusters/providers/local/lxcfs.py",
+    "clusters/providers/local/nodeboot.py",
     "clusters/providers/local/realnodes.py",
     "clusters/providers/local/runtime.py",
     "clusters/providers/local/userns.py",

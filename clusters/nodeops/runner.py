@@ -134,7 +134,10 @@ STANDINS_OVERLAY = SCRIPTS_DIR.parent.parent / "providers" / "local" / "standins
 # rc file (--noprofile --norc, and no BASH_ENV or ENV file). The login shell itself is kept
 # from the rc files by the node's sshd where the runtime configures it (realnodes: SHLVL=1
 # for the control plane's key, no ~/.ssh/rc); `exec` keeps it from running anything after.
-REMOTE_COMMAND = "BASH_ENV= ENV= exec bash --noprofile --norc -c 'eval \"$(cat)\"'"
+# Where the login shell is such a bash (SHLVL=1 from the key makes it 2: it read no rc file,
+# and sshd gave it no BASH_ENV), it runs the payload itself: one program fewer a session.
+REMOTE_COMMAND = ("if [ -n \"${BASH_VERSION-}\" ] && [ \"${SHLVL-}\" = 2 ]; then eval \"$(cat)\"; "
+                  "else BASH_ENV= ENV= exec bash --noprofile --norc -c 'eval \"$(cat)\"'; fi")
 
 
 def load_script(script: str | Path, *, standins: bool = False) -> str:

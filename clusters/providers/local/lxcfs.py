@@ -4,8 +4,8 @@ LXCFS (Debian's `lxcfs`) is one FUSE daemon on this computer, mounted on /var/li
 `proc/meminfo`, `proc/cpuinfo`, `proc/stat`, `proc/uptime`, `proc/loadavg`, `proc/diskstats`,
 `proc/swaps`, `proc/slabinfo` and `sys/devices/system/cpu` answer each reader with the figures of
 the reader's own cgroup (memory limit, cpuset), its own PID 1's start (uptime) and its own
-processes' load. A node's PID 1 binds them over its /proc and /sys/devices/system/cpu at boot,
-as LXC's lxcfs hook does (`node_binds`), so `free`, `top`, `uptime`, `nproc`, Ray and PyTorch's
+processes' load. A node's PID 1 binds them over its /proc and /sys/devices/system/cpu at boot
+(nodeboot.py), as LXC's lxcfs hook does, so `free`, `top`, `uptime`, `nproc`, Ray and PyTorch's
 dataloaders see the node, not this computer.
 
 If the daemon dies, every read of those files in every node fails with ENOTCONN ("Transport
@@ -125,19 +125,6 @@ def ensure(registry: Path) -> bool:
         if not alive():
             raise RuntimeError(f"LXCFS did not start on {MOUNT} (status {started.returncode}; {log})")
         return True
-
-
-def node_binds(old_root: str) -> str:
-    """The shell lines a node's PID 1 runs after mounting its /proc and /sys, with this
-    computer's tree still at `old_root`: LXCFS's files over the node's (as LXC's hook does)."""
-    return f"""\
-if [ -d "{old_root}{MOUNT}/{PROC_DIR}" ]; then
-    for entry in "{old_root}{MOUNT}/{PROC_DIR}"/*; do
-        [ -e "/proc/${{entry##*/}}" ] && mount --bind "$entry" "/proc/${{entry##*/}}"
-    done
-    mount --bind "{old_root}{MOUNT}/{CPU_DIR}" /{CPU_DIR}
-fi
-"""
 
 
 def pid_of_daemon(registry: Path) -> int | None:

@@ -63,7 +63,7 @@ from typing import IO, Any
 
 from clusters.nodeops.targets import PRIVATE_NETWORK
 
-from . import egress, images, lxcfs
+from . import cdi, egress, images, lxcfs
 from .hostkeys import find_sshd, write_host_key
 
 TOOLS = ("ip", "unshare", "nsenter", "socat", "wg", "wg-quick", "fping", "losetup", "mkfs.ext4")
@@ -101,7 +101,7 @@ NODE_DIRS = (
     "/etc/runcrate", "/etc/wireguard", "/etc/slurm", "/etc/munge", "/var/lib/munge", "/var/log/munge",
     "/var/spool/slurmd", "/var/spool/slurmctld", "/var/log/slurm",
 )
-CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "systemd")
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "devices", "systemd")
 WIREGUARD_PORT = 51820
 # What a node's PID 1 prints once sshd is started.
 BOOTED = "runcrate: node booted"
@@ -528,6 +528,11 @@ class NodeHandle:
     cgroup: str = ""  # the node's cgroup name under each controller's runcrate/
     gateway: str = ""  # "127.64.x.y:2222", the customer's way in
     host_key: str = field(default="", repr=False)  # the node's public host key line
+    # The GPUs given to it (cdi.py): the spec's kind, its device names, their device nodes
+    # ("/dev/nvidia0 195:0").
+    gpu_kind: str = ""
+    gpus: list[str] = field(default_factory=list)
+    gpu_nodes: list[str] = field(default_factory=list)
 
     @property
     def proxy_command(self) -> str:
@@ -707,7 +712,7 @@ def _node_cpus(available: list[int], limits: NodeLimits, spread: int) -> str:
     return ",".join(str(available[(start + i) % len(available)]) for i in range(limits.cpus))
 
 
-def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0) -> list[Path]:
+def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0, gpus: cdi.Edits | None = None) -> list[Path]:
     """The node's cgroup under every controller, with its limits written before any of its
     processes start, in the parent every node of this computer shares (`runcrate/`), whose
     limits leave this computer its reserve (`host_share`). Every boot writes the parent's
@@ -760,6 +765,13 @@ def _make_cgroup(name: str, limits: NodeLimits, spread: int = 0) -> list[Path]:
         path.mkdir(parents=True, exist_ok=True)
     for path in dirs:
         _write_limits(path, settings)
+    for path in dirs:
+        if (path / "devices.deny").exists():
+            # The device nodes it was given, and only those, even if one appeared in its /dev.
+            (path / "devices.deny").write_text("a")
+            for rule in [*(f"c {major}:{minor} rwm" for _, major, minor in DEVICES), *DEVICES_ALLOWED,
+                         *(gpus.cgroup_rules() if gpus is not None else [])]:
+                (path / "devices.allow").write_text(rule)
     return dirs
 
 
@@ -834,113 +846,12 @@ LogLevel ERROR
 Subsystem sftp internal-sftp
 """
 
-# Stage one, as this computer's root in a mount namespace of its own, in the node's directory
-# (`_node_dir`): the node's disks (an ext4 filesystem in a sparse file each, of its sizes,
-# owned by the node's root: its root's writable layer, then /shared), the layer seeded with
-# what boot() wrote, the image mounted read-only and idmapped to the node's uid range
-# (images.py attach), then every mount the node gets from this computer (`fstab.host`, one
-# `mount` process). Then the node's user namespaces (userns.py: owned by the node's uid, not
-# this computer's root, under an outer one holding the node's per-user limits) and, from
-# inside them, its other namespaces and PID 1.
-HOST_STAGE = r"""#!/bin/bash
-set -euo pipefail
-trap 'echo "boot stage one stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
-STATE="$1" BASE="$2" NODE_HOSTNAME="$3" NODE_DIR="$4" INIT_NAME="$5" IMAGE="$6"
-# No journal: the disk lives and dies with the node, nothing is ever recovered from it.
-# Direct I/O: the file's blocks are not cached a second time in this computer's memory.
-# discard: what the node deletes is given back to this computer's disk. `losetup -d` on a
-# mounted device detaches it when the node's last mount of it goes.
-while IFS=$'\t' read -r image size target; do
-    mkdir -p "$target"
-    truncate -s "${size}M" "$image"
-    mkfs.ext4 -q -F -m 0 -O ^has_journal -E "root_owner=$BASE:$BASE" "$image"
-    loop="$(losetup --find --show --direct-io=on "$image")"
-    mount -t ext4 -o nodev,discard "$loop" "$target"
-    losetup -d "$loop"
-    rmdir "$target/lost+found"
-done < "$STATE/disks"
-mkdir -p "$NODE_DIR/layer/upper" "$NODE_DIR/layer/work" "$NODE_DIR/image" "$NODE_DIR/root"
-cp -a "$STATE/seed/." "$NODE_DIR/layer/upper/"
-chown -R "$BASE:$BASE" "$NODE_DIR/layer"
-%(python)s -I -S %(images)s attach "$IMAGE" "$NODE_DIR/image" --base "$BASE" --size %(range)d
-mount -a -T "$STATE/fstab.host"
-# The node's /dev: device nodes made by this computer's root (a user namespace cannot mknod),
-# readable and writable by everyone in the node as on any Linux machine, and the usual links
-# (boot's _write_devices); nothing else of the host's /dev is there.
-cp -a "$STATE/dev-seed/dev/." "$NODE_DIR/dev/"
-# The node's root reads PID 1's command line and environment: they hold nothing of the
-# control plane's environment, where its secrets are.
-cd "$NODE_DIR"
-exec env -i %(environment)s \
-    %(python)s -I -S %(userns)s "$BASE" %(range)d %(user_limits)s -- \
-    unshare --net --mount --uts --ipc --pid --fork --propagation private \
-    bash -c "$(cat "$STATE/node.sh")" "$INIT_NAME" "$NODE_HOSTNAME"
-"""
-
-# Stage two, PID 1 of the node, as the node's root (an unprivileged uid on this computer): its
-# root is an overlay of the idmapped image under the layer on its disk, mounted here, inside
-# the node's user namespace (`userxattr`: overlay keeps its records in user.* attributes, the
-# only ones the node's root may write). Then the node's /dev, /shared and volumes bound in,
-# pivot_root, and the old root detached: nothing of the host's tree is left to mount again.
-# Then reap orphans forever; release kills it (it ignores SIGTERM).
-NODE_STAGE = r"""set -euo pipefail
-trap 'echo "boot stage two stopped at line $LINENO (status $?): $BASH_COMMAND" >&2' ERR
-NODE_DIR="$PWD" NODE_HOSTNAME="$1"
-ROOT="$NODE_DIR/root"
-# Paths relative to the node's directory (PID 1's working directory here): nothing of this
-# computer's paths is in PID 1's command line.
-mount -t overlay node-root -o lowerdir=image,upperdir=layer/upper,workdir=layer/work,userxattr root
-mount --rbind "$NODE_DIR/dev" "$ROOT/dev"
-mkdir -p "$ROOT/shared"
-mount --bind "$NODE_DIR/shared" "$ROOT/shared"
-%(binds)s
-cd "$ROOT"
-mkdir -p .host
-pivot_root . .host
-cd /
-unset OLDPWD
-# A proc and a sysfs (of the node's own network namespace) are mounted only where one is
-# fully visible: before the old root goes.
-mount -t proc -o nosuid,nodev,noexec proc /proc
-mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys
-# The node's own size and load in /proc and /sys/devices/system/cpu (lxcfs.py).
-%(lxcfs)smount -t tmpfs -o mode=0755,size=64k node-cgroup /sys/fs/cgroup
-controllers=()
-for controller in "/.host$NODE_DIR/cgroup"/*; do
-    [ -d "$controller" ] && controllers+=("${controller##*/}")
-done
-if [ "${#controllers[@]}" -gt 0 ]; then
-    mkdir -p "${controllers[@]/#//sys/fs/cgroup/}"
-    for controller in "${controllers[@]}"; do
-        mount --bind "/.host$NODE_DIR/cgroup/$controller" "/sys/fs/cgroup/$controller"
-    done
-fi
-umount -l /.host
-rmdir /.host
-mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m node-run /run
-mkdir -p /run/sshd /run/munge /run/wireguard /run/lock %(node_dirs)s
-echo "$NODE_HOSTNAME" > /etc/hostname
-mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
-hostname "$NODE_HOSTNAME"
-ip link set lo up
-if [ -f /etc/runcrate/boot-fault ]; then
-    echo "boot fault injected: sshd is not started" >&2
-else
-    # -r: no re-exec per connection (~10 ms of CPU each, and a step opens one per node).
-    # Its stdio are the node's own from the start: a daemon keeps what it was started with.
-    /usr/sbin/sshd -r -f /etc/ssh/sshd_config -E /var/log/sshd.log </dev/null >/dev/null 2>>/var/log/sshd.log \
-        || { tail -n 5 /var/log/sshd.log >&2; exit 1; }
-fi
-echo "%(booted)s"
-# Stdout and stderr were a pipe the runtime read until the line above; from now on PID 1 and
-# everything it starts hold the node's own /dev/null, nothing of this computer.
-exec </dev/null >/dev/null 2>&1
-trap '' TERM
-while :; do
-    sleep 3600 &
-    wait || true
-done
-"""
+# A node's boot is one process (nodeboot.py, standard library only): stage one as this computer's
+# root (disks, the idmapped image, what the node gets from this computer, its /dev, its
+# namespaces), then stage two as the node's PID 1 (its root, pivot_root, /proc, /sys, cgroups,
+# /run), which becomes the image's bash once sshd is started. The plan it follows is
+# `_boot_plan`, passed on its stdin.
+BOOT_HELPER = Path(__file__).with_name("nodeboot.py")
 
 
 # How long a boot may take: seconds on a quiet computer; a computer booting 64 nodes at once
@@ -972,6 +883,8 @@ def boot(
     files: dict[str, str] | None = None,
     binds: dict[str, str] | None = None,
     image_name: str = NODE_IMAGE,
+    gpus: list[str] | None = None,
+    cdi_spec: str | None = None,
 ) -> NodeHandle:
     """Start one node (idempotent: an already running node is returned as it is).
 
@@ -979,7 +892,9 @@ def boot(
     nodes of different segments share nothing. `files` are written into the node's /etc or
     /var before it boots (a fault file); `binds` maps a node path to a host directory mounted
     there (an attached volume: handed to the node's root). `image_name` is the machine image
-    (images.IMAGES) the node's root filesystem comes from."""
+    (images.IMAGES) the node's root filesystem comes from. `gpus` are the names of the devices
+    of the host's CDI spec (`cdi_spec`, else the one in /etc/cdi or /var/run/cdi for NVIDIA
+    GPUs) the node is given, with the driver's files the spec lists, and nothing else of them."""
     existing = NodeHandle.load(state_dir)
     if existing and _is_node_init(existing.pid, state_dir):
         return existing
@@ -990,6 +905,15 @@ def boot(
         raise RuntimeError(f"node {hostname} did not boot: the machine image {image_name!r} is not built "
                            f"(python -m clusters.providers.local.images build {image_name})")
     limits = limits or NodeLimits()
+    given = None
+    if gpus:
+        try:
+            spec_path = Path(cdi_spec) if cdi_spec else cdi.find_spec()
+            if spec_path is None:
+                raise cdi.CDIError("this host has no device spec for its GPUs (nvidia-ctk cdi generate)")
+            given = cdi.edits(cdi.load(spec_path), [str(name) for name in gpus])
+        except cdi.CDIError as error:
+            raise RuntimeError(f"node {hostname} did not boot: its GPUs could not be given: {error}") from error
     underlay = Underlay(run_dir)
     bridge = underlay.ensure(segment)
     node_id = _short_id(f"{run_dir.resolve()}:{key}", 8)
@@ -999,20 +923,22 @@ def boot(
     address = underlay.address(slot)
 
     # LXCFS is this computer's, not the node's: a host without it refuses before anything is held.
-    lxcfs_binds = lxcfs.node_binds("/.host") if keep_lxcfs() is not None else ""
+    lxcfs_binds = keep_lxcfs() is not None
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True)
     (state_dir / "claimed").touch()
     base = UidRanges.claim(state_dir)
     handle = NodeHandle(key=key, netns=netns, veth=veth, pid=0, address=address, state_dir=str(state_dir),
-                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key="")
+                        uid_base=base, bridge=bridge, cgroup=cgroup, host_key="",
+                        gpu_kind=given.kind if given else "", gpus=given.devices if given else [],
+                        gpu_nodes=[f"{node.path} {node.major}:{node.minor}" for node in given.device_nodes] if given else [])
     # From here on a failure releases what the boot held (its uid range first of all), so a
     # machine that did not start leaves nothing behind for its wipe receipt to find.
     handle.save()
     try:
         dirs, launcher = _launch(state_dir, handle, image, hostname=hostname, authorized_keys=authorized_keys,
                                  boot_fails=boot_fails, files=files or {}, binds=binds or {}, limits=limits,
-                                 lxcfs_binds=lxcfs_binds)
+                                 lxcfs_binds=lxcfs_binds, gpus=given)
     except BaseException:
         release(run_dir, state_dir)
         raise
@@ -1024,45 +950,38 @@ def boot(
 
 def _launch(state_dir: Path, handle: NodeHandle, image: Path, *, hostname: str, authorized_keys: str,
             boot_fails: bool, files: dict[str, str], binds: dict[str, str], limits: NodeLimits,
-            lxcfs_binds: str) -> tuple[list[Path], subprocess.Popen]:
-    """Write the node's seed and stage scripts, make its cgroup and start its stage one (the
-    handle gets the node's host key): the node's cgroup folders and stage one's process."""
+            lxcfs_binds: bool, gpus: cdi.Edits | None) -> tuple[list[Path], subprocess.Popen]:
+    """Write the node's seed, make its cgroup and start its boot (nodeboot.py) with its plan
+    (the handle gets the node's host key): the node's cgroup folders and the boot's process."""
     base, cgroup = handle.uid_base, handle.cgroup
     handle.host_key = _write_seed(state_dir / "seed", image, hostname=hostname, authorized_keys=authorized_keys,
-                                  boot_fails=boot_fails, files=files)
+                                  boot_fails=boot_fails, files=files, gpus=gpus)
     for host_path in binds.values():
         Path(host_path).mkdir(parents=True, exist_ok=True)
         # The volume is the node's now: its root owns every file (and the next node's root
         # takes it over on its attach).
         subprocess.run(["chown", "-R", f"{base}:{base}", host_path], check=True, capture_output=True)
-    _write_devices(state_dir / "dev-seed", base)
     # The node's root is mounted (in a mount namespace of the node's own) in a directory of
     # this computer that its root may walk to: the state directory may sit in a folder only
     # this computer's root can enter (a test's tmp_path).
     node_dir = _node_dir(cgroup)
-    environment = " ".join(f"{name}={value}" for name, value in NODE_ENVIRONMENT.items())
-    (state_dir / "init.sh").write_text(HOST_STAGE % {
-        "range": RANGE_SIZE, "environment": environment, "python": shlex.quote(sys.executable),
-        "userns": shlex.quote(str(USERNS_HELPER)), "images": shlex.quote(str(IMAGES_HELPER)),
-        "user_limits": " ".join(f"{name}={value}" for name, value in _user_limits(limits).items()),
-    })
-    volumes = "".join(f'mkdir -p "$ROOT"{shlex.quote(node_path)}\n'
-                      f'mount --bind "$NODE_DIR/volumes/{index}" "$ROOT"{shlex.quote(node_path)}\n'
-                      for index, node_path in enumerate(binds))
-    (state_dir / "node.sh").write_text(NODE_STAGE % {
-        "booted": BOOTED, "lxcfs": lxcfs_binds, "binds": volumes, "node_dirs": " ".join(NODE_DIRS),
-    })
-    _write_mounts(state_dir, node_dir, base=base, limits=limits, cgroup=cgroup, binds=binds)
-
-    dirs = _make_cgroup(cgroup, limits, spread=(base - FIRST_UID) // RANGE_SIZE)
-    # Stage one's and PID 1's stdout and stderr are a pipe read here, never a file of this
-    # computer: a node's root can take a copy of any descriptor its PID 1 holds (pidfd_getfd),
-    # and a host file would be this computer's disk to fill.
-    return dirs, subprocess.Popen(
-        _in_cgroup(dirs, ["unshare", "--mount", "--propagation", "private", "bash", str(state_dir / "init.sh"),
-                          str(state_dir), str(base), hostname, str(node_dir), _init_name(state_dir), str(image)]),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    dirs = _make_cgroup(cgroup, limits, spread=(base - FIRST_UID) // RANGE_SIZE, gpus=gpus)
+    plan = _boot_plan(state_dir, node_dir, image, base=base, hostname=hostname, limits=limits, cgroup=cgroup,
+                      binds=binds, lxcfs_binds=lxcfs_binds, gpus=gpus)
+    # Its stdout and stderr (stage one's, then PID 1's) are a pipe read here, never a file of
+    # this computer: a node's root can take a copy of any descriptor its PID 1 holds
+    # (pidfd_getfd), and a host file would be this computer's disk to fill. Its environment is
+    # the node's: the node's root reads PID 1's, and nothing of the control plane's is in it.
+    launcher = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(BOOT_HELPER), _init_name(state_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=NODE_ENVIRONMENT,
     )
+    assert launcher.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        launcher.stdin.write(json.dumps(plan).encode())
+    launcher.stdin.close()
+    return dirs, launcher
 
 
 def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: subprocess.Popen, output: _BootOutput,
@@ -1093,15 +1012,14 @@ def _wait_for_boot(run_dir: Path, handle: NodeHandle, hostname: str, launcher: s
         except RuntimeError as error:
             # A PID 1 that ended before it was wired (sshd refused to start) is a boot that
             # failed: its own words say why, below.
-            if _is_node_init(pid, state_dir):
+            if _booting_init(pid, launcher):
                 release(run_dir, state_dir)
                 raise RuntimeError(f"node {hostname} could not be wired to its network: {error}") from error
     delay = 0.02
     while (time.monotonic() < deadline and pid and not output.booted and not output.over_cap
-           and _is_node_init(pid, state_dir)):
+           and _booting_init(pid, launcher)):
         output.wait(delay)
         delay = min(delay * 1.5, 0.1)
-    shutil.rmtree(state_dir / "dev-seed", ignore_errors=True)
     if not pid or not output.booted:
         facts = _why_not_booted(launcher, pid, state_dir, dirs, deadline, output)
         release(run_dir, state_dir)
@@ -1165,6 +1083,19 @@ class _BootOutput:
         return said
 
 
+def _booting_init(pid: int, launcher: subprocess.Popen) -> bool:
+    """True while the booting node's PID 1 runs. Not by its command line: PID 1 becomes the
+    image's bash by execve, and while the kernel loads it the command line reads empty. Its
+    parent is the launcher, which has not reaped it while it runs: the pid is still PID 1's."""
+    if launcher.poll() is not None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs: list[Path], deadline: float,
                     output: _BootOutput) -> str:
     """What became of a boot that printed no marker, for the operator's log: the launcher's
@@ -1177,7 +1108,7 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
         facts.append("PID 1 was not seen running before the launcher exited")
     elif not pid:
         facts.append("PID 1 never started")
-    elif not _is_node_init(pid, state_dir):
+    elif not _booting_init(pid, launcher):
         facts.append(f"PID 1 ({pid}) exited")
     if time.monotonic() >= deadline:
         facts.append(f"gave up waiting after {BOOT_WAIT} s")
@@ -1193,14 +1124,21 @@ def _why_not_booted(launcher: subprocess.Popen, pid: int, state_dir: Path, dirs:
 
 
 def _write_seed(seed: Path, image: Path, *, hostname: str, authorized_keys: str, boot_fails: bool,
-                files: dict[str, str]) -> str:
+                files: dict[str, str], gpus: cdi.Edits | None = None) -> str:
     """What the node's writable layer starts with over the image (stage one copies it there):
     its sshd's configuration with a host key made now, the control plane's key, fault files.
     Returns the public key."""
     ssh_dir = seed / "etc/ssh"
     ssh_dir.mkdir(parents=True)
     host_key = write_host_key(ssh_dir / "ssh_host_ed25519_key", f"root@{hostname}")
-    (ssh_dir / "sshd_config").write_text(SSHD_CONFIG)
+    gpu_env = gpus.env if gpus is not None else []
+    # The GPUs' environment (their spec's `env`) in every session: sshd sets it, and login
+    # shells read it too.
+    (ssh_dir / "sshd_config").write_text(SSHD_CONFIG + "".join(f"SetEnv {shlex.quote(v)}\n" for v in gpu_env))
+    if gpu_env:
+        (seed / "etc/profile.d").mkdir(parents=True)
+        (seed / "etc/profile.d/runcrate-gpus.sh").write_text(
+            "".join(f"export {shlex.quote(v)}\n" for v in gpu_env))
     (ssh_dir / "runcrate_control_plane_keys").write_text(control_plane_keys(authorized_keys))
     if boot_fails:
         (seed / "etc/runcrate").mkdir()
@@ -1238,35 +1176,16 @@ def control_plane_keys(authorized_keys: str) -> str:
 # The links every Linux /dev has, made in the node's /dev at boot.
 DEV_LINKS = (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
+# What the node's devices cgroup (v1) lets it open besides DEVICES and its GPUs: its own
+# terminals (devpts's ptmx and ptys).
+DEVICES_ALLOWED = ("c 5:2 rwm", "c 136:* rwm")
 
 
-def _write_devices(seed: Path, base: int) -> None:
-    """The node's /dev as stage one copies it (`cp -a`, one process instead of a mknod and a
-    chown per device): DEVICES, DEV_LINKS and the mount points under /dev, owned by the
-    node's root, in `seed`/dev. Only this computer's root can enter `seed`, and boot()
-    removes it once the node is up."""
-    seed.mkdir(mode=0o700)
-    dev = seed / "dev"
-    dev.mkdir()
-    for name in ("pts", "net"):  # /dev/shm is a mount of stage one's (`_write_mounts`)
-        (dev / name).mkdir()
-        os.chown(dev / name, base, base)
-    for name, major, minor in DEVICES:
-        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(dev / name, 0o666)  # past the umask
-        os.chown(dev / name, base, base)
-    for name, target in DEV_LINKS:
-        (dev / name).symlink_to(target)
-        os.lchown(dev / name, base, base)
-    os.chown(dev, base, base)
-    os.chmod(dev, 0o755)
-
-
-def _write_mounts(state_dir: Path, node_dir: Path, *, base: int, limits: NodeLimits, cgroup: str,
-                  binds: dict[str, str]) -> None:
-    """What stage one mounts in the node's directory: the node's disks (`disks`: image, size
-    in MiB, mount point, a line each: its root's writable layer, then /shared), then
-    everything it gets from this computer (`fstab.host`), which stage two binds into its root.
+def _boot_plan(state_dir: Path, node_dir: Path, image: Path, *, base: int, hostname: str, limits: NodeLimits,
+               cgroup: str, binds: dict[str, str], lxcfs_binds: bool, gpus: cdi.Edits | None) -> dict[str, Any]:
+    """What the node's boot (nodeboot.py) does, as data: its cgroups, its disks (image, size in
+    MiB, mount point: its root's writable layer, then /shared), everything it gets from this
+    computer (`mounts`, fstab's fields), its device nodes, and what its PID 1 binds.
 
     The disks are on this computer's disk, not in its memory: an ext4 filesystem in a sparse
     file of the machine's size, so the node's memory limit is its machine's memory alone and a
@@ -1274,26 +1193,48 @@ def _write_mounts(state_dir: Path, node_dir: Path, *, base: int, limits: NodeLim
     release removes."""
     ids = f"uid={base},gid={base}"
     disks = _disks_dir(cgroup)
-    (state_dir / "disks").write_text("".join(
-        f"{disks / image}\t{size}\t{target}\n"
-        for image, size, target in (("disk.img", limits.disk_mb, node_dir / "layer"),
-                                    ("shared.img", limits.shared_mb, node_dir / "shared"))
-    ))
-    _write_fstab(state_dir / "fstab.host", [
+    cgroup_dirs = _cgroup_dirs(cgroup)
+    devices = [{"path": name, "major": major, "minor": minor, "mode": 0o666} for name, major, minor in DEVICES]
+    if gpus is not None:
+        devices += [{"path": node.path.removeprefix("/dev/"), "type": node.type, "major": node.major,
+                     "minor": node.minor, "mode": node.mode, "uid": node.uid, "gid": node.gid}
+                    for node in gpus.device_nodes]
+    mounts = [
         # The node's own cgroups, read-only (it cannot raise its limits), where the node's
         # PID 1 finds them to put under its /sys/fs/cgroup.
-        *((str(path), f"{node_dir}/cgroup/{path.parent.parent.name}", "none", "bind,ro,X-mount.mkdir")
-          for path in _cgroup_dirs(cgroup) if not _cgroup_v2()),
-        ("node-dev", f"{node_dir}/dev", "tmpfs", f"mode=0755,size=64k,nosuid,noexec,{ids},X-mount.mkdir"),
-        ("node-dev-net", f"{node_dir}/dev/net", "tmpfs", "mode=0755,size=4k,nosuid,noexec,X-mount.mkdir"),
+        *((str(path), f"{node_dir}/cgroup/{path.parent.parent.name}", "none", ["bind", "ro"])
+          for path in cgroup_dirs if not _cgroup_v2()),
+        ("node-dev", f"{node_dir}/dev", "tmpfs", ["mode=0755", "size=64k", "nosuid", "noexec", ids]),
+        ("node-dev-net", f"{node_dir}/dev/net", "tmpfs", ["mode=0755", "size=4k", "nosuid", "noexec"]),
         # Sized (half the machine's memory) and mounted from here, so the node's root cannot
         # remount it larger; only the node's processes reach it, so its pages are charged to
         # the node's memory cgroup (they outlive the process that wrote them, not the node).
-        ("node-shm", f"{node_dir}/dev/shm", "tmpfs",
-         f"mode=1777,nosuid,nodev,size={limits.shm_mb}m,{ids},X-mount.mkdir"),
-        *((host_path, f"{node_dir}/volumes/{index}", "none", "bind,nosuid,nodev,X-mount.mkdir")
+        ("node-shm", f"{node_dir}/dev/shm", "tmpfs", ["mode=1777", "nosuid", "nodev", f"size={limits.shm_mb}m", ids]),
+        *((host_path, f"{node_dir}/volumes/{index}", "none", ["bind", "nosuid", "nodev"])
           for index, host_path in enumerate(binds.values())),
-    ])
+    ]
+    return {
+        "base": base, "range": RANGE_SIZE, "node_dir": str(node_dir), "image": str(image),
+        "seed": str(state_dir / "seed"), "hostname": hostname, "booted": BOOTED, "environment": NODE_ENVIRONMENT,
+        "user_limits": _user_limits(limits),
+        "cgroups": [str(path / "cgroup.procs") for path in cgroup_dirs if path.parent.parent.name != "devices"],
+        "devices_cgroup": [str(path / "cgroup.procs") for path in cgroup_dirs if path.parent.parent.name == "devices"],
+        "disks": [[str(disks / name), size, str(target)]
+                  for name, size, target in (("disk.img", limits.disk_mb, node_dir / "layer"),
+                                             ("shared.img", limits.shared_mb, node_dir / "shared"))],
+        "mounts": [list(entry) for entry in mounts],
+        "devices": devices,
+        "links": [list(link) for link in DEV_LINKS],
+        "node": {
+            "volumes": list(binds),
+            "host_mounts": [{"host_path": m.host_path, "container_path": m.container_path, "options": m.options}
+                            for m in (gpus.mounts if gpus is not None else [])],
+            "links": [list(link) for link in (gpus.links if gpus is not None else [])],
+            "lxcfs": {"mount": str(lxcfs.MOUNT), "proc_dir": lxcfs.PROC_DIR, "cpu_dir": lxcfs.CPU_DIR}
+            if lxcfs_binds else None,
+            "dirs": list(NODE_DIRS),
+        },
+    }
 
 
 def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> None:
@@ -1313,14 +1254,6 @@ def _plug(handle: NodeHandle, underlay: Underlay, *, drop_wireguard: bool) -> No
                                   f"link set eth0 up\n{way_out}")
     if way_out:
         underlay.route(handle.address, handle.bridge)
-
-
-def _write_fstab(path: Path, entries: list[tuple[str, str, str, str]]) -> None:
-    """fstab(5) lines: source, target, type, options; blanks escaped as fstab wants."""
-    def field(value: str) -> str:
-        return value.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
-
-    path.write_text("".join(" ".join(map(field, entry)) + " 0 0\n" for entry in entries))
 
 
 def pin_neighbours(handles: list[NodeHandle]) -> None:
@@ -1477,27 +1410,37 @@ def release(run_dir: Path, state_dir: Path) -> None:
 
 def _disks_dir(node: str) -> Path:
     """The node's (new, empty) folder for its disks; folders that a killed run or a reboot
-    left (no disk of theirs in use, older than STALE_DISKS) go first."""
+    left (no disk of theirs in use, older than STALE_DISKS) go first. The loop devices are read
+    once: every running node's folder older than STALE_DISKS is looked at on every boot."""
     DISKS_DIR.mkdir(parents=True, exist_ok=True)
     DISKS_DIR.chmod(0o700)
+    backings = None
     for folder in DISKS_DIR.iterdir():
         with contextlib.suppress(OSError):
-            if time.time() - folder.stat().st_mtime > STALE_DISKS and not _loop_devices(folder):
-                shutil.rmtree(folder)
+            if time.time() - folder.stat().st_mtime > STALE_DISKS:
+                backings = _loop_backings() if backings is None else backings
+                if not _loop_devices(folder, backings):
+                    shutil.rmtree(folder)
     folder = DISKS_DIR / node
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     return folder
 
 
-def _loop_devices(under: Path) -> list[str]:
-    """Loop devices of this computer whose file is under `under` (a node's disks)."""
-    found = []
+def _loop_backings() -> dict[str, str]:
+    """Every loop device of this computer and the file behind it."""
+    found = {}
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
         with contextlib.suppress(OSError):
-            if backing.read_text().strip().startswith(f"{under.resolve()}/"):
-                found.append(backing.parent.parent.name)
+            found[backing.parent.parent.name] = backing.read_text().strip()
     return found
+
+
+def _loop_devices(under: Path, backings: dict[str, str] | None = None) -> list[str]:
+    """Loop devices of this computer whose file is under `under` (a node's disks)."""
+    prefix = f"{under.resolve()}/"
+    return [name for name, path in (_loop_backings() if backings is None else backings).items()
+            if path.startswith(prefix)]
 
 
 def _wait_for_disks(node: str) -> None:

@@ -64,7 +64,7 @@ class Runtime:
             return {"key": key, "running": False}
         return {"key": key, "running": True, "pid": handle.pid, "address": handle.address,
                 "gateway": handle.gateway, "host_key": handle.host_key, "netns": handle.netns,
-                "endpoint": egress.forwarded(self.run_dir, key)}
+                "endpoint": egress.forwarded(self.run_dir, key), "gpus": handle.gpus}
 
     def boot(self, request: dict[str, Any]) -> dict[str, Any]:
         """Boot one machine and open its gateway. A machine that does not come up answers
@@ -81,6 +81,7 @@ class Runtime:
                 limits=_limits(request), boot_fails=bool(request.get("boot_fails")),
                 drop_wireguard=bool(request.get("drop_wireguard")), files=request.get("files") or {},
                 binds=request.get("binds") or {}, image_name=request.get("image") or realnodes.NODE_IMAGE,
+                gpus=[str(name) for name in request.get("gpus") or []], cdi_spec=request.get("cdi_spec"),
             )
         except RuntimeError as error:
             return {"key": key, "running": False, "error": "The machine did not start.", "detail": str(error)}

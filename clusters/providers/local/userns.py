@@ -1,7 +1,7 @@
 """A node's user namespaces, owned by the node's own uid of this computer; then exec a command.
 
-Run by a node's stage one (`realnodes.HOST_STAGE`) as this computer's root, in a fresh
-interpreter (one thread: the fork below is safe):
+Run by a node's boot (`nodeboot.py`, which calls `enter`) as this computer's root, in a fresh
+interpreter (one thread: the fork below is safe), or on its own (`realnodes.capability` tries it):
 
     python3 -I -S userns.py BASE COUNT [max_user_namespaces=N ...] -- COMMAND ...
 
@@ -76,21 +76,10 @@ def _write_maps(pid: int, base: int, count: int, go: int, done: int) -> None:
     os.write(done, b"+")
 
 
-def main(argv: list[str]) -> None:
-    split = argv.index("--")
-    base, count = int(argv[0]), int(argv[1])
-    limits = []
-    for item in argv[2:split]:
-        matched = LIMIT.match(item)
-        if not matched:
-            raise SystemExit(f"not a /proc/sys/user limit: {item}")
-        limits.append((matched.group(1), matched.group(2)))
-    command = argv[split + 1:]
-    # Found now: once this process is the node's uid, this computer's Python library (under
-    # root's home, say) may be closed to it.
-    program = shutil.which(command[0])
-    if program is None:
-        raise SystemExit(f"{command[0]}: not found")
+def enter(base: int, count: int, limits: list[tuple[str, str]]) -> None:
+    """Make the node's two user namespaces (the module's docstring) and move this process into
+    the inner one, as its root, with the node's `limits` in the outer one's /proc/sys/user.
+    This process must have no other threads (it forks the map writer)."""
     pid = os.getpid()
     go_read, go_write = os.pipe()
     done_read, done_write = os.pipe()
@@ -128,6 +117,29 @@ def main(argv: list[str]) -> None:
         raise SystemExit("the node's user namespaces could not be mapped")
     for fd in (go_write, done_read):
         os.close(fd)
+
+
+def parse_limits(items: list[str]) -> list[tuple[str, str]]:
+    limits = []
+    for item in items:
+        matched = LIMIT.match(item)
+        if not matched:
+            raise SystemExit(f"not a /proc/sys/user limit: {item}")
+        limits.append((matched.group(1), matched.group(2)))
+    return limits
+
+
+def main(argv: list[str]) -> None:
+    split = argv.index("--")
+    base, count = int(argv[0]), int(argv[1])
+    limits = parse_limits(argv[2:split])
+    command = argv[split + 1:]
+    # Found now: once this process is the node's uid, this computer's Python library (under
+    # root's home, say) may be closed to it.
+    program = shutil.which(command[0])
+    if program is None:
+        raise SystemExit(f"{command[0]}: not found")
+    enter(base, count, limits)
     os.execv(program, command)
 
 

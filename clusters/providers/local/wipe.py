@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import signal
+import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -86,11 +89,65 @@ def verify(run_dir: Path, state_dir: Path, handle: realnodes.NodeHandle | None,
     checks.append(_check("uid range", holders, "its uid range is free"))
     keys = [str(state_dir)] if state_dir.exists() else []
     checks.append(_check("keys", keys, "its host key and the keys it was given are deleted"))
-    # No GPU is given to a machine yet (docs/nodeops.md): nothing of a GPU's state to reset.
-    checks.append({"check": "GPUs", "clean": True, "detail": "no GPU was given to it"})
+    checks.append(_gpus(handle, namespace_ids))
     return {"clean": all(check["clean"] for check in checks),
             "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - hosts run Python 3.9+
             "checks": checks}
+
+
+def _holders(rdevs: set[int], base: int) -> list[str]:
+    """Processes of this host holding one of the device numbers `rdevs` open whose uids are the
+    machine's range (its own, wherever they went)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if not base <= proc.stat().st_uid < base + realnodes.RANGE_SIZE:
+                continue
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    info = fd.stat()
+                    if stat.S_ISCHR(info.st_mode) and info.st_rdev in rdevs:
+                        found.append(f"process {proc.name} holds {os.major(info.st_rdev)}:{os.minor(info.st_rdev)}")
+        except OSError:
+            continue
+    return found
+
+
+def _gpus(handle: realnodes.NodeHandle | None, namespace_ids: dict[str, str]) -> dict[str, Any]:
+    """The GPUs the machine was given (cdi.py): none of their device nodes is held by anything of
+    the machine's any more, and on a host with NVIDIA's driver each is reset and its
+    uncorrected ECC errors read (`nvidia-smi`). Verified with character devices standing in for
+    GPUs on a computer without any (docs/nodeops.md, "GPUs")."""
+    if handle is None or not handle.gpus:
+        return {"check": "GPUs", "clean": True, "detail": "no GPU was given to it"}
+    given = f"{', '.join(handle.gpus)} ({', '.join(handle.gpu_nodes) or 'no device node'})"
+    left: list[str] = []
+    rdevs = set()
+    for node in handle.gpu_nodes:
+        major, _, minor = node.rpartition(" ")[2].partition(":")
+        with contextlib.suppress(ValueError):
+            rdevs.add(os.makedev(int(major), int(minor)))
+    if rdevs and handle.uid_base:
+        left += _holders(rdevs, handle.uid_base)
+    notes = []
+    if handle.gpu_kind == "nvidia.com/gpu" and shutil.which("nvidia-smi"):
+        for name in handle.gpus:
+            if not name.isdigit():
+                continue
+            reset = subprocess.run(["nvidia-smi", "--gpu-reset", "-i", name], capture_output=True, text=True, timeout=120)
+            if reset.returncode != 0:
+                left.append(f"GPU {name} did not reset: {(reset.stdout + reset.stderr).strip()[:120]}")
+            ecc = subprocess.run(["nvidia-smi", "-i", name, "--query-gpu=ecc.errors.uncorrected.volatile.total",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60)
+            notes.append(f"GPU {name} uncorrected ECC errors: {ecc.stdout.strip() or 'unread'}")
+    else:
+        notes.append("no NVIDIA driver on this host: no reset, no ECC read")
+    if left:
+        return {"check": "GPUs", "clean": False, "detail": f"given {given}; left: " + ", ".join(left[:5])}
+    return {"check": "GPUs", "clean": True,
+            "detail": f"given {given}; released, no process of it holds them; " + "; ".join(notes)}
 
 
 def _reads(path: Path) -> str:
