@@ -202,7 +202,10 @@ class LocalRuntime:
         try:
             with tarfile.open(fileobj=io.BytesIO(bundle()), mode="r:gz") as tar:
                 # Our own files, plain ones only (bundle); Pythons before 3.11.4 have no filters.
-                tar.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, filter="data")
+                else:
+                    tar.extractall(staging)  # our own bundle: plain files only
             staging.chmod(0o755)
             try:
                 staging.rename(self.directory)
