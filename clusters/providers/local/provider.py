@@ -222,11 +222,10 @@ class _ThisComputer(FabricProvider):
         # The install reads its injected fault from the machine: make it say what the host
         # says now, so a fault an operator cleared in /admin/ is gone for a retried install
         # (it was written once, at boot), and one set since then is there.
-        for node in nodes:
-            self._sync_install_fault(node)
+        self._sync_install_faults(nodes)
         return super().install_software(cluster, nodes)
 
-    def _sync_install_fault(self, node: Node) -> None:
+    def _sync_install_faults(self, nodes: list[Node]) -> None:
         raise NotImplementedError
 
 
@@ -363,11 +362,12 @@ class HostRuntimeProvider(_ThisComputer):
         # The list also keeps LXCFS alive on this computer (it serves every node's /proc figures).
         return stopped | self.this_host.stopped(here)
 
-    def _sync_install_fault(self, node: Node) -> None:
-        if self._on_fleet(node):
-            return
-        fails = node.host.fault == HostFault.INSTALL_FAILS
-        self.this_host.write_files(node, {"/etc/runcrate/fault": "install_fails\n" if fails else None})
+    def _sync_install_faults(self, nodes: list[Node]) -> None:
+        # One call of this computer's runtime for every machine here.
+        self.this_host.write_files({
+            node: {"/etc/runcrate/fault": "install_fails\n" if node.host.fault == HostFault.INSTALL_FAILS else None}
+            for node in nodes if not self._on_fleet(node)
+        })
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         # The underlay's switch learns every machine of the cluster at once (static ARP),
@@ -474,11 +474,11 @@ class SandboxProvider(_ThisComputer):
     def stopped_machines(self, nodes: list[Node]) -> dict[str, str]:
         return {}
 
-    def _sync_install_fault(self, node: Node) -> None:
-        host = node.host
-        root = self._dir(host) / "root"
-        if root.is_dir():
-            operations.write_fault(root, host.fault if host.fault in operations.FAULTS else None)
+    def _sync_install_faults(self, nodes: list[Node]) -> None:
+        for node in nodes:
+            root = self._dir(node.host) / "root"
+            if root.is_dir():
+                operations.write_fault(root, node.host.fault if node.host.fault in operations.FAULTS else None)
 
     def join_network(self, cluster: Cluster, nodes: list[Node]) -> StepOutcome:
         self._attach_volume(cluster, nodes)

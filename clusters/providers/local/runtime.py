@@ -185,8 +185,9 @@ class Runtime:
         return {"key": key, "released": True, "receipt": wipe.verify(self.run_dir, state_dir, handle, ids)}
 
     def list(self, request: dict[str, Any]) -> dict[str, Any]:
-        # LXCFS serves every machine's /proc figures: each health round's list brings a dead one back.
-        realnodes.keep_lxcfs()
+        if request.get("tend"):
+            # LXCFS serves every machine's /proc figures: a health round's list brings a dead one back.
+            realnodes.keep_lxcfs()
         machines = []
         for record in sorted(self.run_dir.glob("*/node.json")):
             key = record.parent.name
@@ -214,7 +215,10 @@ class Runtime:
 
     def files(self, request: dict[str, Any]) -> dict[str, Any]:
         """Write (or, for null, remove) files in a running machine, as its own root would: inside
-        every namespace of it, so nothing outside the machine can be reached this way."""
+        every namespace of it, so nothing outside the machine can be reached this way. With
+        {"machines": [request, ...]}, for many machines at once."""
+        if "machines" in request:
+            return {"machines": _at_once(self.files, list(request["machines"]))}
         handle = realnodes.running(self.state_dir(request["key"]))
         if handle is None:
             return {"written": False}

@@ -117,8 +117,10 @@ class ThisHostMachines:
         return reports
 
     def stopped(self, nodes: list[Node]) -> dict[str, str]:
-        """Nodes whose machine is not running (its root can end its PID 1)."""
-        running = {machine["key"] for machine in self.runtime.call("list")["machines"] if machine["running"]}
+        """Nodes whose machine is not running (its root can end its PID 1). LXCFS, which serves
+        every machine's /proc figures, is started again by the same call when it died."""
+        listed = self.runtime.call("list", {"tend": True})["machines"]
+        running = {machine["key"] for machine in listed if machine["running"]}
         return {node.name: MACHINE_STOPPED for node in nodes if node.host.name not in running}
 
     def join(self, nodes: list[Node], *, shared_from: Node | None) -> None:
@@ -130,8 +132,11 @@ class ThisHostMachines:
         for key, why in self.runtime.call("join", request)["not_lent"].items():
             log.warning("machine %s: the head's /shared could not be mounted from this computer: %s", key, why)
 
-    def write_files(self, node: Node, files: dict[str, str | None]) -> None:
-        self.runtime.call("files", {"key": node.host.name, "files": files}, timeout=60)
+    def write_files(self, files: dict[Node, dict[str, str | None]]) -> None:
+        """Write (None: remove) files in each node's machine as its root would, all at once."""
+        if files:
+            self.runtime.call("files", {"machines": [{"key": node.host.name, "files": written}
+                                                     for node, written in files.items()]}, timeout=120)
 
     def release(self, hosts: list[Host]) -> dict[int, dict[str, Any]]:
         """Release the slots' machines at once; returns each one's wipe receipt, by host id."""
