@@ -1,6 +1,8 @@
 # Two commands: `make run` (the product on this machine) and `make test` (the whole suite).
 # `FLEET_LAB=N make run`: N lab hosts (bin/lab-hosts), onboarded with 4 demo machines each.
-PYTHON ?= python3
+# The system's Python where there is one: the control plane's own user (not root) must be able to
+# run the virtualenv `make run` starts it from (a pyenv under /root it could not).
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

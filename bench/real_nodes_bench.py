@@ -119,7 +119,7 @@ def one_run(count: int, software: str, workdir: Path, image: str = realnodes.NOD
         mark, cpu_mark, own_mark = now, cpu_now, own_now
 
     try:
-        # At once, as the local provider boots a pass's machines (LocalProvider.boot_all).
+        # At once, as the local provider boots a pass's machines (HostRuntimeProvider.boot_all).
         with ThreadPoolExecutor(max_workers=min(BOOT_THREADS, count)) as pool:
             handles[:] = list(pool.map(
                 lambda state: realnodes.boot(run, state, key=state.name, hostname=state.name,

@@ -56,20 +56,21 @@ _boot_lock = threading.Lock()
 
 
 def _count_boot_cpu() -> None:
-    """The local provider boots its machines in this process (namespaces, cgroups, polling
-    /proc until each node's init is up): a cloud provider does that on its side. Counted
+    """The local provider asks this computer's host runtime to boot its machines (a program
+    of its own, run as root: namespaces, cgroups, polling /proc until each node's init is up),
+    as a cloud provider does on its side. What the asking costs this process is counted
     apart, per thread, so the control plane's own CPU per node can be read beside it."""
-    boot = local.LocalProvider._boot_real
+    boot = local.HostRuntimeProvider.boot_all
 
-    def counted(self, node):
+    def counted(self, nodes):
         started = time.thread_time()
         try:
-            return boot(self, node)
+            return boot(self, nodes)
         finally:
             with _boot_lock:
                 BOOT_CPU[0] += time.thread_time() - started
 
-    local.LocalProvider._boot_real = counted
+    local.HostRuntimeProvider.boot_all = counted
 
 
 def one_run(environment, count: int, software: str, block: int, image: str) -> tuple[float, float, float, float, str]:

@@ -2,6 +2,11 @@
 server, two Celery workers (cluster work, and webhook deliveries on their own queue) and beat.
 `python -m config.stack [--host H] [--port P]` is what `make run` starts. Ctrl-C stops everything.
 
+Started as root (`make run` on this computer), it runs every child as the control plane's own
+unprivileged user (RUNCRATE_USER, default `runcrate`, made by bin/host-setup): only this
+computer's host runtime runs as root, installed here first and reached through one sudo rule
+(docs/nodeops.md, "The control plane holds no root"). The var folder is handed to that user.
+
 Every child, the embedded Redis included, is started again when it exits (after a short
 backoff), and the console says so. The web server is also watched from outside: one
 that stops accepting connections and does not exit within its grace period (a server wedged
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -20,10 +26,74 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import django
 from django.conf import settings
 from django.core.management.color import color_style
+
+
+class StackError(Exception):
+    """The stack cannot start: the message says why and what to run."""
+
+
+class StackUser:
+    """The unprivileged user the stack's processes run as, when it is started as root."""
+
+    def __init__(self, name: str) -> None:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise StackError(f"There is no user {name!r} for the control plane to run as: run bin/host-setup "
+                               "(`make host`) as root first.") from None
+        self.name, self.uid, self.gid, self.home = name, entry.pw_uid, entry.pw_gid, entry.pw_dir
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, "HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+    def popen_options(self) -> dict[str, Any]:
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def give(self, folder: Path) -> None:
+        """Hand `folder` and what is in it to this user (not crossing into other filesystems,
+        never following links): what the stack writes lives there."""
+        folder.mkdir(parents=True, exist_ok=True)
+        device = folder.stat().st_dev
+        os.chown(folder, self.uid, self.gid)
+        for top, dirs, files in os.walk(folder):
+            for name in list(dirs):
+                path = Path(top) / name
+                if path.is_symlink() or path.stat().st_dev != device:
+                    dirs.remove(name)
+                    continue
+                os.chown(path, self.uid, self.gid, follow_symlinks=False)
+            for name in files:
+                os.chown(Path(top) / name, self.uid, self.gid, follow_symlinks=False)
+
+
+def stack_user(env: dict[str, str]) -> StackUser | None:
+    """Who the stack's processes run as: None when this command is not root (they run as its
+    user, which is no root either)."""
+    if os.geteuid() != 0:
+        return None
+    return StackUser(env.get("RUNCRATE_USER") or "runcrate")
+
+
+def prepare_this_host(user: StackUser) -> None:
+    """Install this computer's host runtime (root's folder, as `hosts add` installs it on a
+    host) and check that the control plane's user may run it, through its one sudo rule."""
+    from clusters.providers.local.provider import this_host
+    from offers.hostruntime import RUNTIME_PROGRAM
+
+    runtime = this_host()
+    runtime.install()
+    allowed = subprocess.run(["sudo", "-n", "-l", RUNTIME_PROGRAM, runtime.version, "--instance", runtime.instance,
+                              "check"], capture_output=True, text=True,
+                             env=user.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin")}),
+                             **user.popen_options())
+    if allowed.returncode != 0:
+        raise StackError(f"The control plane's user {user.name} may not run this computer's host runtime "
+                           f"({(allowed.stderr or allowed.stdout).strip()}): run bin/host-setup (`make host`) as root.")
 
 
 def site_environment(env: dict[str, str], host: str, port: int) -> dict[str, str]:
@@ -110,6 +180,34 @@ def beat_command(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
 
 
+def local_machines_line(env: dict[str, str], user: StackUser | None) -> str:
+    """How the `local` provider's machines run, asked as the workers ask it (the same user, the
+    same rule, the same runtime)."""
+    if settings.DEFAULT_PROVIDER != "local":
+        return ""
+    said = subprocess.run([sys.executable, "manage.py", "local_machines"], capture_output=True, text=True, env=env,
+                          cwd=settings.BASE_DIR, **(user.popen_options() if user else {}))
+    return f"  {said.stdout.strip() or said.stderr.strip()[-300:]}\n"
+
+
+def drop_root(user: StackUser, env: dict[str, str]) -> dict[str, str]:
+    """Before anything of the stack runs: what root made in var (the database, keys, lab hosts'
+    keys) becomes the control plane's; and this computer's runtime is installed and allowed,
+    or the stack says why and does not start. Returns the children's environment."""
+    reached = subprocess.run([sys.executable, "-c", "import django"], capture_output=True, cwd=settings.BASE_DIR,
+                             env=user.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin")}),
+                             **user.popen_options())
+    if reached.returncode != 0:
+        raise StackError(f"The control plane's user {user.name} cannot run {sys.executable} with this project's "
+                           "packages (is the virtualenv made from a Python in a folder only root can read?): make it "
+                           "from a Python every user can run, e.g. `rm -rf .venv && make venv PYTHON=/usr/bin/python3`.")
+    settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+    user.give(settings.VAR_DIR)
+    if settings.DEFAULT_PROVIDER == "local" and settings.LOCAL_NODES != "sandbox":
+        prepare_this_host(user)
+    return user.environment(env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m config.stack",
@@ -120,7 +218,10 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
-    Stack().run(host=args.host, port=args.port)
+    try:
+        Stack().run(host=args.host, port=args.port)
+    except StackError as error:
+        sys.exit(f"The stack did not start: {error}")
 
 
 class Stack:
@@ -130,6 +231,9 @@ class Stack:
     def run(self, *, port: int, host: str) -> None:
         env = site_environment(os.environ.copy(), host, port)
         grace = web_grace()
+        user = stack_user(env)
+        if user is not None:
+            env = drop_root(user, env)
         children: dict[str, Child] = {}
         embedded = not env.get("REDIS_URL")
         if embedded:
@@ -138,8 +242,10 @@ class Stack:
             # socket lives in a directory of its own.
             settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
             socket_file = Path(tempfile.mkdtemp(prefix="runcrate-redis-")) / "redis.sock"
+            if user is not None:
+                user.give(socket_file.parent)
             children["redis"] = Child("redis", embedded_redis_command(settings.VAR_DIR, socket_file), env,
-                                      alive=answers_on(socket_file), grace=grace)
+                                      alive=answers_on(socket_file), grace=grace, user=user)
             env["REDIS_URL"] = f"unix://{socket_file}"
             deadline = time.monotonic() + 10
             while not answers_on(socket_file)() and time.monotonic() < deadline:
@@ -149,14 +255,9 @@ class Stack:
             **worker_commands(str(os.getpid())),
             "beat": beat_command(settings.VAR_DIR / "celerybeat-schedule"),
         }
-        machines = ""
-        if settings.DEFAULT_PROVIDER == "local":
-            from clusters.providers.local.provider import describe_mode
-
-            # Decided here once; the worker decides the same way (the same checks, same computer).
-            machines = f"  {describe_mode()}\n"
+        machines = local_machines_line(env, user)
         for name, command in commands.items():
-            children[name] = Child(name, command, env, grace=grace,
+            children[name] = Child(name, command, env, grace=grace, user=user,
                                    alive=accepts_connections(host, port) if name == "web" else None)
         time.sleep(1.5)
         print(self.style.SUCCESS(
@@ -165,7 +266,8 @@ class Stack:
             f"  Redis: {'embedded at ' + env['REDIS_URL'] if embedded else env['REDIS_URL']}\n"
             f"{machines}"
             f"  Emails are written to {settings.EMAIL_FILE_PATH}/ · Operators' admin: http://{host}:{port}/admin/\n"
-            f"  Processes: {', '.join(f'{c.name} (pid {c.process.pid})' for c in children.values())}; "
+            f"  Processes: {', '.join(f'{c.name} (pid {c.process.pid})' for c in children.values())}, "
+            f"as {user.name if user else pwd.getpwuid(os.geteuid()).pw_name}; "
             f"each is started again if it exits, and this console says so.\n"
             f"  Press Ctrl-C to stop.\n"
         ), flush=True)
@@ -209,8 +311,9 @@ class Child:
     runs on (a server that stopped listening but never exits) is killed and started again."""
 
     def __init__(self, name: str, command: list[str], env: dict[str, str], *,
-                 alive: Callable[[], bool] | None = None, grace: float = 20.0) -> None:
+                 alive: Callable[[], bool] | None = None, grace: float = 20.0, user: StackUser | None = None) -> None:
         self.name, self.command, self.env = name, command, env
+        self.user = user
         self.alive, self.grace = alive, grace
         self.backoff = 1.0
         self.last_pid: int | None = None
@@ -220,7 +323,7 @@ class Child:
         self.started_at = time.monotonic()
         self.restart_at: float | None = None
         self.failing_since: float | None = None
-        return subprocess.Popen(self.command, env=self.env)
+        return subprocess.Popen(self.command, env=self.env, **(self.user.popen_options() if self.user else {}))
 
     def restart_if_exited(self) -> int | None:
         """Restart an exited child once its backoff has passed; its exit code when it did."""

@@ -1,5 +1,6 @@
-"""The host runtime as the control plane reaches it: in process on this computer, over SSH
-(Fabric) on a fleet host, where `install` put a versioned copy (docs/nodeops.md, "The host
+"""The host runtime as the control plane reaches it: on this computer as root through one sudo
+rule (LocalRuntime), over SSH (Fabric) on a fleet host (SshRuntime); on both, `install` put a
+versioned copy (docs/nodeops.md, "The host
 runtime"). The program itself is clusters/providers/local/runtime.py.
 
 The copy shipped to a host is the runtime's modules exactly as they are in this repository,
@@ -13,8 +14,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,3 +165,81 @@ class SshRuntime:
             "-o", f"HostKeyAlias={login.name}", "-o", f"ConnectTimeout={int(SSH_TIMEOUT)}", "-F", "/dev/null",
             f"{login.user}@{login.address}", f"{self.program} enter {key}",
         ))
+
+
+# This computer's runtime runs on the system's Python; the sudo rule names one program, which
+# runs an installed version of it (bin/host-setup writes both).
+SYSTEM_PYTHON = "/usr/bin/python3"
+RUNTIME_PROGRAM = "/usr/local/sbin/runcrate-host-runtime"
+
+
+class LocalRuntime:
+    """The runtime installed on this computer, for the `local` provider: the same program and
+    the same JSON as on a fleet host, run as root. A control plane that is not root (`make
+    run`) reaches it through one sudo rule that allows exactly the installed runtime's program
+    (bin/host-setup writes it; docs/nodeops.md says why this rule rather than SSH to this
+    computer); one that is root (the tests) runs it directly. `instance` keeps this control
+    plane's machines apart from other checkouts' on the same computer."""
+
+    def __init__(self, instance: str, runtime_version: str | None = None) -> None:
+        self.instance = instance
+        self.version = runtime_version or version()
+
+    @property
+    def directory(self) -> Path:
+        return Path(install_dir(self.version))
+
+    def program(self, *args: str) -> list[str]:
+        if os.geteuid() == 0:
+            return [SYSTEM_PYTHON, "-I", str(self.directory / "run.py"), "--instance", self.instance, *args]
+        return ["sudo", "-n", RUNTIME_PROGRAM, self.version, "--instance", self.instance, *args]
+
+    def install(self) -> str:
+        """Put this version on this computer, as `hosts add` puts it on a host (idempotent; root
+        only: the runtime's folder is root's alone, so the program the sudo rule allows is
+        what this repository shipped, and nothing the control plane's user could change)."""
+        if (self.directory / "run.py").exists():
+            return self.version
+        versions = self.directory.parent
+        versions.mkdir(parents=True, exist_ok=True)
+        Path(HOST_STATE).chmod(0o700)
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.version}.", dir=versions))
+        try:
+            with tarfile.open(fileobj=io.BytesIO(bundle()), mode="r:gz") as tar:
+                # Our own files, plain ones only (bundle); Pythons before 3.11.4 have no filters.
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, filter="data")
+                else:
+                    tar.extractall(staging)  # our own bundle: plain files only
+            staging.chmod(0o755)
+            try:
+                staging.rename(self.directory)
+            except OSError:
+                if not (self.directory / "run.py").exists():  # another process installed it first
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return self.version
+
+    def call(self, command: str, request: dict[str, Any] | None = None, timeout: float = COMMAND_TIMEOUT) -> Any:
+        if os.geteuid() == 0:
+            self.install()
+        try:
+            result = subprocess.run(self.program(command), input=json.dumps(request or {}), capture_output=True,
+                                    text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise RuntimeFailed(f"this computer's runtime did not answer ({type(error).__name__}: {error})") from None
+        try:
+            answer = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeFailed(f"this computer's runtime {self.version} answered no JSON to {command} (exit "
+                                f"{result.returncode}: {result.stderr.strip()[-300:]}); is it installed (bin/host-setup, "
+                                "or `make run` as root)?") from None
+        if isinstance(answer, dict) and "error" in answer:
+            raise RuntimeFailed(f"this computer's runtime: {answer['error']}")
+        return answer
+
+    def proxy_command(self, key: str) -> str:
+        """An SSH ProxyCommand that reaches the machine `key`'s sshd through the runtime."""
+        return " ".join(shlex.quote(word) for word in self.program("enter", key))
+

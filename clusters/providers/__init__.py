@@ -9,7 +9,7 @@ from clusters.providers.kubernetes import REAL_KUBERNETES, kubernetes_pins, kube
 
 DRIVERS = {
     "simulated": "clusters.providers.simulated.SimulatedProvider",
-    "local": "clusters.providers.local.provider.LocalProvider",
+    "local": "clusters.providers.local.provider.local_provider",
     "ssh": "clusters.providers.ssh.SSHPoolProvider",
 }
 

@@ -16,6 +16,7 @@ from billing.money import posted_total
 from billing.services import meter_usage
 from clusters import tasks
 from clusters.models import NodeHealth, Status
+from clusters.node_health import tasks as health_tasks
 from clusters.services.create import create_cluster
 from clusters.services.terminate import terminate_cluster
 from offers.inventory import list_offers
@@ -46,7 +47,7 @@ def test_a_dead_hosts_machines_stop_billing_when_it_goes_down_and_its_leftovers_
             meter_usage()
 
             lab_hosts(lab["lab-2"]["dir"], "stop", "lab-2")
-            assert tasks.check_cluster_health(cluster.pk) == {
+            assert health_tasks.check_cluster_health(cluster.pk) == {
                 "node-0": NodeHealth.UNREACHABLE, "node-1": NodeHealth.UNREACHABLE}
             host.refresh_from_db()
             assert host.state == PhysicalHost.State.DOWN and host.down_since is not None
@@ -62,7 +63,7 @@ def test_a_dead_hosts_machines_stop_billing_when_it_goes_down_and_its_leftovers_
             posted = -sum(LedgerEntry.objects.filter(cluster=cluster).values_list("amount", flat=True))
             assert posted == owed == sum(MachineUsage.objects.filter(cluster=cluster).values_list("posted_amount", flat=True))
             # A second round on the silent host changes nothing: one email, one stop.
-            tasks.check_cluster_health(cluster.pk)
+            health_tasks.check_cluster_health(cluster.pk)
             assert MachineUsage.objects.filter(cluster=cluster, ended_at=down).count() == 2
 
             # The operators are told, once, with the machines that were on it.

@@ -62,7 +62,7 @@ def test_a_slurm_cluster_over_two_hosts_works_as_one_and_a_dead_hosts_node_moves
     lab, environment, owner, settings, tmp_path
 ):
     from accounts.services import add_ssh_key
-    from clusters import tasks
+    from clusters.node_health import tasks
 
     alice_key, alice_public = customer_key(tmp_path, "alice")
     key = add_ssh_key(workspace=environment.workspace, name="laptop", created_by=owner, public_key=alice_public)

@@ -215,8 +215,8 @@ def metrics_card_never_started(page) -> None:
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_cluster_that_failed_while_its_page_was_open_waits_for_no_figures(owner, stack, width):
     machine_type = machine_type_with_hosts(2, price_per_machine_hour=Decimal("1.00"))
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=3)
-    Host.objects.filter(pk=machine_type.hosts.order_by("id")[1].pk).update(fault=HostFault.BOOT_FAILS)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=3)
+    lab.inject(machine_type.hosts.order_by("id")[1], fault=HostFault.BOOT_FAILS)
     errors: list[str] = []
 
     def check(page):
@@ -237,7 +237,7 @@ def test_a_cluster_that_failed_while_its_page_was_open_waits_for_no_figures(owne
 def test_a_cluster_terminated_while_provisioning_says_nothing_was_charged(owner, stack, width):
     machine_type = machine_type_with_hosts(2, price_per_machine_hour=Decimal("1.00"))
     # Machines that take minutes to boot: the customer stops the cluster before they are up.
-    Host.objects.filter(machine_type=machine_type).update(boot_seconds=600)
+    lab.inject(Host.objects.filter(machine_type=machine_type), boot_seconds=600)
 
     def check(page):
         cluster_id = create_in_browser(page, machine_type.pk, 2, "early")

@@ -68,10 +68,10 @@ def worker(tmp_path, prefix, on_real_redis):
     yield stack
     stack.stop()
     # A cluster that did not terminate leaves its loopback sshd servers: stop them as release does.
-    from clusters.providers.local.provider import LocalProvider
+    from clusters.providers.local.provider import SandboxProvider
 
     settings.LOCAL_MACHINES_DIR, settings.LOCAL_NODES = str(machines), "sandbox"
-    provider = LocalProvider()
+    provider = SandboxProvider()
     for host in Host.objects.filter(machine_type__provider="local"):
         provider.release(type("N", (), {"host": host})())
 

@@ -35,9 +35,9 @@ def local_machines(settings, tmp_path):
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "sandbox"
     yield tmp_path / "machines"
-    from clusters.providers.local.provider import LocalProvider
+    from clusters.providers.local.provider import SandboxProvider
 
-    provider = LocalProvider()
+    provider = SandboxProvider()
     for host in Host.objects.all():
         provider.release(type("N", (), {"host": host})())
 

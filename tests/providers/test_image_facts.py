@@ -13,7 +13,7 @@ import pytest
 
 from clusters.images import default_image
 from clusters.providers.local import images, realnodes
-from clusters.providers.local.provider import LocalProvider
+from clusters.providers.local.provider import HostRuntimeProvider
 from tests.factories import MachineTypeFactory
 
 CAN, WHY = realnodes.capability()
@@ -44,7 +44,7 @@ def in_image(rootfs: Path, *command: str) -> str:
 def test_the_local_offer_lists_the_built_images_with_the_facts_they_report_themselves(settings):
     base = images.ensure("base", say=lambda line: print(line, file=sys.stderr, flush=True))
     settings.LOCAL_NODES = "namespaces"
-    offered = LocalProvider().images(MachineTypeFactory(provider="local"))
+    offered = HostRuntimeProvider().images(MachineTypeFactory(provider="local"))
     built = [name for name in images.IMAGES if images.cached(name) is not None]
     assert [facts.name for facts in offered] == built and "base" in built
     assert default_image(offered) == ("pytorch" if "pytorch" in built else "base")

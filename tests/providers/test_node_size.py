@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from clusters.providers.local import lxcfs, realnodes
-from clusters.providers.local.provider import LocalProvider
+from clusters.providers.local.provider import HostRuntimeProvider
 from tests.providers.test_isolation import Run, sh
 
 CAN, WHY = realnodes.capability()
@@ -95,8 +95,7 @@ def test_a_dead_lxcfs_is_started_again_by_a_health_round_and_running_nodes_read_
     assert dead.returncode != 0 and "Transport endpoint is not connected" in dead.stderr
 
     # A health round of the runtime (it asks which machines stopped before asking the others).
-    provider = LocalProvider()
-    assert provider.real
+    provider = HostRuntimeProvider()
     assert provider.stopped_machines([]) == {}
     assert lxcfs.pid_of_daemon(realnodes.HOST_REGISTRY) not in (None, pid)
     assert _mem_total_kb(sh(node, "cat /proc/meminfo").stdout) == 768 * 1024

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import os
 import random
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -52,13 +53,15 @@ def real_machines(settings, tmp_path):
     settings.LOCAL_MACHINES_DIR = str(tmp_path / "machines")
     settings.LOCAL_NODES = "namespaces"
     local._MODE.clear()
-    yield tmp_path / "machines"
-    provider = local.LocalProvider()
+    # The machines are kept by this computer's runtime, under root's folder for this instance.
+    yield local.run_dir()
+    provider = local.HostRuntimeProvider()
     for host in Host.objects.all():
         provider.release(type("N", (), {"host": host})())
-    realnodes.Underlay(tmp_path / "machines").teardown()
+    realnodes.Underlay(local.run_dir()).teardown()
+    assert realnodes.leftovers(local.run_dir()) == []
+    shutil.rmtree(local.run_dir(), ignore_errors=True)
     local._MODE.clear()
-    assert realnodes.leftovers(tmp_path / "machines") == []
 
 
 def real_machine_type(count: int, **kwargs):
@@ -218,10 +221,10 @@ def test_a_slurm_cluster_of_real_nodes_is_ready_reachable_by_its_customer_and_gr
 def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_ready(
     environment, real_machines, monkeypatch
 ):
-    from clusters.providers.local.provider import LocalProvider
+    from clusters.providers.local.provider import HostRuntimeProvider
 
     machine_type = real_machine_type(2)
-    install = LocalProvider.install_software
+    install = HostRuntimeProvider.install_software
     killed: list[int] = []
 
     def install_then_kill_slurmd(self, cluster, nodes):
@@ -231,7 +234,7 @@ def test_slurmd_killed_after_install_degrades_the_cluster_and_retry_makes_it_rea
             killed.append(on_node(real_machines, worker, "kill -9 $(cat /run/slurmd.pid)").returncode)
         return outcome
 
-    monkeypatch.setattr(LocalProvider, "install_software", install_then_kill_slurmd)
+    monkeypatch.setattr(HostRuntimeProvider, "install_software", install_then_kill_slurmd)
     cluster = create_cluster(
         environment=environment, name="flaky", machine_type=machine_type, machine_count=2, software="slurm"
     )

@@ -167,7 +167,7 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     from clusters.models import NodeHealth
     from clusters.node_health import tasks
     from clusters.providers.local import realnodes
-    from clusters.providers.local.provider import LocalProvider
+    from clusters.providers.local.provider import HostRuntimeProvider
     from tests.providers.test_node_health import pids_named, rounds_until
 
     machine_type = real_machine_type(4)
@@ -176,7 +176,7 @@ def test_replacing_a_real_slurm_node_keeps_the_cluster_ready_and_bills_both_mach
     )
     cluster = drive(cluster, SETTLED, timeout=300)
     assert cluster.status == Status.READY, story(cluster)
-    provider = LocalProvider()
+    provider = HostRuntimeProvider()
     old = cluster.nodes.select_related("host").get(index=1)
     old_handle = realnodes.running(provider._dir(old.host))
     assert old_handle is not None

@@ -1,6 +1,9 @@
 """The `local` provider and the machine harness it runs on, on this computer only.
 
-- `provider`: the `local` provider driver (`clusters.providers.local.provider.LocalProvider`).
+- `provider`: the `local` provider driver (`clusters.providers.local.provider.local_provider`): real
+  machines booted by a host's runtime (`HostRuntimeProvider`, `thishost` for this computer's),
+  or loopback sandboxes (`SandboxProvider`).
+- `runtime`: the host runtime, the program that boots machines as root on a host.
 - `realnodes`: real Linux nodes in namespaces (docs/nodeops.md, "Isolated machines").
 - `sandbox`: loopback SSH endpoints with sandbox roots, where namespaces cannot run; also the
   endpoints the node-operation tests and benchmarks use. `_asyncssh_server` is its SSH server

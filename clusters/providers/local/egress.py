@@ -235,7 +235,7 @@ def _ruleset(device: str, links: list[str]) -> str:
     # Collapsed: an uplink network inside a closed range (a host on 10.x) would be an interval
     # that overlaps another, which nft refuses.
     closed = [str(network) for network in ipaddress.collapse_addresses(
-        ipaddress.ip_network(network) for network in {*CLOSED_NETWORKS, *_uplink_networks(device)})]
+        ipaddress.IPv4Network(network) for network in {*CLOSED_NETWORKS, *_uplink_networks(device)})]
     services = [(address, 53) for address in resolvers()] + Proxy.of_this_computer().endpoints()
     opened = ", ".join(f"{address} . {protocol} . {port}" for address, port in services for protocol in ("tcp", "udp"))
     quoted = ", ".join(json.dumps(link) for link in links)

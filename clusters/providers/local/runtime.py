@@ -11,17 +11,31 @@ computer (the `local` provider: `Runtime(machines_dir)`), and over SSH on a flee
 Every command reads one JSON object (may be empty) on stdin and prints one JSON object on
 stdout; a failure prints {"error": "..."} and exits 1. Commands: `check` (what the host can
 run, the runtime's version), `prepare` (the machine image, the state folders: idempotent),
-`boot`, `status`, `release` (with its wipe receipt: wipe.py), `list`, and `enter KEY` (its stdin and stdout become the machine's
-sshd, the way in for node operations: it reads no request and prints no JSON).
+`boot`, `status`, `release` (with its wipe receipt: wipe.py), `list`, `join` (what the machines of one
+cluster on this host need of it to join: their neighbours pinned, the head's /shared lent to
+its workers), `files` (files written into a machine as its root would), and `enter KEY` (its
+stdin and stdout become the machine's sshd, the way in for node operations: it reads no
+request and prints no JSON). `boot`, `status` and `release` also take many machines at once
+({"machines": [request, ...]} or {"keys": [...]}) and answer {"machines": [answer, ...]}: one
+start of the program for a whole cluster.
+
+`--instance NAME` before the command: the machines of one control plane sharing this host
+with others (several checkouts on one development computer, `local`), kept apart under
+HOST_STATE/local/NAME. The state is always under HOST_STATE, which only root can write: a
+caller names an instance, never a folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import stat
+import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -39,6 +53,44 @@ def version() -> str:
         return VERSION_FILE.read_text().strip()
     except OSError:
         return "source"
+
+
+# Machines booted, probed or released at once by one command (each is mostly waiting on the kernel).
+AT_ONCE = 16
+INSTANCE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def _at_once(work: Any, items: list[Any]) -> list[Any]:
+    if len(items) < 2:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(items))) as pool:
+        return list(pool.map(work, items))
+
+
+def _caller_uid() -> int | None:
+    """The unprivileged user who asked, when the runtime runs through sudo (docs/nodeops.md)."""
+    try:
+        return int(os.environ["SUDO_UID"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _allowed_binds(binds: dict[str, str]) -> dict[str, str]:
+    """A caller that is not root binds only folders of its own into a machine (an attached
+    volume's data): never a folder of this computer it could not read itself."""
+    caller = _caller_uid()
+    if caller is None or caller == 0:
+        return binds
+    for target, source in binds.items():
+        real = os.path.realpath(source)
+        try:
+            info = os.lstat(real)
+        except OSError as error:
+            raise ValueError(f"bind source {source}: {error.strerror}") from None
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != caller:
+            raise ValueError(f"bind source {source} is not a folder of the caller's own")
+        binds = {**binds, target: real}
+    return binds
 
 
 def _limits(request: dict[str, Any]) -> realnodes.NodeLimits:
@@ -67,6 +119,11 @@ class Runtime:
                 "endpoint": egress.forwarded(self.run_dir, key), "gpus": handle.gpus}
 
     def boot(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "machines" in request:
+            return {"machines": _at_once(self.boot_one, list(request["machines"]))}
+        return self.boot_one(request)
+
+    def boot_one(self, request: dict[str, Any]) -> dict[str, Any]:
         """Boot one machine and open its gateway. A machine that does not come up answers
         {"running": false, "error": <the customer's words>, "detail": <why, for the log>}."""
         key = request["key"]
@@ -80,7 +137,7 @@ class Runtime:
                 authorized_keys=request["authorized_keys"], segment=request.get("segment", "default"),
                 limits=_limits(request), boot_fails=bool(request.get("boot_fails")),
                 drop_wireguard=bool(request.get("drop_wireguard")), files=request.get("files") or {},
-                binds=request.get("binds") or {}, image_name=request.get("image") or realnodes.NODE_IMAGE,
+                binds=_allowed_binds(request.get("binds") or {}), image_name=request.get("image") or realnodes.NODE_IMAGE,
                 gpus=[str(name) for name in request.get("gpus") or []], cdi_spec=request.get("cdi_spec"),
             )
         except RuntimeError as error:
@@ -105,6 +162,9 @@ class Runtime:
         return self.describe(handle, key)
 
     def status(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "keys" in request:
+            probe = bool(request.get("probe"))
+            return {"machines": _at_once(lambda key: self.status({"key": key, "probe": probe}), list(request["keys"]))}
         key = request["key"]
         answer = self.describe(realnodes.running(self.state_dir(key)), key)
         if answer["running"] and request.get("probe"):
@@ -114,6 +174,11 @@ class Runtime:
 
     def release(self, request: dict[str, Any]) -> dict[str, Any]:
         """Release the machine, then check that nothing of it is left: the wipe receipt."""
+        if "keys" in request:
+            # The run's switch is taken down once, after every machine is gone.
+            answers = _at_once(self.release_machine, list(request["keys"]))
+            realnodes.Underlay(self.run_dir).teardown()
+            return {"machines": answers}
         answer = self.release_machine(request["key"])
         realnodes.Underlay(self.run_dir).teardown()
         return answer
@@ -131,11 +196,52 @@ class Runtime:
         return {"key": key, "released": True, "receipt": wipe.verify(self.run_dir, state_dir, handle, ids)}
 
     def list(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("tend"):
+            # LXCFS serves every machine's /proc figures: a health round's list brings a dead one back.
+            realnodes.keep_lxcfs()
         machines = []
         for record in sorted(self.run_dir.glob("*/node.json")):
             key = record.parent.name
             machines.append(self.describe(realnodes.running(record.parent), key))
         return {"machines": machines}
+
+    def join(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The host's part of a cluster's join for its machines `keys` here: every machine's
+        neighbours pinned (realnodes.pin_neighbours), and with `shared_from` (the head's key),
+        the head's /shared lent to each worker here (realnodes.lend_shared). Answers which
+        workers did not get it, and why (they mount it over the network instead)."""
+        handles = {key: realnodes.running(self.state_dir(key)) for key in request.get("keys") or []}
+        realnodes.pin_neighbours([handle for handle in handles.values() if handle is not None])
+        not_lent: dict[str, str] = {}
+        head_key = request.get("shared_from")
+        head = realnodes.running(self.state_dir(head_key)) if head_key else None
+        for key, worker in handles.items():
+            if head is None or worker is None or key == head_key:
+                continue
+            try:
+                realnodes.lend_shared(head, worker)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                not_lent[key] = str(error)
+        return {"not_lent": not_lent}
+
+    def files(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Write (or, for null, remove) files in a running machine, as its own root would: inside
+        every namespace of it, so nothing outside the machine can be reached this way. With
+        {"machines": [request, ...]}, for many machines at once."""
+        if "machines" in request:
+            return {"machines": _at_once(self.files, list(request["machines"]))}
+        handle = realnodes.running(self.state_dir(request["key"]))
+        if handle is None:
+            return {"written": False}
+        for path, content in (request.get("files") or {}).items():
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path")
+            command = (["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path] if content is not None
+                       else ["rm", "-f", path])
+            done = realnodes.run_in(handle, command, timeout=30, input=content or "")
+            if done.returncode != 0:
+                raise RuntimeError(f"writing {path} failed: {done.stderr.strip()[-200:]}")
+        return {"written": True}
 
     def enter(self, key: str) -> None:
         """Become a connection to the machine's sshd (stdin and stdout), as proxy_command does
@@ -159,6 +265,12 @@ def host_run_dir() -> Path:
     return HOST_STATE / "machines" / identity.read_text().strip()
 
 
+def instance_run_dir(instance: str) -> Path:
+    if not INSTANCE.fullmatch(instance):
+        raise ValueError(f"{instance!r} is not an instance's name")
+    return HOST_STATE / "local" / instance
+
+
 def check(request: dict[str, Any]) -> dict[str, Any]:
     can, why = realnodes.capability()
     return {"version": version(), "hostname": socket.gethostname(), "machines": can, "why": why,
@@ -176,12 +288,21 @@ def prepare(request: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = ("check", "prepare", "boot", "status", "release", "list")
+    commands = ("check", "prepare", "boot", "status", "release", "list", "join", "files")
+    run_dir = None
+    if len(argv) >= 2 and argv[0] == "--instance":
+        try:
+            run_dir = instance_run_dir(argv[1])
+        except ValueError as error:
+            print(json.dumps({"error": str(error)}))
+            return 2
+        argv = argv[2:]
     if len(argv) == 2 and argv[0] == "enter":
-        Runtime(host_run_dir()).enter(argv[1])
+        Runtime(run_dir or host_run_dir()).enter(argv[1])
         return 1
     if len(argv) != 1 or argv[0] not in commands:
-        print(json.dumps({"error": f"usage: run.py {{{','.join(commands)}}} < request.json, or run.py enter KEY"}))
+        print(json.dumps({"error": f"usage: run.py [--instance NAME] {{{','.join(commands)}}} < request.json, "
+                                   "or run.py [--instance NAME] enter KEY"}))
         return 2
     command = argv[0]
     try:
@@ -192,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         elif command == "prepare":
             answer = prepare(request)
         else:
-            runtime = Runtime(host_run_dir())
+            if run_dir is None:
+                run_dir = host_run_dir()
+            elif command == "boot":
+                run_dir.mkdir(parents=True, exist_ok=True)
+            runtime = Runtime(run_dir)
             answer = getattr(runtime, command)(request)
     except (KeyError, ValueError, OSError, RuntimeError) as error:
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
