@@ -485,6 +485,12 @@ class ClusterEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.event}"
 
+    @property
+    def label(self) -> str:
+        """The event's name as the page shows it ("wipe_receipt" → "Wipe receipt"); the API and
+        webhooks keep the key."""
+        return self.event.replace("_", " ").capitalize()
+
 
 class NetworkTest(models.Model):
     """One measurement of what the cluster's private network carries between its machines:

@@ -32,6 +32,15 @@ log = logging.getLogger(__name__)
 WIPED_WHEN_HOST_RETURNS = "its host is down: released and wiped when it returns"
 
 
+def checked_at(receipt: dict[str, Any]) -> str:
+    """When a wipe receipt's checks ran, as pages say times: "2026-12-06 03:20:35 UTC"."""
+    try:
+        when = dt.datetime.fromisoformat(receipt["checked_at"]).astimezone(dt.UTC)
+    except (KeyError, TypeError, ValueError):
+        return str(receipt.get("checked_at", ""))
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _billing_stopped_line(node: Node, at: dt.datetime) -> str:
     return (f"{node.name} is not billed from {at:%Y-%m-%d %H:%M:%S} UTC, when its host stopped answering; "
             "replace it to get a working machine, or terminate the cluster.")
@@ -85,7 +94,7 @@ def _record_receipt(slot: Host, receipt: dict[str, Any] | None) -> bool:
             assert receipt is not None
             checked = ", ".join(check["check"] for check in receipt["checks"])
             record_event(cluster, "wipe_receipt", f"{node.name}'s machine was wiped and checked clean at "
-                         f"{receipt['checked_at']}, after its host answered again: {checked}.")
+                         f"{checked_at(receipt)}, after its host answered again: {checked}.")
         else:
             record_event(cluster, "wipe_receipt", f"{node.name}'s machine was released after its host answered again "
                          "but not checked clean; it is out of sale until an operator checks it.")

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from clusters.services.common import record_event
-from clusters.services.hosts import WIPED_WHEN_HOST_RETURNS
+from clusters.services.hosts import WIPED_WHEN_HOST_RETURNS, checked_at
 from offers import inventory
 from offers.models import Host, PhysicalHost
 
@@ -40,13 +40,13 @@ def record_wipe_receipts(cluster: Cluster, nodes: list[Node], receipts: dict[int
                              "release; it is out of sale until an operator checks it.")
             elif receipt["clean"]:
                 record_event(cluster, "wipe_receipt", f"{node.name}'s machine was wiped and checked clean at "
-                             f"{receipt['checked_at']}: {_checked(receipt)}.")
+                             f"{checked_at(receipt)}: {_checked(receipt)}.")
             else:
                 failing = [check for check in receipt["checks"] if not check["clean"]]
                 dirty[node.host_id] = f"{node.host.name}: wipe check failed: " + "; ".join(
                     f"{check['check']} ({check['detail']})" for check in failing)
                 record_event(cluster, "wipe_receipt", f"{node.name}'s machine was released but not checked clean at "
-                             f"{receipt['checked_at']} ({', '.join(c['check'] for c in failing)} not clean); "
+                             f"{checked_at(receipt)} ({', '.join(c['check'] for c in failing)} not clean); "
                              "it is out of sale until an operator checks it.")
         if dirty:
             inventory.quarantine_hosts(dirty)

@@ -131,3 +131,18 @@ def test_a_failed_cluster_does_not_promise_figures_once_it_is_ready(member_clien
     text = member_client.get(failed.get_absolute_url()).text
     assert "they arrive once the cluster is ready" not in text
     assert "No figures: the cluster never started, so its machines never reported any." in text
+
+
+def test_events_and_wipe_receipts_read_in_words_on_the_page(member_client, cluster):
+    """The Events list names each event in words (the API keeps its key) and a wipe receipt
+    says its time as the page says times, not an ISO stamp."""
+    from clusters.services.wipe import record_wipe_receipts
+
+    node = cluster.nodes.get(index=0)
+    receipt = {"clean": True, "checked_at": "2026-12-06T03:20:35+00:00",
+               "checks": [{"check": "processes", "clean": True, "detail": ""}]}
+    record_wipe_receipts(cluster, [node], {node.host_id: receipt})
+    page = member_client.get(cluster.get_absolute_url()).text
+    assert ">Wipe receipt</span>" in page and ">wipe_receipt<" not in page
+    assert "checked clean at 2026-12-06 03:20:35 UTC: processes." in page
+    assert "T03:20:35+00:00" not in page
