@@ -326,6 +326,25 @@ def exhausted_workspace_ids(workspace_ids: list[int] | None = None) -> set[int]:
     return set(workspaces.values_list("pk", flat=True))
 
 
+def budget_reached_at(environment_ids: list[int], at: dt.datetime) -> dict[int, dt.datetime]:
+    """When each of these environments' month-to-date spend (posted up to `at`) reaches its
+    monthly budget at the rate its running machines cost now; only environments with running
+    machines that are still under their budget."""
+    rates = dict(
+        MachineUsage.objects.filter(environment_id__in=environment_ids, ended_at__isnull=True)
+        .values_list("environment_id").annotate(rate=Sum("rate")).values_list("environment_id", "rate")
+    )
+    rates = {env_id: rate for env_id, rate in rates.items() if rate}
+    if not rates:
+        return {}
+    spent = month_to_date_spend(list(rates), at)
+    budgets = dict(Environment.objects.filter(pk__in=list(rates)).values_list("pk", "monthly_budget"))
+    return {
+        env_id: at + dt.timedelta(hours=float((budgets[env_id] - spent[env_id]) / rate))
+        for env_id, rate in rates.items() if spent[env_id] < budgets[env_id]
+    }
+
+
 def over_budget_environment_ids(environment_ids: list[int], at: dt.datetime | None = None) -> set[int]:
     """Environments (of `environment_ids`) whose month-to-date spend has reached their monthly budget."""
     spent = month_to_date_spend(environment_ids, at)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import Environment
@@ -66,8 +67,28 @@ def _announce_budget_reached(over: set[int], live: list[Cluster], stopped: list[
 
 def meter_and_enforce(now: dt.datetime | None = None) -> dict:
     """The periodic money pass: billing meters, tops up and warns, then what can no longer be
-    paid for is stopped."""
+    paid for is stopped. `next_pass_at`: where an environment reaches its budget before the
+    next periodic pass, the instant it does (ISO), for a pass of its own then."""
     result = billing.meter_and_warn(now)
     result["stopped_balance"] = stop_exhausted_workspaces()
     result["stopped_budget"] = stop_over_budget_environments(now)
+    moment = now or timezone.now()
+    soonest = next_budget_stop(moment)
+    result["next_pass_at"] = soonest.isoformat() if soonest is not None else None
     return result
+
+
+def next_budget_stop(at: dt.datetime) -> dt.datetime | None:
+    """The instant an environment with live clusters reaches its monthly budget, when that is
+    sooner than the next periodic pass (a stop then lands seconds past the budget instead of up
+    to a period past it); None otherwise. Never sooner than a second from `at`."""
+    environment_ids = sorted(set(Cluster.objects.terminable().values_list("environment_id", flat=True)))
+    if not environment_ids:
+        return None
+    due = billing.budget_reached_at(environment_ids, at)
+    if not due:
+        return None
+    soonest = min(due.values())
+    if soonest >= at + dt.timedelta(seconds=settings.METERING_INTERVAL_SECONDS):
+        return None
+    return max(soonest, at + dt.timedelta(seconds=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
@@ -64,10 +64,18 @@ def sweep_clusters() -> int:
     return len(ids)
 
 
-@shared_task(acks_late=True, soft_time_limit=120, time_limit=150)
-def meter_and_enforce() -> dict:
-    """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn, stop."""
-    return enforcement.meter_and_enforce()
+@shared_task(bind=True, acks_late=True, soft_time_limit=120, time_limit=150)
+def meter_and_enforce(self: Task) -> dict:
+    """The periodic money pass (beat, every METERING_INTERVAL_SECONDS): meter, recharge, warn,
+    stop. An environment that reaches its budget before the next beat gets a pass at that
+    instant (docs/billing.md, "How far past a budget a stop lands")."""
+    result = enforcement.meter_and_enforce()
+    if result.get("next_pass_at") and not self.request.is_eager:
+        try:
+            meter_and_enforce.apply_async(eta=dt.datetime.fromisoformat(result["next_pass_at"]))
+        except Exception:  # the next beat's pass stops it, a period later
+            log.exception("could not queue the budget's own pass")
+    return result
 
 
 @shared_task(soft_time_limit=240, time_limit=270)

@@ -79,6 +79,38 @@ def test_reaching_the_monthly_budget_stops_that_environments_clusters_only(envir
     assert (refused.value.code, refused.value.status) == ("budget_reached", 402)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_reached_between_two_passes_gets_a_pass_of_its_own_and_stops_within_a_cent(environment, machine_type):
+    """The periodic pass names the instant an environment reaches its budget when that comes
+    before the next pass; a pass then stops it a cent past the budget, not a period past."""
+    environment.monthly_budget = Decimal("16.00")
+    environment.save()
+    now = next_month_start(timezone.now()) - dt.timedelta(minutes=10)
+    # $20/h, 47 minutes in: $15.67 spent, the budget reached 59.4 s after this pass.
+    cluster = running_cluster(environment, machine_type, started=now - dt.timedelta(minutes=47), rate=Decimal("10.00"))
+    result = enforcement.meter_and_enforce(now)
+    reached = dt.datetime.fromisoformat(result["next_pass_at"])
+    assert abs((reached - now).total_seconds() - 59.4) < 0.5, result["next_pass_at"]
+    cluster.refresh_from_db()
+    assert cluster.status == Status.READY
+    # A periodic pass a minute later would land $0.02 past ($20/h × 0.6 s + the stop); the
+    # budget's own pass lands at most a cent past, whatever the rate.
+    assert enforcement.meter_and_enforce(reached)["next_pass_at"] is None
+    cluster.refresh_from_db()
+    assert (cluster.status, cluster.termination_reason) == (Status.TERMINATED, Reason.BUDGET_REACHED)
+    spent = billing.month_to_date_spend([environment.pk], reached)[environment.pk]
+    assert Decimal("16.00") <= spent <= Decimal("16.01"), spent
+
+
+@pytest.mark.django_db
+def test_a_budget_far_from_reached_asks_for_no_extra_pass(environment, machine_type):
+    environment.monthly_budget = Decimal("1000.00")
+    environment.save()
+    now = next_month_start(timezone.now()) - dt.timedelta(minutes=10)
+    running_cluster(environment, machine_type, started=now - dt.timedelta(minutes=30))
+    assert enforcement.meter_and_enforce(now)["next_pass_at"] is None
+
+
 @pytest.mark.django_db
 def test_budgets_start_again_at_the_month_boundary(environment, machine_type):
     environment.monthly_budget = Decimal("10.00")
