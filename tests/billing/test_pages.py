@@ -41,12 +41,15 @@ def test_owners_and_managers_see_every_billing_page_and_partial(request, billed,
         assert client.get(url, headers=headers).status_code == 200, url
 
 
-def test_developers_get_404_on_every_billing_page_partial_and_action(developer, billed):
+def test_developers_are_told_their_role_does_not_allow_billing_on_every_page_partial_and_action(developer, billed):
     client = client_for(developer)
     for url, headers in pages(billed.pk):
-        assert client.get(url, headers=headers).status_code == 404, url
+        response = client.get(url, headers=headers)
+        assert response.status_code == 403, url
+        if not headers:
+            assert "Your role in this workspace does not allow this" in response.content.decode(), url
     for name in ("top_up", "dev_top_up", "auto_recharge", "save_card"):
-        assert client.post(reverse(f"billing:{name}"), {"amount": "50"}).status_code == 404, name
+        assert client.post(reverse(f"billing:{name}"), {"amount": "50"}).status_code == 403, name
 
 
 def test_an_outsider_sees_only_their_own_workspace(outsider, billed):

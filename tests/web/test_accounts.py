@@ -248,7 +248,7 @@ class TestSwitchers:
         assert "train" not in client.get(reverse("clusters:list")).text
         # And the first workspace's cluster is now out of reach, as is its billing (Developer here).
         assert client.get(cluster.get_absolute_url()).status_code == 404
-        assert client.get(reverse("billing:overview")).status_code == 404
+        assert client.get(reverse("billing:overview")).status_code == 403
 
     def test_another_workspace_is_404(self, owner, outsider):
         client = client_for(owner)
@@ -274,8 +274,8 @@ class TestBilling:
         assert client.get(self.URL).status_code == 200
         assert f'href="{self.URL}"' in client.get(reverse("clusters:list")).text
 
-    def test_a_developer_gets_404_and_no_link(self, developer_client):
-        assert developer_client.get(self.URL).status_code == 404
+    def test_a_developer_is_told_their_role_does_not_allow_it_and_gets_no_link(self, developer_client):
+        assert developer_client.get(self.URL).status_code == 403
         assert f'href="{self.URL}"' not in developer_client.get(reverse("clusters:list")).text
 
     def test_the_page_shows_only_the_workspaces_balance(self, owner, outsider):
