@@ -284,7 +284,9 @@ def spend_by_environment(workspace: Workspace, year: int, month: int, spend: Mon
                 "name": env.name,
                 "spent": amount,
                 "budget": budget,
-                "percent": int(min(amount / budget * 100, Decimal(100))) if budget > 0 else 100,
+                # What was spent, past 100 % too (a stop lands a little past a budget); the
+                # meter is full from 100 %.
+                "percent": int(amount / budget * 100) if budget > 0 else 100,
                 "reached": amount >= budget,
             }
         )

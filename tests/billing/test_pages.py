@@ -173,3 +173,11 @@ def test_a_clusters_total_cost_is_its_billing_line_csv_and_api_amount_to_the_cen
     assert status == 200 and [item["amount"] for item in usage["data"]] == ["4.64"]
     assert usage["meta"]["total_amount"] == "4.64"
     assert -sum(e.amount for e in LedgerEntry.objects.filter(cluster=cluster)) == Decimal("4.64")
+
+
+def test_an_environment_past_its_budget_shows_how_far_past(owner, environment, billed):
+    # 3 machines × 1.5 h at $2.50: $11.25 spent against a $9.45 budget is 119 %, not 100 %.
+    environment.monthly_budget = Decimal("9.45")
+    environment.save()
+    page = client_for(owner).get(reverse("billing:overview") + MONTH).content.decode()
+    assert "119%" in page and ">100%<" not in page
