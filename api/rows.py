@@ -213,6 +213,7 @@ def network_test_rows(tests: Iterable[NetworkTest]) -> list[dict[str, Any]]:
     return [
         {
             "id": test.pk, "cluster_id": test.cluster_id, "status": test.status, "trigger": test.trigger,
+            "trigger_label": test.get_trigger_display(),
             "method": test.method, "requested_by": test.requested_by, "expected_gbps": test.expected_gbps,
             "nodes": list(test.node_names), "created_at": test.created_at, "started_at": test.started_at,
             "finished_at": test.finished_at, "detail": test.detail or None, "summary": card.summary(test),

@@ -23,6 +23,7 @@ from pydantic import (
 
 from clusters import connect
 from clusters.images import default_image, offer_images
+from clusters.models import NetworkTest as NetworkTestModel
 from clusters.models import NodeHealth, Reason, Software, Status
 from clusters.network_test import card
 from clusters.rules import MAX_MACHINES, MIN_MACHINES, NAME_MAX_LENGTH
@@ -859,7 +860,8 @@ class NetworkTestItem(Schema):
     id: int
     cluster_id: int
     status: Annotated[str, enum(["queued", "running", "passed", "slow", "partial", "failed"])]
-    trigger: Annotated[str, enum(["after_ready", "on_demand"])]
+    trigger: Annotated[str, enum(NetworkTestModel.Trigger.values)]
+    trigger_label: str = Field(description="What started the test, in words.")
     method: Annotated[str, enum(["iperf3", "nccl"])]
     requested_by: str
     expected_gbps: float = Field(description="A pair under this is slow (the offer promises about 1–2 Gbit/s).")
@@ -873,6 +875,10 @@ class NetworkTestItem(Schema):
     @staticmethod
     def resolve_nodes(test: Any) -> list[str]:
         return list(test.node_names)
+
+    @staticmethod
+    def resolve_trigger_label(test: Any) -> str:
+        return str(test.get_trigger_display())
 
     @staticmethod
     def resolve_detail(test: Any) -> str | None:

@@ -69,9 +69,9 @@ def clusters_network_results(state: State, cluster: str, test_id: str | None, hi
             return print_json(items)
         if not items:
             return click.echo(f"No network tests yet. Run one with: runcrate clusters network-test {cluster}")
-        rows = [[t.get("id"), t.get("status"), t.get("trigger"), t.get("method"), format_time(t.get("created_at")),
+        rows = [[t.get("id"), t.get("status"), t.get("trigger_label") or t.get("trigger"), t.get("method"), format_time(t.get("created_at")),
                  span(t.get("summary") or {}), (t.get("summary") or {}).get("slow_pairs")] for t in items]
-        return click.echo(render_table(["ID", "STATUS", "TRIGGER", "METHOD", "CREATED", "GBIT/S", "SLOW"], rows))
+        return click.echo(render_table(["ID", "STATUS", "STARTED", "METHOD", "CREATED", "GBIT/S", "SLOW"], rows))
     if test_id is None:
         newest = client.network_tests.list(cluster_id, limit=1).items
         if not newest:
@@ -158,7 +158,7 @@ def report(test: Record) -> str:
         ("Network test", test.get("id")),
         ("Status", test.get("status")),
         ("Method", test.get("method")),
-        ("Trigger", test.get("trigger")),
+        ("Started", test.get("trigger_label") or test.get("trigger")),
         ("Finished", format_time(test.get("finished_at"))),
         ("Measured", f"{summary.get('pairs_measured')} of {summary.get('pairs_expected')}"
                      if summary.get("pairs_expected") else summary.get("pairs_measured")),

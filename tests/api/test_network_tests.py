@@ -44,6 +44,7 @@ def test_a_developer_starts_one_and_a_second_is_refused_while_it_is_queued(dev_a
     assert status == 202, body
     test = body["data"]
     assert test["status"] == "queued" and test["trigger"] == "on_demand" and test["requested_by"].startswith("api key")
+    assert test["trigger_label"] == "On request"
     assert test["nodes"] == ["node-0", "node-1", "node-2"] and test["expected_gbps"] == 1.0
     assert test["pairs"] == [] and test["summary"]["pairs_expected"] == 3 + 6
     status, body = dev_api.post(f"/clusters/{cluster.pk}/network-tests")
