@@ -1585,8 +1585,11 @@ def leftovers(run_dir: Path) -> list[str]:
         found += [f"cgroup {match}" for match in path.parent.glob(path.name)]
     uids = UidRanges._dir()
     if uids.is_dir():
-        found += [f"uid range {slot.name}" for slot in uids.iterdir()
-                  if slot.read_text().startswith(f"{run_dir}/")]
+        for slot in uids.iterdir():
+            # Another run's node may free its slot between the listing and the read.
+            with contextlib.suppress(FileNotFoundError):
+                if slot.read_text().startswith(f"{run_dir}/"):
+                    found.append(f"uid range {slot.name}")
     return found
 
 
