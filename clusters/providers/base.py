@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from offers import lab
 
 if TYPE_CHECKING:
     from clusters.image_facts import ImageFacts
@@ -70,6 +69,8 @@ def boot_due(node: Node) -> dt.datetime | None:
     """When a machine asked to boot is due up: its host's boot time after the request."""
     if node.boot_requested_at is None:
         return None
+    from offers import lab  # models: not at import (`python -m clusters.providers.local.images` runs without Django)
+
     return node.boot_requested_at + dt.timedelta(seconds=lab.of(node.host).boot_seconds)
 
 
@@ -112,6 +113,8 @@ class Provider(abc.ABC):
 
     def boot_statuses(self, nodes: list[Node]) -> list[BootReport]:
         """`boot_status` of each node, in order (a provider may ask them at once)."""
+        from offers import lab
+
         lab.load([node.host for node in nodes])
         return [self.boot_status(node) for node in nodes]
 
