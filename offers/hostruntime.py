@@ -83,6 +83,16 @@ def bundle() -> bytes:
     return out.getvalue()
 
 
+def unpack_bundle(folder: Path) -> None:
+    """The runtime's files (`bundle`) into `folder`: our own plain files only; Pythons before
+    3.11.4 (Debian 12's 3.11.2) have no extraction filters."""
+    with tarfile.open(fileobj=io.BytesIO(bundle()), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)
+
+
 def install_dir(runtime_version: str) -> str:
     return f"{HOST_STATE}/runtime/{runtime_version}"
 
@@ -205,12 +215,7 @@ class LocalRuntime:
         Path(HOST_STATE).chmod(0o700)
         staging = Path(tempfile.mkdtemp(prefix=f".{self.version}.", dir=versions))
         try:
-            with tarfile.open(fileobj=io.BytesIO(bundle()), mode="r:gz") as tar:
-                # Our own files, plain ones only (bundle); Pythons before 3.11.4 have no filters.
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, filter="data")
-                else:
-                    tar.extractall(staging)  # our own bundle: plain files only
+            unpack_bundle(staging)
             staging.chmod(0o755)
             try:
                 staging.rename(self.directory)

@@ -4,10 +4,8 @@ boots a cluster's machines on a lab host exactly as on this computer."""
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import subprocess
-import tarfile
 from collections.abc import Iterator
 
 import pytest
@@ -33,8 +31,7 @@ CAN, WHY = realnodes.capability()
 def unpacked(tmp_path):
     folder = tmp_path / "runtime"
     folder.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(hostruntime.bundle()), mode="r:gz") as tar:
-        tar.extractall(folder, filter="data")
+    hostruntime.unpack_bundle(folder)
     return folder
 
 
