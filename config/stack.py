@@ -194,15 +194,26 @@ def drop_root(user: StackUser, env: dict[str, str]) -> dict[str, str]:
     """Before anything of the stack runs: what root made in var (the database, keys, lab hosts'
     keys) becomes the control plane's; and this computer's runtime is installed and allowed,
     or the stack says why and does not start. Returns the children's environment."""
-    reached = subprocess.run([sys.executable, "-c", "import django"], capture_output=True, cwd=settings.BASE_DIR,
-                             env=user.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin")}),
-                             **user.popen_options())
-    if reached.returncode != 0:
+    try:
+        reached = subprocess.run([sys.executable, "-c", "import django"], capture_output=True, cwd=settings.BASE_DIR,
+                                 env=user.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin")}),
+                                 **user.popen_options()).returncode == 0
+    except OSError:  # the interpreter itself is out of its reach
+        reached = False
+    if not reached:
         raise StackError(f"The control plane's user {user.name} cannot run {sys.executable} with this project's "
-                           "packages (is the virtualenv made from a Python in a folder only root can read?): make it "
-                           "from a Python every user can run, e.g. `rm -rf .venv && make venv PYTHON=/usr/bin/python3`.")
+                         "packages (is the virtualenv made from a Python in a folder only root can read?): make it "
+                         "from a Python every user can run, e.g. `rm -rf .venv && make venv PYTHON=/usr/bin/python3`.")
     settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
     user.give(settings.VAR_DIR)
+    # Given, but reachable only if every folder above it lets the user through.
+    writable = subprocess.run([sys.executable, "-c", "import os, sys; sys.exit(0 if os.access(sys.argv[1], os.W_OK | "
+                               "os.X_OK) else 1)", str(settings.VAR_DIR)], capture_output=True, cwd="/",
+                              env=user.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin")}),
+                              **user.popen_options())
+    if writable.returncode != 0:
+        raise StackError(f"The control plane's user {user.name} cannot reach {settings.VAR_DIR} (a folder above it "
+                         "lets only root through): set RUNCRATE_VAR_DIR to a folder it can reach.")
     if settings.DEFAULT_PROVIDER == "local" and settings.LOCAL_NODES != "sandbox":
         prepare_this_host(user)
     return user.environment(env)

@@ -5,9 +5,11 @@ create made afterwards is driven to ready."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -58,7 +60,10 @@ def serving(port: int) -> bool:
 def test_the_stack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update({"DATABASE_URL": database_url(), "RUNCRATE_VAR_DIR": str(tmp_path / "var"), "DEBUG": "1",
+    # A folder the stack's own user can reach (started as root, its children run as that user;
+    # pytest's tmp_path sits in a folder only root enters).
+    var = Path(tempfile.mkdtemp(prefix="runcrate-stack-"))
+    env.update({"DATABASE_URL": database_url(), "RUNCRATE_VAR_DIR": str(var), "DEBUG": "1",
                 "SECRET_KEY": uuid.uuid4().hex * 2, "DEFAULT_PROVIDER": "simulated", "CLUSTER_POLL_SECONDS": "1",
                 "SWEEP_INTERVAL_SECONDS": "2", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "DB_POOL_SIZE": "2",
                 "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"})
@@ -93,3 +98,4 @@ def test_the_stack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(t
         except subprocess.TimeoutExpired:
             os.killpg(stack.pid, signal.SIGKILL)
             stack.wait()
+        shutil.rmtree(var, ignore_errors=True)
