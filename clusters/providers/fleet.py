@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 HOST_STOPPED = "{node}'s host stopped answering"
 
 
-class FleetMachines:
-    """The slots of fleet hosts, for the `local` provider: `records` is where the control
-    plane keeps what each booted machine answered, `client_key` its key to the machines."""
+class MachineRecords:
+    """Slots a host runtime boots machines on: `records` is where the control plane keeps
+    what each booted machine answered, `client_key` its key to the machines."""
 
     def __init__(self, records: Path, client_key: Path) -> None:
         self.records = records
@@ -54,6 +54,10 @@ class FleetMachines:
         path = self._record_path(host)
         path.with_suffix(".tmp").write_text(json.dumps(record))
         path.with_suffix(".tmp").replace(path)
+
+
+class FleetMachines(MachineRecords):
+    """The slots of fleet hosts, for the `local` provider, each host's runtime reached over SSH."""
 
     def known_hosts(self, physical: PhysicalHost) -> Path:
         """The host's key as onboarding saw it, for the proxy's ssh (HostKeyAlias: its name)."""

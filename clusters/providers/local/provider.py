@@ -23,6 +23,7 @@ never joins — its WireGuard traffic is dropped —, install fails).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime as dt
 import fcntl
@@ -228,8 +229,9 @@ class _ThisComputer(FabricProvider):
         self._sync_install_faults(nodes)
         return super().install_software(cluster, nodes)
 
+    @abc.abstractmethod
     def _sync_install_faults(self, nodes: list[Node]) -> None:
-        raise NotImplementedError
+        """Write each machine's injected install fault as its host says it is now."""
 
 
 class HostRuntimeProvider(_ThisComputer):

@@ -12,7 +12,6 @@ them needs root either.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from clusters.node_health.node import MACHINE_STOPPED
 from clusters.nodeops.targets import NodeTarget
 from clusters.providers.base import BootReport, BootState
+from clusters.providers.fleet import MachineRecords
 from clusters.providers.local import realnodes
 from offers.hostruntime import LocalRuntime, RuntimeFailed
 
@@ -30,29 +30,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ThisHostMachines:
-    """The slots of this computer: `records` is where the control plane keeps what each booted
-    machine answered, `client_key` its key to the machines."""
+class ThisHostMachines(MachineRecords):
+    """The slots of this computer, booted by its own runtime (`runtime`)."""
 
     def __init__(self, runtime: LocalRuntime, records: Path, client_key: Path) -> None:
+        super().__init__(records, client_key)
         self.runtime = runtime
-        self.records = records
-        self.client_key = client_key
-
-    def _record_path(self, host: Host) -> Path:
-        return self.records / f"{host.name}.json"
-
-    def record(self, host: Host) -> dict[str, Any] | None:
-        try:
-            return json.loads(self._record_path(host).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _save(self, host: Host, record: dict[str, Any]) -> None:
-        self.records.mkdir(parents=True, exist_ok=True)
-        path = self._record_path(host)
-        path.with_suffix(".tmp").write_text(json.dumps(record))
-        path.with_suffix(".tmp").replace(path)
 
     def target(self, node: Node) -> NodeTarget:
         record = self.record(node.host) or {}
