@@ -30,6 +30,16 @@ def wait_for(condition: Callable[[], bool], timeout: float, step: float = 0.2) -
     return False
 
 
+def stop_stack(stack: subprocess.Popen) -> None:
+    """End a stack started in a session of its own: SIGTERM to its group, SIGKILL after 60 s."""
+    os.killpg(stack.pid, signal.SIGTERM)
+    try:
+        stack.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(stack.pid, signal.SIGKILL)
+        stack.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ from accounts.models import Role
 from api.keys import create_api_key
 from clusters.models import Cluster, Status
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory, machine_type_with_hosts
-from tests.live.processes import BASE_DIR, database_url, free_port, wait_for
+from tests.live.processes import BASE_DIR, database_url, free_port, stop_stack, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -92,10 +92,5 @@ def test_the_stack_restarts_its_embedded_redis_and_a_create_then_becomes_ready(t
             Cluster.objects.get(pk=cluster_id).status, log.read_text()[-3000:])
     finally:
         api.close()
-        os.killpg(stack.pid, signal.SIGTERM)
-        try:
-            stack.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-            stack.wait()
+        stop_stack(stack)
         shutil.rmtree(var, ignore_errors=True)

@@ -10,7 +10,6 @@ import hashlib
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from clusters.providers.local import realnodes
 from offers.hostruntime import RUNTIME_PROGRAM, LocalRuntime
 from offers.models import Host
 from tests.factories import MembershipFactory, UserFactory, WorkspaceFactory
-from tests.live.processes import BASE_DIR, database_url, free_port, wait_for
+from tests.live.processes import BASE_DIR, database_url, free_port, stop_stack, wait_for
 from tests.live.test_stack_restarts_redis import descendants, serving
 from tests.providers.test_real_nodes import real_machine_type
 
@@ -147,12 +146,7 @@ def test_make_runs_stack_runs_web_workers_and_beat_as_no_root_while_a_real_clust
                         120, step=1), list(ClusterEvent.objects.filter(cluster_id=cluster_id).values_list("event", "message"))
     finally:
         api.close()
-        os.killpg(stack.pid, signal.SIGTERM)
-        try:
-            stack.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-            stack.wait()
+        stop_stack(stack)
         if cluster_id is not None and Cluster.objects.get(pk=cluster_id).status != Status.TERMINATED:
             _release(var, list(Host.objects.filter(machine_type=offer)))
         shutil.rmtree(var, ignore_errors=True)
