@@ -51,6 +51,8 @@ from offers.models import Host  # noqa: E402
 from tests.factories import MachineTypeFactory, WorkspaceFactory  # noqa: E402
 
 SETTLED = {Status.READY, Status.DEGRADED, Status.FAILED}
+# Issue 22 and 38: create → ready through the control plane within this of the nodes' own floor.
+FLOOR_GOAL = 1.2
 BOOT_CPU = [0.0]  # CPU seconds this process spent in the local provider's machine boots
 _boot_lock = threading.Lock()
 
@@ -127,7 +129,7 @@ def main() -> None:
         cpus = os.cpu_count() or 1
         _count_boot_cpu()
         print(f"{'software':>8} | {'N':>2} | {'to ready':>8} | {'vs 1st':>6} | control plane CPU (of it: boots) | "
-              f"per node without boots | other CPU | CPUs busy | node floor | × floor | outcome")
+              f"per node without boots | other CPU | CPUs busy | node floor | × floor (goal ≤ {FLOOR_GOAL}×) | outcome")
         print("-" * 124)
         block = 0
         for software in args.software.split(","):
@@ -144,10 +146,11 @@ def main() -> None:
                     except RuntimeError as error:
                         alone = f"failed: {error}"
                     else:
-                        alone, ratio = f"{floor_seconds:.1f}s", f"{seconds / floor_seconds:.2f}×"
+                        met = "met" if seconds / floor_seconds <= FLOOR_GOAL else "NOT met"
+                        alone, ratio = f"{floor_seconds:.1f}s", f"{seconds / floor_seconds:.2f}× ({met})"
                 print(f"{software:>8} | {count:>2} | {seconds:7.1f}s | {seconds / base:5.2f}× | "
                       f"{cpu:6.1f}s ({boot_cpu:4.1f}s) | {(cpu - boot_cpu) / count * 1000:5.0f} ms | "
-                      f"{machine_cpu - cpu:8.1f}s | {busy:8.0%} | {alone:>10} | {ratio:>7} | {outcome}")
+                      f"{machine_cpu - cpu:8.1f}s | {busy:8.0%} | {alone:>10} | {ratio:>22} | {outcome}")
         leftover = [c.name for c in Cluster.objects.exclude(status=Status.TERMINATED)]
         if leftover:
             print(f"not terminated: {leftover}")
