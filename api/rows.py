@@ -31,7 +31,7 @@ from api import schemas
 from api.app import api
 from api.schemas import ListMeta, PageQuery
 from clusters import connect
-from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, Status
+from clusters.models import BAD_HEALTH, Cluster, ClusterEvent, NetworkTest, Node, Reason, Status
 from clusters.network_test import card
 
 _twins: dict[type, type[BaseModel]] = {}
@@ -139,9 +139,11 @@ def cluster_rows(clusters: list[Cluster]) -> list[dict[str, Any]]:
         machine_type = cluster.machine_type
         head = heads.get(cluster.pk)
         ssh = _ssh_line(head, cluster.provider, machine_type.location.gateway_host) if head else None
+        reason = cluster.termination_reason or cluster.failure_reason
         rows.append({
             "id": cluster.pk, "name": cluster.name, "status": cluster.status,
-            "termination_reason": cluster.termination_reason or cluster.failure_reason or None,
+            "termination_reason": reason or None,
+            "termination_reason_label": Reason(reason).label if reason else None,
             "failure_reason": cluster.failure_reason or None,
             "environment": cluster.environment.name, "environment_id": cluster.environment_id,
             "workspace_id": cluster.workspace_id,
@@ -205,7 +207,7 @@ def instance_page(request: HttpRequest, instances: QuerySet[Node], pages: PageQu
 def event_page(request: HttpRequest, events: QuerySet[ClusterEvent], pages: PageQuery) -> HttpResponse:
     window, total = _window(events.values("id", "created_at", "actor", "event", "message", "reason",
                                           audit_event_id=F("audit_entry__id")), pages)
-    rows = [{**event, "reason": event["reason"] or None} for event in window]
+    rows = [{**event, "label": ClusterEvent.label_of(event["event"]), "reason": event["reason"] or None} for event in window]
     return answer(request, schemas.ClusterEvent, rows, total, pages)
 
 

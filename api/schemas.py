@@ -9,6 +9,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Annotated, Any
 
+from django.utils import timezone
 from ninja import Schema
 from pydantic import (
     BaseModel,
@@ -21,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from billing.services import machines_cost
 from clusters import connect
 from clusters.images import default_image, offer_images
 from clusters.models import NetworkTest as NetworkTestModel
@@ -398,6 +400,7 @@ class ClusterSummary(Schema):
     status: Annotated[str, enum(Status.values)]
     termination_reason: Annotated[str | None, enum(Reason.values, nullable=True)] = Field(
         description="Why it was terminated or failed.")
+    termination_reason_label: str | None = Field(description="`termination_reason` in words, as the dashboard shows it.")
     failure_reason: Annotated[str | None, enum(Reason.values, nullable=True)]
     environment: str
     environment_id: int
@@ -422,6 +425,11 @@ class ClusterSummary(Schema):
     @staticmethod
     def resolve_termination_reason(cluster: Any) -> str | None:
         return cluster.termination_reason or cluster.failure_reason or None
+
+    @staticmethod
+    def resolve_termination_reason_label(cluster: Any) -> str | None:
+        reason = cluster.termination_reason or cluster.failure_reason
+        return Reason(reason).label if reason else None
 
     @staticmethod
     def resolve_failure_reason(cluster: Any) -> str | None:
@@ -456,6 +464,8 @@ class Cluster(ClusterSummary):
     """A cluster with its nodes and what connecting to them takes."""
 
     nodes: list[Node]
+    cost: Money = Field(description="What the machines cost so far (the total once billing ended), to the cent as "
+                                    "the Billing page and the ledger count it.")
     ssh_config: str | None = Field(description="A ~/.ssh/config block with a Host entry per node, once connectable.")
     known_hosts: str | None = Field(
         description="known_hosts lines for every node's SSH host key, under its ssh_config alias and the address of "
@@ -464,6 +474,10 @@ class Cluster(ClusterSummary):
         description="The Connect card's launch lines by name (torchrun, mpirun, deepspeed, nccl; sbatch_array, "
                     "srun_torchrun and sacct on Slurm; ray_job and ray_submit on Ray), once connectable. Run them on node-0 "
                     "(torchrun and sacct: on any node).")
+
+    @staticmethod
+    def resolve_cost(cluster: Any) -> Decimal:
+        return machines_cost(cluster.usages.all(), timezone.now())
 
     @staticmethod
     def resolve_ssh_config(cluster: Any) -> str | None:
@@ -489,6 +503,7 @@ class ClusterEvent(Schema):
     created_at: Timestamp
     actor: str = Field(description="A username, 'api key <prefix>' or 'system'.")
     event: str
+    label: str = Field(description="`event` in words, as the dashboard shows it.")
     message: str
     reason: str | None
     audit_event_id: int | None = Field(None, description="The audit log entry of the action this event records "

@@ -487,9 +487,13 @@ class ClusterEvent(models.Model):
 
     @property
     def label(self) -> str:
-        """The event's name as the page shows it ("wipe_receipt" → "Wipe receipt"); the API and
-        webhooks keep the key."""
-        return self.event.replace("_", " ").capitalize()
+        return self.label_of(self.event)
+
+    @staticmethod
+    def label_of(event: str) -> str:
+        """An event's name as the page and the CLI show it ("wipe_receipt" → "Wipe receipt"); the
+        API gives both, and webhooks keep the key."""
+        return event.replace("_", " ").capitalize()
 
 
 class NetworkTest(models.Model):

@@ -124,7 +124,8 @@ def mark_joined(cluster: Cluster, nodes: list[Node]) -> bool:
 
 
 def _announce_ready(cluster: Cluster) -> None:
-    record_event(cluster, "ready", f"{cluster.name} is ready: {cluster.machine_count} machines, {cluster.get_software_display()}.")
+    software = "" if cluster.software == Software.NONE else f", {cluster.get_software_display()}"
+    record_event(cluster, "ready", f"{cluster.name} is ready: {cluster.machine_count} machines{software}.")
     cluster_emails.notify_ready(cluster)
     network_test_after_ready(cluster)
 

@@ -310,7 +310,7 @@ def cluster_summary(cluster: Record) -> str:
         ("Status", cluster.get("status")),
     ]
     if cluster.get("termination_reason"):
-        pairs.append(("Termination reason", cluster.get("termination_reason")))
+        pairs.append(("Why", cluster.get("termination_reason_label") or cluster.get("termination_reason")))
     pairs += [
         ("Environment", cluster.get("environment")),
         ("Machines", machine_count(cluster)),
@@ -327,6 +327,10 @@ def cluster_summary(cluster: Record) -> str:
         ("Software", cluster.get("software")),
         ("Image", cluster.get("image") or "-"),
         ("Price", format_money(cluster.get("price_per_hour")) + "/h"),
+    ]
+    if cluster.get("cost") is not None:
+        pairs.append(("Total cost" if cluster.get("billing_ended_at") else "Cost so far", format_money(cluster["cost"])))
+    pairs += [
         ("Billing started", format_time(cluster.get("billing_started_at"))),
         ("Created", format_time(cluster.get("created_at"))),
     ]
@@ -367,14 +371,18 @@ def clusters_events(state: State, cluster_id: str, as_json: bool) -> None:
         return print_json(items)
     if not items:
         return click.echo("No events yet.")
-    rows = [[format_time(e.get("created_at")), e.get("actor"), e.get("event"), event_text(e)] for e in items]
+    rows = [[format_time(e.get("created_at")), e.get("actor"), event_label(e), cell(e.get("message"))] for e in items]
     click.echo(render_table(["TIME", "ACTOR", "EVENT", "MESSAGE"], rows))
 
 
-def event_text(event: Record) -> str:
-    message = cell(event.get("message"))
-    reason = event.get("reason")
-    return f"{message} ({reason})" if reason else message
+def event_label(event: Record) -> str:
+    """The event in words ("Wipe receipt"); `--json` keeps its key (`wipe_receipt`)."""
+    return str(event.get("label") or event.get("event"))
+
+
+def event_line(event: Record) -> str:
+    """An event as `watch` prints it: "2026-12-06 07:18:38  [Wipe receipt] node-0's machine was …"."""
+    return f"{format_time(event.get('created_at'))}  [{event_label(event)}] {cell(event.get('message'))}"
 
 
 @clusters.command("watch")
@@ -426,7 +434,7 @@ def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: flo
             key = (str(event.get("created_at")), str(event.get("event")), str(event.get("message")))
             if key not in seen_events:
                 seen_events.add(key)
-                say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
+                say(event_line(event))
         busy = nodes_in_progress(cluster)
         if status == READY and not busy:
             live = [n for n in cluster.get("nodes") or [] if str(n.get("status")) not in GONE_NODE_STATES]
@@ -440,7 +448,7 @@ def watch_cluster(client: Client, cluster_id: str, interval: float, timeout: flo
                         + (f": {node['detail']}" if node.get("detail") else "."))
             return EXIT_OK
         if status in FAILED_STATES:
-            reason = cluster.get("termination_reason")
+            reason = cluster.get("termination_reason_label") or cluster.get("termination_reason")
             hint = {
                 "degraded": f"machines stay up and billed: `runcrate clusters retry-install {cluster_id}` "
                             f"or `runcrate clusters delete {cluster_id}`",
@@ -473,9 +481,11 @@ def _now() -> str:
 @clusters.command("delete")
 @click.argument("cluster_id", metavar="CLUSTER")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--watch", is_flag=True, help="Follow it until every machine is wiped and released, then print the total cost.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between polls with --watch.")
 @json_option
 @pass_state
-def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> None:
+def clusters_delete(state: State, cluster_id: str, yes: bool, watch: bool, interval: float, as_json: bool) -> None:
     """Terminate a cluster: every machine stops and billing ends. CLUSTER is the cluster's id or name. Aliases: rm, terminate."""
     client = state.client()
     cluster_id = client.find_cluster_id(cluster_id)
@@ -487,11 +497,34 @@ def clusters_delete(state: State, cluster_id: str, yes: bool, as_json: bool) -> 
                     "Their disks are lost and billing stops")
         if not click.confirm(question, default=False):
             fail("not terminated", EXIT_OTHER)
+    seen = {str(event.get("id")) for event in client.clusters.list_events_all(cluster_id)} if watch else set()
     result = client.clusters.terminate(cluster_id)
+    if watch:
+        watch_termination(client, cluster_id, interval, seen, quiet=as_json)
+        result = client.clusters.get(cluster_id)
     if as_json:
         return print_json(result)
+    if watch:
+        return
     status = (result or {}).get("status", "terminating") if isinstance(result, dict) else "terminating"
     click.echo(f"Terminating cluster {cluster_id} (status {status}); billing stops for every machine.")
+
+
+def watch_termination(client: Client, cluster_id: str, interval: float, seen: set[str], quiet: bool = False) -> None:
+    """Poll until the cluster is terminated, printing the events not in `seen` (a wipe receipt
+    per machine), then its total cost."""
+    say: Callable[[str], None] = (lambda _: None) if quiet else click.echo
+    say(f"{_now()}  Terminating cluster {cluster_id}; billing stopped for every machine.")
+    while True:
+        cluster = client.clusters.get(cluster_id)
+        for event in client.clusters.list_events_all(cluster_id):
+            if str(event.get("id")) not in seen:
+                seen.add(str(event.get("id")))
+                say(event_line(event))
+        if cluster.get("status") == "terminated":
+            say(f"Cluster {cluster.get('name') or cluster_id} is terminated; total cost {format_money(cluster.get('cost'))}.")
+            return
+        time.sleep(interval)
 
 
 @clusters.command("retry-install")
@@ -587,7 +620,7 @@ def watch_replacement(client: Client, cluster_id: str, node_name: str, instance_
         for event in client.clusters.list_events_all(cluster_id):
             if str(event.get("id")) not in seen:
                 seen.add(str(event.get("id")))
-                say(f"{format_time(event.get('created_at'))}  [{event.get('event')}] {event_text(event)}")
+                say(event_line(event))
         node = next((n for n in cluster.get("nodes") or [] if n.get("instance_id") == instance_id), None)
         if node is None or cluster.get("status") != READY and not node.get("replacing"):
             say(f"Cluster {cluster.get('name') or cluster_id} is {cluster.get('status')}; {node_name} was not replaced.")

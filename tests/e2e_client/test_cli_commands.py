@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -63,8 +64,12 @@ def test_create_list_info_events_add_worker_and_delete(cli, environment):
     assert "train" in cli("clusters", "ls").stdout
     info = cli("clusters", "info", cluster_id)
     assert "node-0" in info.stdout and "head" in info.stdout and "ready" in info.stdout
+    assert re.search(r"^Cost so far: +\$\d+\.\d\d$", info.stdout, re.M), info.stdout
     events = cli("clusters", "events", cluster_id)
-    assert "created" in events.stdout and "ready" in events.stdout
+    # Events in words, as the page names them; --json keeps the keys.
+    assert "  Created  Reserved 2 machines" in events.stdout and "  Ready    train is ready: 2 machines.\n" in events.stdout
+    assert " created " not in events.stdout
+    assert {"created", "ready"} <= {e["event"] for e in json.loads(cli("clusters", "events", cluster_id, "--json").stdout)}
     grown = cli("clusters", "add-worker", cluster_id, "--count", "1")
     assert grown.returncode == 0, grown.stderr
     assert json.loads(cli("clusters", "info", cluster_id, "--json").stdout)["machines"] == 3
@@ -76,8 +81,14 @@ def test_create_list_info_events_add_worker_and_delete(cli, environment):
     assert refused.returncode != 0 and Cluster.objects.get(pk=cluster_id).status == "ready"
     refused = cli("clusters", "terminate", cluster_id, input="n\n")
     assert refused.returncode != 0 and Cluster.objects.get(pk=cluster_id).status == "ready"
-    assert cli("clusters", "rm", cluster_id, "--yes").returncode == 0
-    assert Cluster.objects.get(pk=cluster_id).status in ("terminating", "terminated")
+    ended = cli("clusters", "rm", cluster_id, "--yes", "--watch", "--interval", "0.2")
+    assert ended.returncode == 0, ended.stderr
+    assert "[Terminating] Termination requested: Terminated by a user. Billing stopped." in ended.stdout
+    assert "user_requested" not in ended.stdout
+    assert re.search(r"^Cluster train is terminated; total cost \$\d+\.\d\d\.$", ended.stdout, re.M), ended.stdout
+    assert Cluster.objects.get(pk=cluster_id).status == "terminated"
+    after = cli("clusters", "info", cluster_id).stdout
+    assert re.search(r"^Why: +Terminated by a user$", after, re.M) and re.search(r"^Total cost: +\$", after, re.M), after
 
 
 def test_add_workers_is_the_apis_word_and_watch_follows_the_add_until_every_node_is_in(cli, environment):

@@ -252,9 +252,13 @@ dpkg-query -W -f='${Status}\n' rc-probe
 printf '#!/bin/sh\necho x ran\n' > /usr/bin/x && chmod 755 /usr/bin/x && x
 cd /root && python3 -m venv v && v/bin/pip install --quiet --no-index /root/rcprobe-1.0-py3-none-any.whl
 v/bin/python -c 'import rcprobe; print("rcprobe", rcprobe.ANSWER)'
+pip install --quiet --no-index /root/rcprobe-1.0-py3-none-any.whl
+python3 -c 'import rcprobe; print("system", rcprobe.__file__, rcprobe.ANSWER)'
 """)
     assert wrote.returncode == 0, wrote.stderr
-    assert wrote.stdout.splitlines() == ["install ok installed", "x ran", "rcprobe 42"], wrote.stdout
+    assert wrote.stdout.splitlines() == [
+        "install ok installed", "x ran", "rcprobe 42", "system /usr/local/lib/python3.11/dist-packages/rcprobe.py 42",
+    ], wrote.stdout
     assert not Path("/usr/bin/x").exists() and not Path("/usr/share/rc-probe").exists()
 
     unseen = r"""
@@ -262,6 +266,7 @@ test -e /usr/bin/x && echo "sees /usr/bin/x"
 test -e /usr/share/rc-probe && echo "sees rc-probe's files"
 dpkg-query -W rc-probe >/dev/null 2>&1 && echo "sees rc-probe"
 test -e /root/v && echo "sees the venv"
+python3 -c 'import rcprobe' 2>/dev/null && echo "sees rcprobe"
 echo checked
 """
     assert in_node(node1, unseen).stdout.splitlines() == ["checked"]

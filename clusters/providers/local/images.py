@@ -47,7 +47,11 @@ IMAGES_DIR = Path(os.environ.get("RUNCRATE_IMAGES_DIR", "/var/lib/runcrate-nodes
 # default names the same release.
 RAY_VERSION = "2.60.0"
 # Bump when the build steps below change in a way the recipe's fields do not show.
-BUILD_STEPS_VERSION = 3
+BUILD_STEPS_VERSION = 4
+# Root's `pip install` goes into the image's system Python (under /usr/local, beside the image's
+# PyTorch), as on other GPU clouds' images: Debian marks its Python "externally managed" (PEP 668),
+# which guards a distribution's own tools on a desktop, not a machine rented to run Python.
+PIP_CONF = "[global]\nbreak-system-packages = true\nroot-user-action = ignore\n"
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,7 @@ def _build(recipe: Recipe, say: Callable[[str], None]) -> Path:
         wheels = target.with_name(f".{target.name}.wheels")
         _system_python_wheels(recipe, wheels, say, started)
         hooks.append(_system_python_hook(wheels, recipe.system_python))
+    hooks.append(f'printf %s {shlex.quote(PIP_CONF)} > "$1/etc/pip.conf"')
     # Per node, not per image: written by each node's boot or the cluster's install.
     hooks.append("rm -f " + " ".join(f'"$1"/{pattern}' for pattern in (*NODE_SECRETS, *BUILD_HOST_FILES))
                  + ' && : > "$1/etc/machine-id" && echo localhost > "$1/etc/hostname" && : > "$1/etc/resolv.conf"'
