@@ -357,7 +357,8 @@ def test_events_list_oldest_first(api, environment, machine_type):
     assert status == 200
     events = [e["event"] for e in body["data"]]
     assert events[0] == "created" and events[-1] == "ready"
-    assert set(body["data"][0]) == {"id", "created_at", "actor", "event", "message", "reason", "audit_event_id"}
+    assert set(body["data"][0]) == {"id", "created_at", "actor", "event", "label", "message", "reason", "audit_event_id"}
+    assert [e["label"] for e in body["data"]][:1] == ["Created"] and body["data"][-1]["label"] == "Ready"
     # The create is an action: its event links to the audit entry; the lifecycle's own steps are not.
     assert body["data"][0]["audit_event_id"] is not None and body["data"][-1]["audit_event_id"] is None
 

@@ -37,7 +37,7 @@ def test_the_cli_replaces_a_node_and_watches_the_swap(live_server, dashboard_key
 
     swapped = runcrate("clusters", "replace-node", "cli-swap", "node-1", "--yes", "--watch", "--interval", "0.2")
     assert swapped.returncode == 0, swapped.stdout + swapped.stderr
-    assert "node-1 now runs on the new machine" in swapped.stdout and "[node_replaced]" in swapped.stdout
+    assert "node-1 now runs on the new machine" in swapped.stdout and "[Node replaced]" in swapped.stdout
 
     info = json.loads(runcrate("clusters", "info", str(cluster.pk), "--json").stdout)
     node_1 = [n for n in info["nodes"] if n["name"] == "node-1"]
