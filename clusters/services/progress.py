@@ -41,12 +41,18 @@ def update_nodes(cluster_id: int, changes: Iterable[tuple[Node, dict]]) -> None:
         after_commit_changed(cluster_id, nodes=[node.pk for node, _ in changes])
 
 
+NUL = "\x00"
+
+
 def append_node_logs(cluster_id: int, lines_by_node: dict[int, list[tuple[str, str]]], *, keep: int = Node.LOG_KEEP) -> None:
     """Add (step, line) output to each node's log tail and note the step it is on; one push."""
     if not lines_by_node:
         return
     stamp = timezone.now().strftime("%H:%M:%S")
-    texts = {pk: "".join(f"[{stamp}] {step}: {line}\n" for step, line in entries if line.strip())
+    # A program's output may hold NUL bytes (a binary cat, a progress bar); no text column
+    # stores them, and a refused write would lose the lines around them.
+    texts = {pk: "".join(f"[{stamp}] {step}: {line.replace(NUL, '')}\n" for step, line in entries
+                         if line.replace(NUL, "").strip())
              for pk, entries in lines_by_node.items()}
     # Output arrives after the fact; it must not relabel a node that has settled, nor one
     # whose install finished (it is only checked from then on). Only the label: the lifecycle

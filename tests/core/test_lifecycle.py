@@ -378,3 +378,13 @@ def test_a_log_tail_keeps_its_last_characters_counts_every_one_and_relabels_only
     assert rows[working.pk].step == "install_software:daemons"
     assert rows[installed.pk].log_tail == "late line\n" and rows[installed.pk].step == "checking readiness"
     assert rows[settled.pk].log_tail == "" and rows[settled.pk].log_written == 0 and rows[settled.pk].step == "ready"
+
+
+def test_output_with_nul_bytes_is_kept_without_them(environment, machine_type):
+    # A node's program may print NUL bytes; the lines around them still reach the node's log.
+    cluster = create(environment, machine_type, software="slurm")
+    node = cluster.nodes.earliest("index")
+    append_node_logs(cluster.pk, {node.pk: [("install", "before\x00after"), ("install", "\x00"), ("install", "next")]})
+    node.refresh_from_db()
+    assert "install: beforeafter\n" in node.log_tail and "install: next\n" in node.log_tail
+    assert "\x00" not in node.log_tail

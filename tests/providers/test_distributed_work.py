@@ -60,6 +60,7 @@ ranks = torch.tensor([float(rank)])
 dist.all_reduce(ranks)
 print(f"ddp rank {rank}/{world} local {os.environ['LOCAL_RANK']} on {socket.gethostname()} "
       f"grad={model.module.weight.grad[0, 0].item():.1f} ranks={int(ranks.item())} torch={torch.__version__}", flush=True)
+dist.barrier()  # no rank tears gloo down while a peer still talks to it
 dist.destroy_process_group()
 """
 
